@@ -1,0 +1,26 @@
+/** Where CLI commands write: results to stdout, warnings and progress to stderr (so --json stays clean). */
+export interface Output {
+  stdout(line: string): void;
+  warn(line: string): void;
+  progress(label: string, total: number): Progress;
+}
+
+export interface Progress {
+  update(done: number): void;
+  done(): void;
+}
+
+export function processOutput(): Output {
+  const tty = process.stderr.isTTY === true;
+  return {
+    stdout: (line) => process.stdout.write(`${line}\n`),
+    warn: (line) => process.stderr.write(`warning: ${line}\n`),
+    progress(label, total) {
+      if (!tty) return { update() {}, done() {} };
+      return {
+        update: (done) => process.stderr.write(`\r${label} ${done}/${total}`),
+        done: () => process.stderr.write("\r\x1b[K"),
+      };
+    },
+  };
+}

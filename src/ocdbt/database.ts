@@ -1,0 +1,200 @@
+import { FormatError, NotFoundError } from "../errors.js";
+import { describe, joinKey, type Store } from "../store/store.js";
+import { type BtreeNode, decodeBtreeNode, type InteriorEntry, type LeafEntry, type ValueRef } from "./btree.js";
+import type { OcdbtConfig } from "./config.js";
+import { dataFilePath } from "./data-file-table.js";
+import { decodeEnvelope } from "./envelope.js";
+import { compareKeys, keyBytes, prefixUpperBound, startsWith } from "./key.js";
+import { decodeManifest, latestVersion, type Manifest } from "./manifest.js";
+import type { IndirectRef } from "./node-reference.js";
+import type { VersionEntry } from "./version-tree.js";
+
+/** TensorStore's default max_decoded_node_bytes; also the floor of what we accept for any node. */
+const DEFAULT_MAX_DECODED_BYTES = 8 << 20;
+/** Children fetched ahead of the one being walked, so a listing over GCS is not one round trip per node. */
+const PREFETCH = 8;
+
+/** Where a value's bytes are: inline in the tree, or a byte range of an object in the store. */
+export type ValueLocation =
+  | { readonly kind: "inline"; readonly bytes: Uint8Array }
+  | { readonly kind: "file"; readonly key: string; readonly offset: number; readonly length: number };
+
+export interface Entry {
+  readonly key: string;
+  readonly value: ValueLocation;
+}
+
+export interface ReadStats {
+  nodesRead: number;
+  nodeBytesRead: number;
+}
+
+/**
+ * A read-only view of the latest version of one OCDBT database at `root` (a key prefix of `store`, "" for
+ * the store's root). Nodes are fetched lazily and each is read at most once per open.
+ */
+export class OcdbtDatabase {
+  readonly stats: ReadStats = { nodesRead: 0, nodeBytesRead: 0 };
+  private readonly nodes = new Map<string, Promise<BtreeNode>>();
+  private readonly maxNodeBytes: number;
+
+  private constructor(
+    readonly store: Store,
+    readonly root: string,
+    readonly config: OcdbtConfig,
+    /** undefined for a database with no committed version. */
+    readonly version: VersionEntry | undefined,
+    readonly manifestKey: string,
+  ) {
+    this.maxNodeBytes = Math.max(config.maxDecodedNodeBytes, DEFAULT_MAX_DECODED_BYTES);
+  }
+
+  /** Opens the database whose `manifest.ocdbt` is at `root`/manifest.ocdbt. */
+  static async open(store: Store, root = ""): Promise<OcdbtDatabase> {
+    const manifestKey = joinKey(root, "manifest.ocdbt");
+    let manifest = await readManifest(store, manifestKey);
+    let versionsKey = manifestKey;
+    if (manifest.kind === "config-only") {
+      versionsKey = await newestNumberedManifest(store, root);
+      const numbered = await readManifest(store, versionsKey);
+      if (numbered.kind !== "versions") {
+        throw new FormatError("numbered manifest holds only a config", { path: describe(store, versionsKey) });
+      }
+      const expected = Number.parseInt(versionsKey.slice(-16), 16);
+      const latest = latestVersion(numbered);
+      if (latest !== undefined && latest.generation !== expected) {
+        throw new FormatError(`latest generation ${latest.generation} does not match the file name`, {
+          path: describe(store, versionsKey),
+        });
+      }
+      manifest = numbered;
+    }
+    return new OcdbtDatabase(store, root, manifest.config, latestVersion(manifest), versionsKey);
+  }
+
+  /** The store key of a data file named in the tree. */
+  dataFileKey(ref: IndirectRef): string {
+    return joinKey(this.root, dataFilePath(ref.file));
+  }
+
+  location(value: ValueRef): ValueLocation {
+    if (value.kind === "inline") return value;
+    return { kind: "file", key: this.dataFileKey(value.ref), offset: value.ref.offset, length: value.ref.length };
+  }
+
+  /** Looks up one key; undefined if absent. */
+  async get(key: string): Promise<Entry | undefined> {
+    const target = keyBytes(key);
+    const v = this.version;
+    if (v?.root == null) return undefined;
+    let node = await this.node(v.root, new Uint8Array(0), v.rootHeight);
+    for (;;) {
+      if (node.height === 0) {
+        const hit = (node.entries as LeafEntry[]).find((e) => compareKeys(e.key, target) === 0);
+        return hit === undefined ? undefined : { key, value: this.location(hit.value) };
+      }
+      const entries = node.entries as InteriorEntry[];
+      const i = upperBound(entries, target) - 1;
+      if (i < 0) return undefined;
+      const child = entries[i] as InteriorEntry;
+      if (!startsWith(target, child.childPrefix)) return undefined;
+      node = await this.node(child.ref, child.childPrefix, node.height - 1);
+    }
+  }
+
+  /** Every entry whose key starts with `prefix`, in key order, without reading any value bytes. */
+  async *list(prefix = ""): AsyncIterable<Entry> {
+    const v = this.version;
+    if (v?.root == null) return;
+    const min = keyBytes(prefix);
+    const max = prefixUpperBound(min);
+    yield* this.walk(this.node(v.root, new Uint8Array(0), v.rootHeight), v.rootHeight, min, max);
+  }
+
+  private async *walk(nodePromise: Promise<BtreeNode>, height: number, min: Uint8Array, max: Uint8Array | undefined): AsyncIterable<Entry> {
+    const node = await nodePromise;
+    if (height === 0) {
+      for (const e of node.entries as LeafEntry[]) {
+        if (compareKeys(e.key, min) < 0) continue;
+        if (max !== undefined && compareKeys(e.key, max) >= 0) return;
+        yield { key: new TextDecoder().decode(e.key), value: this.location(e.value) };
+      }
+      return;
+    }
+    const entries = node.entries as InteriorEntry[];
+    // Children from the last one whose lower bound is <= min, up to the first whose lower bound is >= max.
+    const first = Math.max(0, upperBound(entries, min) - 1);
+    let end = entries.length;
+    if (max !== undefined) {
+      end = first;
+      while (end < entries.length && compareKeys((entries[end] as InteriorEntry).key, max) < 0) end++;
+    }
+    const pending: Promise<BtreeNode>[] = [];
+    const fetch = (i: number) => {
+      const c = entries[i] as InteriorEntry;
+      const p = this.node(c.ref, c.childPrefix, height - 1);
+      p.catch(() => undefined); // surfaced when awaited in order
+      return p;
+    };
+    for (let i = first; i < Math.min(end, first + PREFETCH); i++) pending.push(fetch(i));
+    for (let i = first; i < end; i++) {
+      const next = i + PREFETCH;
+      if (next < end) pending.push(fetch(next));
+      yield* this.walk(pending.shift() as Promise<BtreeNode>, height - 1, min, max);
+    }
+  }
+
+  /** The bytes of a value (inline, or a ranged read of its data file). */
+  async readValue(value: ValueLocation): Promise<Uint8Array> {
+    if (value.kind === "inline") return value.bytes;
+    return this.store.readRange(value.key, value.offset, value.length);
+  }
+
+  private node(ref: IndirectRef, prefix: Uint8Array, height: number): Promise<BtreeNode> {
+    const key = this.dataFileKey(ref);
+    const id = `${key}@${ref.offset}+${ref.length}`;
+    let p = this.nodes.get(id);
+    if (p === undefined) {
+      p = this.store.readRange(key, ref.offset, ref.length).then((bytes) => {
+        this.stats.nodesRead++;
+        this.stats.nodeBytesRead += bytes.length;
+        const body = decodeEnvelope(bytes, "btreeNode", describe(this.store, key), this.maxNodeBytes, ref.offset);
+        return decodeBtreeNode(body, prefix, ref.file.basePath, height);
+      });
+      this.nodes.set(id, p);
+    }
+    return p;
+  }
+}
+
+/** Index of the first entry whose key is > `key`. */
+function upperBound(entries: readonly { key: Uint8Array }[], key: Uint8Array): number {
+  let lo = 0;
+  let hi = entries.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (compareKeys((entries[mid] as { key: Uint8Array }).key, key) <= 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+async function readManifest(store: Store, key: string): Promise<Manifest> {
+  const bytes = await store.read(key);
+  return decodeManifest(decodeEnvelope(bytes, "manifest", describe(store, key), DEFAULT_MAX_DECODED_BYTES));
+}
+
+async function newestNumberedManifest(store: Store, root: string): Promise<string> {
+  const prefix = joinKey(root, "manifest.");
+  let best: { key: string; n: bigint } | undefined;
+  for await (const o of store.list(root === "" ? "manifest." : `${prefix}`)) {
+    const hex = o.key.slice(o.key.lastIndexOf("manifest.") + "manifest.".length);
+    if (!/^[0-9a-f]{16}$/.test(hex)) continue;
+    const n = BigInt(`0x${hex}`);
+    if (n === 0n) continue;
+    if (best === undefined || n > best.n) best = { key: o.key, n };
+  }
+  if (best === undefined)
+    throw new NotFoundError("numbered manifest kind, but no manifest.<16 hex> file", { path: describe(store, prefix) });
+  return best.key;
+}

@@ -1,0 +1,74 @@
+import { createHash } from "node:crypto";
+import { NotFoundError } from "../errors.js";
+import type { Entry } from "../ocdbt/database.js";
+import { type ChunkKeyEncoding, chunkGrid, chunkKey, parseZarrMetadata, product, type ZarrArrayMeta } from "../zarr/metadata.js";
+import { readArraySlabs } from "../zarr/read-array.js";
+import type { Leaf } from "./pytree-metadata.js";
+import type { OrbaxStep } from "./step.js";
+
+/** One array leaf as stored: its zarr metadata and where each present chunk is. */
+export interface StoredArray {
+  readonly leaf: Leaf;
+  readonly meta: ZarrArrayMeta;
+  readonly metadataEntry: Entry;
+  /** Present chunks by key relative to the array (`0.0`, `c/1/0`), in key order. */
+  readonly chunks: ReadonlyMap<string, Entry>;
+  /** Chunks the grid has; fewer may be present (zarr v3 fill-value chunks). */
+  readonly gridChunks: number;
+  readonly storedBytes: number;
+  readonly inlineChunks: number;
+}
+
+/** The array leaves of a step, in `_METADATA` order, each with its metadata and chunk locations. */
+export async function* listArrays(step: OrbaxStep): AsyncIterable<StoredArray> {
+  const preferred = step.metadata?.useZarr3 ? "zarr.json" : ".zarray";
+  for (const leaf of step.leaves) {
+    if (!leaf.isArray) continue;
+    const entries: Entry[] = [];
+    for await (const e of step.source.list(`${leaf.name}/`)) entries.push(e);
+    const rel = (e: Entry) => e.key.slice(leaf.name.length + 1);
+    const metaEntry = entries.find((e) => rel(e) === preferred) ?? entries.find((e) => rel(e) === ".zarray" || rel(e) === "zarr.json");
+    if (metaEntry === undefined) {
+      throw new NotFoundError(`array ${leaf.path} has no ${preferred}`, { path: step.source.describe(`${leaf.name}/${preferred}`) });
+    }
+    const kind = rel(metaEntry) as ".zarray" | "zarr.json";
+    const meta = parseZarrMetadata(kind, await step.source.read(metaEntry.value), { path: step.source.describe(metaEntry.key) });
+    const pattern = chunkKeyPattern(meta.keyEncoding, meta.shape.length);
+    const chunks = new Map<string, Entry>();
+    let storedBytes = 0;
+    let inlineChunks = 0;
+    for (const e of entries) {
+      if (!pattern.test(rel(e))) continue;
+      chunks.set(rel(e), e);
+      storedBytes += e.value.kind === "inline" ? e.value.bytes.length : e.value.length;
+      if (e.value.kind === "inline") inlineChunks++;
+    }
+    yield { leaf, meta, metadataEntry: metaEntry, chunks, gridChunks: product(chunkGrid(meta)), storedBytes, inlineChunks };
+  }
+}
+
+function chunkKeyPattern(enc: ChunkKeyEncoding, rank: number): RegExp {
+  const sep = enc.separator === "." ? "\\." : "/";
+  if (enc.prefix === "c") return rank === 0 ? /^c$/ : new RegExp(`^c${sep}\\d+(${sep}\\d+){${rank - 1}}$`);
+  return rank === 0 ? /^0$/ : new RegExp(`^\\d+(${sep}\\d+){${rank - 1}}$`);
+}
+
+/** Yields the array's decoded elements (little-endian, C order) slab by slab. */
+export function readArray(step: OrbaxStep, array: StoredArray): AsyncIterable<Uint8Array> {
+  const keyOf = (index: readonly number[]) => chunkKey(array.meta, index);
+  return readArraySlabs(
+    array.meta,
+    async (index) => {
+      const e = array.chunks.get(keyOf(index));
+      return e === undefined ? undefined : step.source.read(e.value);
+    },
+    (index) => step.source.describe(`${array.leaf.name}/${keyOf(index)}`),
+  );
+}
+
+/** sha256 (hex) of the array's raw little-endian C-order bytes, as numpy's `arr.tobytes()` gives them. */
+export async function arraySha256(step: OrbaxStep, array: StoredArray): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const slab of readArray(step, array)) hash.update(slab);
+  return hash.digest("hex");
+}

@@ -1,0 +1,118 @@
+import { type Bucket, Storage } from "@google-cloud/storage";
+import { FormatError, NotFoundError } from "../errors.js";
+import { checkKey, type DirListing, describe, joinKey, type ObjectInfo, type Store } from "./store.js";
+
+let sharedClient: Storage | undefined;
+
+/** One client per process; it honours STORAGE_EMULATOR_HOST (fake-gcs-server in tests). */
+export function storageClient(): Storage {
+  sharedClient ??= new Storage();
+  return sharedClient;
+}
+
+/** Objects under gs://bucket/prefix. */
+export class GcsStore implements Store {
+  private readonly bucket: Bucket;
+
+  constructor(
+    readonly bucketName: string,
+    readonly prefix: string,
+    readonly url: string = `gs://${bucketName}/${prefix}`,
+    client: Storage = storageClient(),
+  ) {
+    this.bucket = client.bucket(bucketName);
+  }
+
+  private name(key: string): string {
+    return joinKey(this.prefix, checkKey(this, key));
+  }
+
+  async read(key: string): Promise<Uint8Array> {
+    try {
+      const [data] = await this.bucket.file(this.name(key)).download();
+      return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    } catch (e) {
+      throw this.translate(e, key);
+    }
+  }
+
+  async readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
+    const name = this.name(key);
+    if (length === 0) return new Uint8Array(0);
+    let data: Buffer;
+    try {
+      // The client's `end` is inclusive.
+      [data] = await this.bucket.file(name).download({ start: offset, end: offset + length - 1, validation: false });
+    } catch (e) {
+      const status = (e as { code?: number }).code;
+      if (status === 416) {
+        throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
+          path: describe(this, key),
+          offset,
+        });
+      }
+      throw this.translate(e, key);
+    }
+    if (data.length !== length) {
+      throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, got ${data.length}`, {
+        path: describe(this, key),
+        offset,
+      });
+    }
+    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  }
+
+  async *list(prefix: string): AsyncIterable<ObjectInfo> {
+    const full = this.prefix === "" ? prefix : `${this.prefix.replace(/\/+$/, "")}/${prefix}`;
+    const strip = this.prefix === "" ? 0 : this.prefix.replace(/\/+$/, "").length + 1;
+    let pageToken: string | undefined;
+    do {
+      const [files, next] = await this.bucket.getFiles({ prefix: full, autoPaginate: false, maxResults: 1000, pageToken });
+      for (const f of files) yield { key: f.name.slice(strip), size: Number(f.metadata.size ?? 0) };
+      pageToken = (next as { pageToken?: string } | null)?.pageToken;
+    } while (pageToken);
+  }
+
+  async listDir(dir: string): Promise<DirListing> {
+    const base = dir === "" ? this.prefix.replace(/\/+$/, "") : this.name(dir);
+    const full = base === "" ? "" : `${base}/`;
+    const strip = this.prefix === "" ? 0 : this.prefix.replace(/\/+$/, "").length + 1;
+    const files: ObjectInfo[] = [];
+    const dirs: string[] = [];
+    let pageToken: string | undefined;
+    do {
+      const [page, next, response] = await this.bucket.getFiles({
+        prefix: full,
+        delimiter: "/",
+        autoPaginate: false,
+        maxResults: 1000,
+        pageToken,
+      });
+      for (const f of page) files.push({ key: f.name.slice(strip), size: Number(f.metadata.size ?? 0) });
+      for (const p of (response as { prefixes?: string[] } | undefined)?.prefixes ?? []) dirs.push(p.slice(full.length).replace(/\/$/, ""));
+      pageToken = (next as { pageToken?: string } | null)?.pageToken;
+    } while (pageToken);
+    return { files, dirs: dirs.sort() };
+  }
+
+  async write(key: string, data: Uint8Array): Promise<void> {
+    await this.bucket
+      .file(this.name(key))
+      .save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { resumable: false, validation: false });
+  }
+
+  async stat(key: string): Promise<ObjectInfo | undefined> {
+    try {
+      const [meta] = await this.bucket.file(this.name(key)).getMetadata();
+      return { key, size: Number(meta.size ?? 0) };
+    } catch (e) {
+      if ((e as { code?: number }).code === 404) return undefined;
+      throw e;
+    }
+  }
+
+  private translate(e: unknown, key: string): unknown {
+    if ((e as { code?: number }).code === 404) return new NotFoundError("no such object", { path: describe(this, key) });
+    return e;
+  }
+}

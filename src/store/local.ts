@@ -1,0 +1,137 @@
+import { randomBytes } from "node:crypto";
+import type { Dirent } from "node:fs";
+import { mkdir, open, readdir, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { FormatError, NotFoundError } from "../errors.js";
+import { checkKey, type DirListing, describe, type ObjectInfo, type Store } from "./store.js";
+
+/** A directory on the local filesystem. */
+export class LocalStore implements Store {
+  readonly root: string;
+
+  constructor(
+    root: string,
+    readonly url: string = root,
+  ) {
+    this.root = resolve(root);
+  }
+
+  private file(key: string): string {
+    return join(this.root, ...checkKey(this, key).split("/"));
+  }
+
+  async read(key: string): Promise<Uint8Array> {
+    try {
+      return new Uint8Array(await readFile(this.file(key)));
+    } catch (e) {
+      throw this.translate(e, key);
+    }
+  }
+
+  async readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
+    const path = this.file(key);
+    if (length === 0) return new Uint8Array(0);
+    let handle: Awaited<ReturnType<typeof open>>;
+    try {
+      handle = await open(path, "r");
+    } catch (e) {
+      throw this.translate(e, key);
+    }
+    try {
+      const out = new Uint8Array(length);
+      let done = 0;
+      while (done < length) {
+        const { bytesRead } = await handle.read(out, done, length - done, offset + done);
+        if (bytesRead === 0) {
+          throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object ends at ${offset + done}`, {
+            path: describe(this, key),
+            offset,
+          });
+        }
+        done += bytesRead;
+      }
+      return out;
+    } finally {
+      await handle.close();
+    }
+  }
+
+  async *list(prefix: string): AsyncIterable<ObjectInfo> {
+    // Walk only the deepest directory the prefix names, then filter by the full prefix.
+    const slash = prefix.lastIndexOf("/");
+    const dirKey = slash >= 0 ? prefix.slice(0, slash) : "";
+    const start = dirKey === "" ? this.root : this.file(dirKey);
+    for (const info of await this.walk(start, dirKey)) {
+      if (info.key.startsWith(prefix)) yield info;
+    }
+  }
+
+  private async walk(dir: string, dirKey: string): Promise<ObjectInfo[]> {
+    let names: string[];
+    try {
+      names = (await readdir(dir)).sort();
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return [];
+      throw e;
+    }
+    const out: ObjectInfo[] = [];
+    for (const name of names) {
+      const key = dirKey === "" ? name : `${dirKey}/${name}`;
+      const st = await stat(join(dir, name)).catch(() => undefined);
+      if (st === undefined) continue;
+      if (st.isDirectory()) out.push(...(await this.walk(join(dir, name), key)));
+      else if (st.isFile()) out.push({ key, size: st.size });
+    }
+    // Directory order puts "a/b" after "a.b"-like names differently from key order; sort by key bytes.
+    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  }
+
+  async listDir(dir: string): Promise<DirListing> {
+    const path = dir === "" ? this.root : this.file(dir);
+    let entries: Dirent[];
+    try {
+      entries = await readdir(path, { withFileTypes: true });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return { files: [], dirs: [] };
+      throw e;
+    }
+    const files: ObjectInfo[] = [];
+    const dirs: string[] = [];
+    for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
+      const key = dir === "" ? e.name : `${dir}/${e.name}`;
+      if (e.isDirectory()) dirs.push(e.name);
+      else if (e.isFile()) files.push({ key, size: (await stat(join(path, e.name))).size });
+    }
+    return { files, dirs };
+  }
+
+  async write(key: string, data: Uint8Array): Promise<void> {
+    const path = this.file(key);
+    await mkdir(dirname(path), { recursive: true });
+    // Write then rename, so a reader (or a crash) never sees a partial object under its final name.
+    const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
+    await writeFile(tmp, data);
+    await rename(tmp, path);
+  }
+
+  async stat(key: string): Promise<ObjectInfo | undefined> {
+    try {
+      const st = await stat(this.file(key));
+      return st.isFile() ? { key, size: st.size } : undefined;
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return undefined;
+      throw e;
+    }
+  }
+
+  private translate(e: unknown, key: string): unknown {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "ENOENT" || code === "ENOTDIR" || code === "EISDIR") {
+      return new NotFoundError("no such file", { path: describe(this, key) });
+    }
+    return e;
+  }
+}

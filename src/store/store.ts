@@ -1,0 +1,75 @@
+import { UsageError } from "../errors.js";
+
+export interface ObjectInfo {
+  /** Key relative to the store's root, `/`-separated. */
+  readonly key: string;
+  readonly size: number;
+}
+
+export interface DirListing {
+  readonly files: ObjectInfo[];
+  readonly dirs: string[];
+}
+
+/**
+ * All I/O goes through this: a flat namespace of objects under one root URL (a local directory or a
+ * gs://bucket/prefix). Keys are relative, `/`-separated, and never contain `.`/`..` or empty segments.
+ */
+export interface Store {
+  /** The root, as the user gave it (used in messages). */
+  readonly url: string;
+  /** The whole object; NotFoundError if absent. */
+  read(key: string): Promise<Uint8Array>;
+  /** Exactly `length` bytes from `offset`; FormatError if the object is shorter, NotFoundError if absent. */
+  readRange(key: string, offset: number, length: number): Promise<Uint8Array>;
+  /** Every object whose key starts with `prefix` (a plain string prefix, not only a directory), sorted by key. */
+  list(prefix: string): AsyncIterable<ObjectInfo>;
+  /**
+   * The immediate children of a directory-like key prefix ("" for the root): objects directly inside it,
+   * and the names of sub-"directories" (without a trailing slash). Cheap even when the tree below is huge.
+   */
+  listDir(dir: string): Promise<DirListing>;
+  /** Creates or replaces the object. */
+  write(key: string, data: Uint8Array): Promise<void>;
+  /** The object's size if it exists: the store's "exists". */
+  stat(key: string): Promise<ObjectInfo | undefined>;
+}
+
+export async function exists(store: Store, key: string): Promise<boolean> {
+  return (await store.stat(key)) !== undefined;
+}
+
+/** `store.url` joined with `key`, for error messages. */
+export function describe(store: Store, key: string): string {
+  if (key === "") return store.url;
+  return store.url.endsWith("/") ? store.url + key : `${store.url}/${key}`;
+}
+
+/**
+ * Refuses keys that could address anything outside the store's root: absolute keys, `.`/`..` segments,
+ * empty segments, backslashes and NUL bytes. Every store implementation calls this on every key.
+ */
+export function checkKey(store: { readonly url: string }, key: string, allowEmpty = false): string {
+  if (key === "" && allowEmpty) return key;
+  const bad = (why: string): never => {
+    throw new UsageError(`refusing key ${JSON.stringify(key)}: ${why}`, { path: store.url });
+  };
+  if (key === "") bad("empty key");
+  if (key.startsWith("/")) bad("absolute key");
+  if (key.includes("\\")) bad("backslash in key");
+  if (key.includes("\0")) bad("NUL byte in key");
+  for (const segment of key.split("/")) {
+    if (segment === "") bad("empty path segment");
+    if (segment === "." || segment === "..") bad(`"${segment}" path segment`);
+  }
+  return key;
+}
+
+/** Keys under a directory-like prefix: `joinKey("a/b", "c")` = `a/b/c`; either side may be empty. */
+export function joinKey(...parts: string[]): string {
+  return parts
+    .filter((p) => p !== "")
+    .map((p) => p.replace(/^\/+|\/+$/g, ""))
+    .filter((p) => p !== "")
+    .join("/");
+}
