@@ -1,0 +1,94 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, test } from "vitest";
+import { FormatError, NotFoundError, UsageError } from "../../src/errors.js";
+import { LocalStore } from "../../src/store/local.js";
+import { openStore } from "../../src/store/open.js";
+
+function tempStore(): LocalStore {
+  return new LocalStore(mkdtempSync(join(tmpdir(), "orbax2reg-store-")));
+}
+
+describe("LocalStore", () => {
+  test("reads back what it wrote, creating directories", async () => {
+    const s = tempStore();
+    await s.write("a/b/c.bin", new Uint8Array([1, 2, 3]));
+    expect([...(await s.read("a/b/c.bin"))]).toEqual([1, 2, 3]);
+  });
+
+  test("reads an exact byte range", async () => {
+    const s = tempStore();
+    await s.write("f", new Uint8Array([0, 1, 2, 3, 4, 5, 6, 7]));
+    expect([...(await s.readRange("f", 2, 3))]).toEqual([2, 3, 4]);
+    expect((await s.readRange("f", 8, 0)).length).toBe(0);
+  });
+
+  test("a range past the end is a FormatError naming the file", async () => {
+    const s = tempStore();
+    await s.write("f", new Uint8Array(4));
+    await expect(s.readRange("f", 2, 4)).rejects.toThrow(FormatError);
+    await expect(s.readRange("f", 2, 4)).rejects.toThrow(/\/f, offset 2: short read/);
+  });
+
+  test("a missing object is a NotFoundError", async () => {
+    const s = tempStore();
+    await expect(s.read("nope")).rejects.toThrow(NotFoundError);
+    await expect(s.readRange("nope", 0, 1)).rejects.toThrow(NotFoundError);
+    expect(await s.stat("nope")).toBeUndefined();
+  });
+
+  test("stat gives the size of an object and nothing for a directory", async () => {
+    const s = tempStore();
+    await s.write("d/x", new Uint8Array(5));
+    expect(await s.stat("d/x")).toEqual({ key: "d/x", size: 5 });
+    expect(await s.stat("d")).toBeUndefined();
+  });
+
+  test("lists by plain string prefix, recursively, in key order", async () => {
+    const s = tempStore();
+    for (const k of ["b/2", "a.b", "a/1", "a/0/z", "ab"]) await s.write(k, new Uint8Array(1));
+    const keys = async (p: string) => {
+      const out: string[] = [];
+      for await (const o of s.list(p)) out.push(o.key);
+      return out;
+    };
+    expect(await keys("")).toEqual(["a.b", "a/0/z", "a/1", "ab", "b/2"]);
+    expect(await keys("a/")).toEqual(["a/0/z", "a/1"]);
+    expect(await keys("a")).toEqual(["a.b", "a/0/z", "a/1", "ab"]);
+    expect(await keys("zz/")).toEqual([]);
+  });
+
+  test("listDir gives immediate files and sub-directories", async () => {
+    const s = tempStore();
+    for (const k of ["x", "d1/a", "d1/b/c", "d2/e"]) await s.write(k, new Uint8Array(2));
+    expect(await s.listDir("")).toEqual({ files: [{ key: "x", size: 2 }], dirs: ["d1", "d2"] });
+    expect(await s.listDir("d1")).toEqual({ files: [{ key: "d1/a", size: 2 }], dirs: ["b"] });
+    expect(await s.listDir("missing")).toEqual({ files: [], dirs: [] });
+  });
+
+  test.each(["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a\\b", ""])("refuses the key %j", async (key) => {
+    const s = tempStore();
+    await expect(s.write(key, new Uint8Array(1))).rejects.toThrow(UsageError);
+    await expect(s.read(key)).rejects.toThrow(UsageError);
+  });
+
+  test("a write leaves no temporary file behind", async () => {
+    const s = tempStore();
+    await s.write("k", new Uint8Array(3));
+    expect((await s.listDir("")).files.map((f) => f.key)).toEqual(["k"]);
+  });
+});
+
+describe("openStore", () => {
+  test("plain paths and file:// URLs open the local filesystem", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "orbax2reg-open-"));
+    writeFileSync(join(dir, "f"), "hi");
+    expect(new TextDecoder().decode(await openStore(dir).read("f"))).toBe("hi");
+    expect(new TextDecoder().decode(await openStore(`file://${dir}`).read("f"))).toBe("hi");
+  });
+
+  test("unknown URL schemes are refused", () => {
+    expect(() => openStore("s3://bucket/x")).toThrow(UsageError);
+  });
+});
