@@ -15,7 +15,14 @@ for (const [cmd, args] of checks) if (run(cmd, args) !== 0) failedChecks++;
 
 mkdirSync(".cache", { recursive: true });
 const report = ".cache/vitest-report.json";
-const status = run("npx", ["vitest", "run", "--reporter=default", "--reporter=json", `--outputFile.json=${report}`, ...process.argv.slice(2)]);
+const status = run("npx", [
+  "vitest",
+  "run",
+  "--reporter=default",
+  "--reporter=json",
+  `--outputFile.json=${report}`,
+  ...process.argv.slice(2),
+]);
 let passed = 0;
 let failed = failedChecks;
 try {

@@ -18,7 +18,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .version(process.env.npm_package_version ?? "0.1.0")
     .showHelpAfterError()
     .exitOverride()
-    .configureOutput({ writeOut: (s) => process.stdout.write(s), writeErr: (s) => process.stderr.write(s) });
+    .configureOutput({ writeOut: (s) => out.writeOut(s), writeErr: (s) => out.writeErr(s) });
 
   program
     .command("inspect")
@@ -57,10 +57,10 @@ export async function main(argv: string[], out: Output = processOutput()): Promi
   } catch (e) {
     if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : EXIT_BAD_INPUT;
     if (e instanceof Orbax2RegError) {
-      process.stderr.write(`orbax2reg: ${e.message}\n`);
+      out.writeErr(`orbax2reg: ${e.message}\n`);
       return EXIT_BAD_INPUT;
     }
-    process.stderr.write(`orbax2reg: unexpected error: ${(e as Error).stack ?? String(e)}\n`);
+    out.writeErr(`orbax2reg: unexpected error: ${(e as Error).stack ?? String(e)}\n`);
     return 1;
   }
 }

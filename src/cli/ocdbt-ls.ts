@@ -13,7 +13,7 @@ export interface OcdbtLsRow {
 }
 
 export async function runOcdbtLs(location: string, options: { prefix?: string; json?: boolean }, out: Output): Promise<number> {
-  const db = await OcdbtDatabase.open(openStore(location));
+  const db = await OcdbtDatabase.open(await openStore(location));
   const rows: OcdbtLsRow[] = [];
   for await (const e of db.list(options.prefix ?? "")) {
     rows.push(

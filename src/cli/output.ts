@@ -1,6 +1,9 @@
 /** Where CLI commands write: results to stdout, warnings and progress to stderr (so --json stays clean). */
 export interface Output {
   stdout(line: string): void;
+  /** Raw text for stdout/stderr (help and usage messages arrive pre-formatted). */
+  writeOut(text: string): void;
+  writeErr(text: string): void;
   warn(line: string): void;
   progress(label: string, total: number): Progress;
 }
@@ -14,6 +17,8 @@ export function processOutput(): Output {
   const tty = process.stderr.isTTY === true;
   return {
     stdout: (line) => process.stdout.write(`${line}\n`),
+    writeOut: (text) => process.stdout.write(text),
+    writeErr: (text) => process.stderr.write(text),
     warn: (line) => process.stderr.write(`warning: ${line}\n`),
     progress(label, total) {
       if (!tty) return { update() {}, done() {} };

@@ -69,15 +69,15 @@ export async function openStep(location: string, options: OpenStepOptions = {}):
   const trimmed = location.replace(/\/+$/, "");
   const emergency = /^(.*)\/tensors\/(step_\d+)$/.exec(trimmed);
   if (emergency) {
-    return openEmergency(openStore(emergency[1] as string), parseStepName(emergency[2] as string));
+    return openEmergency(await openStore(emergency[1] as string), parseStepName(emergency[2] as string));
   }
-  const store = openStore(trimmed);
+  const store = await openStore(trimmed);
   const top = await store.listDir("");
   const fileNames = new Set(top.files.map((f) => f.key));
   const dirNames = new Set(top.dirs);
   const name = trimmed.slice(trimmed.lastIndexOf("/") + 1);
 
-  if (dirNames.has("tensors") && dirNames.has("non-tensors")) return openEmergency(store, options.step);
+  if (dirNames.has("tensors")) return openEmergency(store, options.step);
   if (fileNames.has("_CHECKPOINT_METADATA") || fileNames.has("commit_success.txt") || dirNames.has("state") || dirNames.has("index")) {
     return openStepDir(store, "", name);
   }

@@ -4,9 +4,15 @@ import { checkKey, type DirListing, describe, joinKey, type ObjectInfo, type Sto
 
 let sharedClient: Storage | undefined;
 
-/** One client per process; it honours STORAGE_EMULATOR_HOST (fake-gcs-server in tests). */
+/**
+ * One client per process. ORBAX2REG_GCS_ENDPOINT (e.g. http://127.0.0.1:4443) points it at a GCS emulator
+ * such as fake-gcs-server; the client library's own STORAGE_EMULATOR_HOST does not route every call there.
+ */
 export function storageClient(): Storage {
-  sharedClient ??= new Storage();
+  const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT;
+  sharedClient ??= endpoint
+    ? new Storage({ apiEndpoint: endpoint, projectId: process.env.GOOGLE_CLOUD_PROJECT ?? "local" })
+    : new Storage();
   return sharedClient;
 }
 

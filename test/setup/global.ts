@@ -14,13 +14,20 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  buildCli();
   generateFixtures();
   const gcs = await startFakeGcs();
   project.provide("gcsEndpoint", gcs.endpoint);
-  process.env.STORAGE_EMULATOR_HOST = gcs.endpoint;
+  process.env.ORBAX2REG_GCS_ENDPOINT = gcs.endpoint; // inherited by the test workers
   return async () => {
     gcs.process.kill("SIGTERM");
   };
+}
+
+/** The CLI tests run the real `bin/orbax2reg.js`, which loads the compiled dist/. */
+function buildCli(): void {
+  const r = spawnSync("npx", ["tsc", "-p", "tsconfig.build.json"], { stdio: "inherit" });
+  if (r.status !== 0) throw new Error("tsc -p tsconfig.build.json failed");
 }
 
 function need(path: string): void {

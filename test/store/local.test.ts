@@ -84,11 +84,11 @@ describe("openStore", () => {
   test("plain paths and file:// URLs open the local filesystem", async () => {
     const dir = mkdtempSync(join(tmpdir(), "orbax2reg-open-"));
     writeFileSync(join(dir, "f"), "hi");
-    expect(new TextDecoder().decode(await openStore(dir).read("f"))).toBe("hi");
-    expect(new TextDecoder().decode(await openStore(`file://${dir}`).read("f"))).toBe("hi");
+    expect(new TextDecoder().decode(await (await openStore(dir)).read("f"))).toBe("hi");
+    expect(new TextDecoder().decode(await (await openStore(`file://${dir}`)).read("f"))).toBe("hi");
   });
 
-  test("unknown URL schemes are refused", () => {
-    expect(() => openStore("s3://bucket/x")).toThrow(UsageError);
+  test("unknown URL schemes are refused", async () => {
+    await expect(openStore("s3://bucket/x")).rejects.toThrow(UsageError);
   });
 });

@@ -1,0 +1,42 @@
+import { randomBytes } from "node:crypto";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join, relative } from "node:path";
+import { Storage } from "@google-cloud/storage";
+import { inject } from "vitest";
+
+/** A client for the fake-gcs-server the global setup started (the product picks it up the same way). */
+export function emulatorStorage(): Storage {
+  return new Storage({ apiEndpoint: inject("gcsEndpoint"), projectId: "test-project" });
+}
+
+/** A new, empty bucket with a unique name. */
+export async function newBucket(prefix = "b"): Promise<string> {
+  const name = `${prefix}-${randomBytes(6).toString("hex")}`;
+  await emulatorStorage().createBucket(name);
+  return name;
+}
+
+/** Uploads every file under `localDir` to gs://bucket/prefix/..., optionally holding some keys back. */
+export async function uploadDir(
+  localDir: string,
+  bucket: string,
+  prefix: string,
+  skip: (key: string) => boolean = () => false,
+): Promise<void> {
+  const b = emulatorStorage().bucket(bucket);
+  const files: string[] = [];
+  const walk = (dir: string) => {
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else files.push(p);
+    }
+  };
+  walk(localDir);
+  await Promise.all(
+    files
+      .map((f) => relative(localDir, f).split("\\").join("/"))
+      .filter((k) => !skip(k))
+      .map((k) => b.file(prefix === "" ? k : `${prefix}/${k}`).save(readFileSync(join(localDir, k)), { resumable: false })),
+  );
+}

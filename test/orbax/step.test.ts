@@ -1,0 +1,211 @@
+import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, test } from "vitest";
+import { NotFoundError, UncommittedError } from "../../src/errors.js";
+import { arraySha256, listArrays, readArray, type StoredArray } from "../../src/orbax/arrays.js";
+import { openStep, requireCommitted } from "../../src/orbax/step.js";
+import { newBucket, uploadDir } from "../helpers/gcs.js";
+import { FIXTURES, GENERATED } from "../helpers/paths.js";
+import { rootWithSteps, tempDir } from "../helpers/tmp.js";
+
+const TINY = `${FIXTURES}/orbax-axlearn/tiny/step_00000100`;
+const UPSTREAM = `${FIXTURES}/orbax-upstream/composite_checkpoint`;
+
+async function arrays(location: string): Promise<StoredArray[]> {
+  const out: StoredArray[] = [];
+  for await (const a of listArrays(await openStep(location))) out.push(a);
+  return out;
+}
+
+/** Decoded int32 values of an array (the upstream fixtures hold known small integers). */
+async function int32Values(location: string, path: string): Promise<number[]> {
+  const step = await openStep(location);
+  for await (const a of listArrays(step)) {
+    if (a.leaf.path !== path) continue;
+    const values: number[] = [];
+    for await (const slab of readArray(step, a)) values.push(...new Int32Array(slab.buffer, slab.byteOffset, slab.length / 4));
+    return values;
+  }
+  throw new Error(`no array ${path}`);
+}
+
+describe("an AXLearn OrbaxCheckpointer step", () => {
+  test("is recognised with its index item, commit marker and step number", async () => {
+    const step = await openStep(TINY);
+    expect(step.layout).toBe("axlearn");
+    expect(step.step).toBe(100);
+    expect(step.commit).toEqual({ committed: true, marker: "commit_success.txt" });
+    expect(step.indexKey).toBe("index/index");
+    expect(step.itemDir).toBe("state");
+  });
+
+  test("lists its leaves in _METADATA (jax flatten) order with names and paths from the key tuple", async () => {
+    const step = await openStep(TINY);
+    const count = step.leaves.find((l) => l.path === "learner/optimizer/0/count");
+    expect(count?.name).toBe("learner.optimizer.0.count");
+    expect(count?.keys.map((k) => k.type)).toEqual(["dict", "dict", "sequence", "dict"]);
+    expect(step.leaves[0]?.path).toBe("learner/optimizer/0/count");
+    expect(step.leaves.at(-1)?.path).toBe("prng_key");
+  });
+
+  test("iterator files written beside the state are found", async () => {
+    const step = await openStep(`${GENERATED}/iterators/step_00000100`);
+    expect(step.iteratorFiles.map((f) => f.key)).toEqual(["python/python_0/input_iter"]);
+    expect(step.leaves.find((l) => l.path === "input_iter")?.valueType).toBe("PythonSavable");
+    expect(step.leaves.find((l) => l.path === "input_iter")?.isArray).toBe(false);
+  });
+
+  test("a two-process save's merged root points into both per-process databases", async () => {
+    const files = new Set<string>();
+    for (const a of await arrays(`${GENERATED}/multiprocess/step_00000100`)) {
+      for (const c of a.chunks.values()) if (c.value.kind === "file") files.add(c.value.key.split("/")[1] ?? "");
+    }
+    expect([...files].sort()).toEqual(["ocdbt.process_0", "ocdbt.process_1"]);
+  });
+});
+
+describe("choosing a step under a checkpoint root", () => {
+  test("the latest committed step is chosen, temporary directories are ignored", async () => {
+    const root = rootWithSteps(TINY, ["step_00000100", "step_00000300", "step_00000400.orbax-checkpoint-tmp"]);
+    const step = await openStep(root);
+    expect(step.step).toBe(300);
+    expect(step.stepDir).toBe("step_00000300");
+  });
+
+  test("--step picks a given step, and an unknown one names the steps that exist", async () => {
+    const root = rootWithSteps(TINY, ["step_00000100", "step_00000300"]);
+    expect((await openStep(root, { step: 100 })).step).toBe(100);
+    await expect(openStep(root, { step: 7 })).rejects.toThrow(/no step 7 \(steps here: 100, 300\)/);
+  });
+
+  test("on GCS a step without commit_success.txt is uncommitted and never chosen as latest", async () => {
+    const bucket = await newBucket("commit");
+    await uploadDir(TINY, bucket, "run/step_00000100");
+    await uploadDir(TINY, bucket, "run/step_00000200", (k) => k === "commit_success.txt");
+    const latest = await openStep(`gs://${bucket}/run`);
+    expect(latest.step).toBe(100);
+    const partial = await openStep(`gs://${bucket}/run/step_00000200`);
+    expect(partial.commit.committed).toBe(false);
+    expect(() => requireCommitted(partial)).toThrow(UncommittedError);
+  });
+
+  test("locally, a step under its final name is committed even without commit_success.txt (orbax < 0.12.3)", async () => {
+    const root = rootWithSteps(TINY, ["step_00000100"]);
+    rmSync(join(root, "step_00000100", "commit_success.txt"));
+    expect((await openStep(join(root, "step_00000100"))).commit).toEqual({ committed: true, marker: "final-name" });
+  });
+
+  test("a step directory still under its temporary name is uncommitted", async () => {
+    const root = rootWithSteps(TINY, ["step_00000100.orbax-checkpoint-tmp-7"]);
+    const step = await openStep(join(root, "step_00000100.orbax-checkpoint-tmp-7"));
+    expect(step.commit.committed).toBe(false);
+  });
+});
+
+describe("AXLearn's emergency checkpointer layout", () => {
+  const ROOT = `${GENERATED}/emergency`;
+
+  test("opens from its root, with the index under non-tensors/", async () => {
+    const step = await openStep(ROOT);
+    expect(step.layout).toBe("emergency");
+    expect(step.step).toBe(100);
+    expect(step.itemDir).toBe("tensors/step_00000100/default");
+    expect(step.indexKey).toBe("non-tensors/step_00000100/index");
+    expect(step.commit.committed).toBe(true);
+  });
+
+  test("opens from tensors/step_X as well", async () => {
+    expect((await openStep(`${ROOT}/tensors/step_00000100`)).layout).toBe("emergency");
+  });
+
+  test("a step whose non-tensors index is missing is not committed", async () => {
+    const root = rootWithSteps(`${ROOT}/tensors/step_00000100`, ["tensors/step_00000100"]);
+    await expect(openStep(root)).rejects.toThrow(NotFoundError);
+    const step = await openStep(root, { step: 100 });
+    expect(step.commit).toMatchObject({ committed: false, reason: "non-tensors/step_00000100/index is missing" });
+  });
+});
+
+describe("Orbax's own compatibility checkpoints", () => {
+  const HAS_METADATA = `${UPSTREAM}/checkpoint_metadata_present/pytree_checkpointable_has_metadata`;
+
+  test("a composite checkpoint's PyTree item is found through _CHECKPOINT_METADATA", async () => {
+    const step = await openStep(HAS_METADATA);
+    expect(step.layout).toBe("composite");
+    expect(step.itemDir).toBe("state");
+    expect(step.leaves.map((l) => l.path)).toEqual(["a", "b/c"]);
+  });
+
+  test("array values decode to what the generator saved (a = 0..7, b.c = 1..3)", async () => {
+    expect(await int32Values(HAS_METADATA, "a")).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(await int32Values(HAS_METADATA, "b/c")).toEqual([1, 2, 3]);
+  });
+
+  test.each([
+    "missing_commit_timestamp_nsecs_metadata",
+    "missing_custom_metadata_metadata",
+    "missing_init_timestamp_nsecs_metadata",
+    "missing_item_handlers_metadata",
+    "missing_metrics_metadata",
+    "missing_performance_metrics_metadata",
+    "missing_pytree_data_dir_array_metadatas",
+    "missing_pytree_data_file__sharding",
+  ])("non-critical alteration %s still reads", async (name) => {
+    expect(await int32Values(`${UPSTREAM}/non_critical_metadata_alterations/${name}`, "a")).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+
+  test("without _CHECKPOINT_METADATA the state item is still found", async () => {
+    expect(await int32Values(`${UPSTREAM}/checkpoint_metadata_missing/pytree_checkpointable_has_metadata`, "b/c")).toEqual([1, 2, 3]);
+  });
+
+  test("without _METADATA the arrays come from the stored keys, with a warning", async () => {
+    const location = `${UPSTREAM}/checkpoint_metadata_present/pytree_checkpointable_missing_metadata`;
+    const step = await openStep(location);
+    expect(step.warnings.join("\n")).toMatch(/no .*_METADATA/);
+    expect(step.leaves.map((l) => l.name)).toEqual(["a", "b.c"]);
+    expect(await int32Values(location, "b/c")).toEqual([1, 2, 3]);
+  });
+
+  test("an unmerged item (root manifest.ocdbt deleted) reads the per-process databases, with a warning", async () => {
+    const location = `${UPSTREAM}/critical_metadata_alterations/missing_pytree_data_file_manifest.ocdbt`;
+    const step = await openStep(location);
+    expect(step.source.kind).toBe("ocdbt-unmerged");
+    expect(step.warnings.join("\n")).toMatch(/unmerged OCDBT item/);
+    expect(await int32Values(location, "a")).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+
+  test("a deleted root d/ directory is a NotFoundError naming the missing node file", async () => {
+    const location = `${UPSTREAM}/critical_metadata_alterations/missing_pytree_data_dir_d`;
+    await expect(arrays(location)).rejects.toThrow(NotFoundError);
+    await expect(arrays(location)).rejects.toThrow(/missing_pytree_data_dir_d\/state\/d\/[0-9a-f]{32}: no such file/);
+  });
+});
+
+describe("the non-OCDBT per-parameter directory layout", () => {
+  test("reads arrays stored as <name>/.zarray plus chunk files", async () => {
+    // Re-create the tiny step's keys as plain files, as Orbax writes with use_ocdbt=False.
+    const source = await openStep(TINY);
+    const dir = tempDir("legacy");
+    cpSync(`${TINY}/state/_METADATA`, join(dir, "_METADATA"));
+    for await (const e of source.source.list("")) {
+      const path = join(dir, ...e.key.split("/"));
+      mkdirSync(join(path, ".."), { recursive: true });
+      writeFileSync(path, await source.source.read(e.value));
+    }
+    // _METADATA of an OCDBT save says use_ocdbt; a genuine legacy save would not.
+    const meta = JSON.parse(readFileSync(join(dir, "_METADATA"), "utf8"));
+    meta.use_ocdbt = false;
+    writeFileSync(join(dir, "_METADATA"), JSON.stringify(meta));
+    const legacy = await openStep(dir);
+    expect(legacy.source.kind).toBe("directory");
+    const want = new Map<string, string>();
+    for await (const a of listArrays(source)) want.set(a.leaf.path, await arraySha256(source, a));
+    for await (const a of listArrays(legacy)) expect(await arraySha256(legacy, a)).toBe(want.get(a.leaf.path));
+  });
+});
+
+describe("locations that hold no checkpoint", () => {
+  test("an empty directory is a NotFoundError", async () => {
+    await expect(openStep(tempDir("empty"))).rejects.toThrow(/no Orbax checkpoint here/);
+  });
+});

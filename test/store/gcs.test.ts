@@ -1,0 +1,71 @@
+import { beforeAll, describe, expect, test } from "vitest";
+import { FormatError, NotFoundError, UsageError } from "../../src/errors.js";
+import { GcsStore } from "../../src/store/gcs.js";
+import { openStore } from "../../src/store/open.js";
+import { emulatorStorage, newBucket } from "../helpers/gcs.js";
+
+// Against the real GCS emulator (fake-gcs-server) on loopback, started by the global setup.
+describe("GcsStore on fake-gcs-server", () => {
+  let bucket: string;
+  let store: GcsStore;
+  const bytes = Uint8Array.from({ length: 256 }, (_, i) => i);
+
+  beforeAll(async () => {
+    bucket = await newBucket("store");
+    store = new GcsStore(bucket, "root/dir", undefined, emulatorStorage());
+    await store.write("obj", bytes);
+    for (const k of ["a/1", "a/0/z", "a.b", "ab", "b/2"]) await store.write(`tree/${k}`, new Uint8Array(3));
+  });
+
+  test("reads back a whole object", async () => {
+    expect(await store.read("obj")).toEqual(bytes);
+  });
+
+  test("ranged reads return exactly the requested bytes (the client's end is inclusive)", async () => {
+    expect([...(await store.readRange("obj", 10, 3))]).toEqual([10, 11, 12]);
+    expect([...(await store.readRange("obj", 255, 1))]).toEqual([255]);
+    expect((await store.readRange("obj", 0, 0)).length).toBe(0);
+  });
+
+  test("a range past the end of the object is a FormatError", async () => {
+    await expect(store.readRange("obj", 250, 10)).rejects.toThrow(FormatError);
+    await expect(store.readRange("obj", 300, 1)).rejects.toThrow(FormatError);
+  });
+
+  test("a missing object is a NotFoundError naming its gs:// URL", async () => {
+    await expect(store.read("missing")).rejects.toThrow(NotFoundError);
+    await expect(store.read("missing")).rejects.toThrow(`gs://${bucket}/root/dir/missing`);
+    expect(await store.stat("missing")).toBeUndefined();
+  });
+
+  test("stat gives the object size", async () => {
+    expect(await store.stat("obj")).toEqual({ key: "obj", size: 256 });
+  });
+
+  test("lists by prefix, in key order, with keys relative to the store root", async () => {
+    const keys: string[] = [];
+    for await (const o of store.list("tree/a")) keys.push(o.key);
+    expect(keys).toEqual(["tree/a.b", "tree/a/0/z", "tree/a/1", "tree/ab"]);
+  });
+
+  test("listDir gives immediate objects and sub-directories", async () => {
+    expect(await store.listDir("tree")).toEqual({
+      files: [
+        { key: "tree/a.b", size: 3 },
+        { key: "tree/ab", size: 3 },
+      ],
+      dirs: ["a", "b"],
+    });
+    expect((await store.listDir("")).dirs).toEqual(["tree"]);
+  });
+
+  test("refuses keys that would leave the prefix", async () => {
+    await expect(store.write("../escape", new Uint8Array(1))).rejects.toThrow(UsageError);
+  });
+
+  test("openStore maps gs://bucket/prefix to a GcsStore", async () => {
+    const s = await openStore(`gs://${bucket}/root/dir/`);
+    expect(s).toBeInstanceOf(GcsStore);
+    expect(await s.read("obj")).toEqual(bytes);
+  });
+});
