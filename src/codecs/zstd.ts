@@ -53,7 +53,7 @@ export function readFrameHeader(data: Uint8Array, path: string, offset = 0): Fra
  */
 export function decompressBounded(data: Uint8Array, maxBytes: number, path: string, offset = 0): Uint8Array {
   // fzstd allocates the declared content size or window per frame; check every frame header up front.
-  checkFrameHeaders(data, maxBytes, path, offset);
+  const declared = checkFrameHeaders(data, maxBytes, path, offset);
   const parts: Uint8Array[] = [];
   let total = 0;
   const stream = new Decompress((chunk) => {
@@ -69,6 +69,10 @@ export function decompressBounded(data: Uint8Array, maxBytes: number, path: stri
     if (e instanceof LimitError) throw e;
     throw new FormatError(`zstd: corrupt compressed data (${(e as Error).message})`, { path, offset }, { cause: e });
   }
+  // fzstd does not notice a frame that ends short of its declared size; libzstd calls that corruption.
+  if (declared !== undefined && total !== declared) {
+    throw new FormatError(`zstd: decoded ${total} bytes, the frame header declares ${declared}`, { path, offset });
+  }
   if (parts.length === 1) return parts[0] as Uint8Array;
   const out = new Uint8Array(total);
   let at = 0;
@@ -83,19 +87,29 @@ export function decompressBounded(data: Uint8Array, maxBytes: number, path: stri
  * Decompresses data that must decode to exactly `size` bytes (a zarr chunk of known shape).
  */
 export function decompressExact(data: Uint8Array, size: number, path: string, offset = 0): Uint8Array {
-  const out = decompressBounded(data, size, path, offset);
+  let out: Uint8Array;
+  try {
+    out = decompressBounded(data, size, path, offset);
+  } catch (e) {
+    // Here the size is known exactly, so more output is corrupt data rather than a resource limit.
+    if (e instanceof LimitError)
+      throw new FormatError(`zstd: decodes to more than the expected ${size} bytes`, { path, offset }, { cause: e });
+    throw e;
+  }
   if (out.length !== size) {
     throw new FormatError(`zstd: decoded ${out.length} bytes, expected ${size}`, { path, offset });
   }
   return out;
 }
 
-function checkFrameHeaders(data: Uint8Array, maxBytes: number, path: string, offset: number): void {
+/** Checks every frame header; returns the total declared content size when every frame declares one. */
+function checkFrameHeaders(data: Uint8Array, maxBytes: number, path: string, offset: number): number | undefined {
   // fzstd allocates each frame's declared content size (or window) up front, so every frame header is
   // checked before decoding starts; block headers give the way from one frame to the next.
   if (data.length === 0) throw new FormatError("zstd: empty input", { path, offset });
   let pos = 0;
   let declared = 0;
+  let allDeclared = true;
   while (pos < data.length) {
     const at = offset + pos;
     if (data.length - pos < 8) throw new FormatError("zstd: truncated frame", { path, offset: at });
@@ -107,6 +121,7 @@ function checkFrameHeaders(data: Uint8Array, maxBytes: number, path: string, off
     const frame = data.subarray(pos);
     const h = readFrameHeader(frame, path, at);
     declared += h.contentSize ?? 0;
+    if (h.contentSize === undefined) allDeclared = false;
     if (declared > maxBytes) {
       throw new LimitError(`zstd frames declare ${declared} bytes, over the limit of ${maxBytes}`, { path, offset: at });
     }
@@ -115,6 +130,7 @@ function checkFrameHeaders(data: Uint8Array, maxBytes: number, path: string, off
     }
     pos += frameLength(frame, path, at);
   }
+  return allDeclared ? declared : undefined;
 }
 
 /** Length in bytes of the zstd frame at the start of `frame`, found by walking its block headers. */

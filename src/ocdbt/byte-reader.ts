@@ -8,10 +8,16 @@ export class ByteReader {
   private pos = 0;
   private readonly view: DataView;
 
+  /**
+   * `baseOffset`: where `bytes` start in the file. For a decompressed body pass `compressedAt` (where
+   * the compressed payload starts in the file) instead: positions inside it are not file offsets, so
+   * errors report the payload's file offset and name the position in the decompressed body.
+   */
   constructor(
     readonly bytes: Uint8Array,
     readonly path: string,
     private readonly baseOffset = 0,
+    private readonly compressedAt?: number,
   ) {
     this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
@@ -25,6 +31,9 @@ export class ByteReader {
   }
 
   fail(detail: string, at = this.pos): never {
+    if (this.compressedAt !== undefined) {
+      throw new FormatError(`${detail} (at byte ${at} of the decompressed body)`, { path: this.path, offset: this.compressedAt });
+    }
     throw new FormatError(detail, { path: this.path, offset: this.baseOffset + at });
   }
 

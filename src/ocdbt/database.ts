@@ -79,6 +79,8 @@ export class OcdbtDatabase {
 
   location(value: ValueRef): ValueLocation {
     if (value.kind === "inline") return value;
+    // An empty value written out of line carries the empty file id; there is nothing to read.
+    if (value.ref.length === 0) return { kind: "inline", bytes: new Uint8Array(0) };
     return { kind: "file", key: this.dataFileKey(value.ref), offset: value.ref.offset, length: value.ref.length };
   }
 
@@ -147,6 +149,7 @@ export class OcdbtDatabase {
   /** The bytes of a value (inline, or a ranged read of its data file). */
   async readValue(value: ValueLocation): Promise<Uint8Array> {
     if (value.kind === "inline") return value.bytes;
+    if (value.length === 0) return new Uint8Array(0);
     return this.store.readRange(value.key, value.offset, value.length);
   }
 

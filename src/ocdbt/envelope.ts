@@ -49,8 +49,7 @@ export function decodeEnvelope(bytes: Uint8Array, kind: EnvelopeKind, path: stri
     case 0:
       return new ByteReader(payload, path, offset + bodyStart);
     case 1:
-      // Offsets in a decompressed body are relative to that body; report them from the payload start.
-      return new ByteReader(decompressBounded(payload, maxDecodedBytes, path, offset + bodyStart), path, 0);
+      return new ByteReader(decompressBounded(payload, maxDecodedBytes, path, offset + bodyStart), path, 0, offset + bodyStart);
     default:
       throw new UnsupportedError(`${kind} compression format ${compression} (0 = raw, 1 = zstd)`, {
         path,

@@ -25,7 +25,7 @@ export function decodeManifest(r: ByteReader): Manifest {
   }
   const files = decodeDataFileTable(r, "");
   const inlineVersions = decodeVersionEntries(r, files, config.versionTreeArityLog2);
-  const versionNodes = decodeVersionNodeRefs(r, files, { inManifest: true }, Math.floor(63 / config.versionTreeArityLog2));
+  const versionNodes = decodeVersionNodeRefs(r, files, { inManifest: true }, Math.floor(63 / config.versionTreeArityLog2) - 1);
   r.expectEnd("manifest");
   return { kind: "versions", config, inlineVersions, versionNodes };
 }

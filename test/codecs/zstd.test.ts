@@ -1,0 +1,130 @@
+import { readFileSync } from "node:fs";
+import { describe, expect, test } from "vitest";
+import { decompressBounded, decompressExact, readFrameHeader } from "../../src/codecs/zstd.js";
+import { FormatError, LimitError } from "../../src/errors.js";
+import { blockHeader, cat, u32le, zstdRawFrame } from "../helpers/ocdbt-encode.js";
+import { FIXTURES } from "../helpers/paths.js";
+
+const PATH = "mem://frame";
+const MANIFEST = readFileSync(`${FIXTURES}/ocdbt-neuroglancer/files_high_arity.ocdbt/manifest.ocdbt`);
+/** The 92-byte frame of the doc §9 manifest (after the 14-byte header, before the CRC). */
+const REAL_FRAME = new Uint8Array(MANIFEST.subarray(14, MANIFEST.length - 4));
+const bytes = (n: number) => Uint8Array.from({ length: n }, (_, i) => (i * 7) % 251);
+
+describe("zstd frame headers", () => {
+  test("a riegeli frame for a small node is single-segment with its content size", () => {
+    expect(readFrameHeader(REAL_FRAME, PATH)).toEqual({ contentSize: 83, windowSize: 83 });
+  });
+
+  test("a frame without a content size reports only its window", () => {
+    expect(readFrameHeader(zstdRawFrame(bytes(10), { contentSize: false }), PATH)).toEqual({ contentSize: undefined, windowSize: 1 << 17 });
+  });
+
+  test("bad magic is a FormatError naming the file and offset", () => {
+    const read = () => readFrameHeader(new Uint8Array(8), PATH, 14);
+    expect(read).toThrow(FormatError);
+    expect(read).toThrow(/^mem:\/\/frame, offset 14: zstd: bad frame magic/);
+  });
+});
+
+describe("decompressBounded", () => {
+  test("decodes a real frame that declares its content size", () => {
+    const out = decompressBounded(REAL_FRAME, 1000, PATH);
+    expect(out.length).toBe(83);
+    // The body starts with the database uuid (doc §9).
+    expect([...out.subarray(0, 4)]).toEqual([0xc2, 0x97, 0xfe, 0xd9]);
+  });
+
+  test("decodes a hand-made frame without a content size (raw block, not single-segment)", () => {
+    const data = bytes(1000);
+    const frame = cat(u32le(0xfd2fb528), [0x00, 0x38], blockHeader(1, 0, data.length), data);
+    expect(readFrameHeader(frame, PATH).contentSize).toBeUndefined();
+    expect(decompressBounded(frame, 1000, PATH)).toEqual(data);
+  });
+
+  test("decodes a frame of several blocks", () => {
+    const data = bytes(300_000); // three raw blocks of at most 128 KiB
+    const out = decompressBounded(zstdRawFrame(data, { contentSize: false }), 300_000, PATH);
+    expect(Buffer.compare(out, data)).toBe(0); // toEqual is slow on 300k elements
+  });
+
+  test("decodes concatenated frames into one output", () => {
+    const a = bytes(50);
+    const b = bytes(70).reverse();
+    const out = decompressBounded(cat(zstdRawFrame(a), zstdRawFrame(b, { contentSize: false })), 120, PATH);
+    expect(out).toEqual(cat(a, b));
+  });
+
+  test("skips skippable frames", () => {
+    const skippable = cat(u32le(0x184d2a5e), u32le(3), [9, 9, 9]);
+    expect(decompressBounded(cat(skippable, zstdRawFrame(bytes(5))), 5, PATH)).toEqual(bytes(5));
+  });
+
+  test("a declared content size above the limit is a LimitError before decoding", () => {
+    // The block is truncated: only the header check can have produced the error.
+    const frame = cat(u32le(0xfd2fb528), [0xa0], u32le(50_000_000), blockHeader(1, 0, 4), [1, 2, 3, 4]);
+    expect(() => decompressBounded(frame, 1000, PATH, 14)).toThrow(LimitError);
+    expect(() => decompressBounded(frame, 1000, PATH, 14)).toThrow(/offset 14: zstd frames declare 50000000 bytes, over the limit of 1000/);
+  });
+
+  test("declared sizes of concatenated frames add up against the limit", () => {
+    expect(() => decompressBounded(cat(zstdRawFrame(bytes(60)), zstdRawFrame(bytes(60))), 100, PATH)).toThrow(LimitError);
+  });
+
+  test("a window larger than the limit is a LimitError", () => {
+    // Window descriptor 0xa0: 2^(10+20) = 1 GiB, which fzstd would allocate.
+    const frame = cat(u32le(0xfd2fb528), [0x00, 0xa0], blockHeader(1, 0, 1), [7]);
+    expect(() => decompressBounded(frame, 1000, PATH)).toThrow(/window of 1073741824 bytes/);
+  });
+
+  test("output streamed past the limit by a frame without a content size is a LimitError", () => {
+    const frame = zstdRawFrame(bytes(2000), { contentSize: false });
+    expect(() => decompressBounded(frame, 1000, PATH)).toThrow(LimitError);
+    expect(() => decompressBounded(frame, 1000, PATH)).toThrow(/zstd output exceeds the limit of 1000 bytes/);
+  });
+
+  test("RLE blocks expanding past the limit are a LimitError", () => {
+    // 16 bytes of input, 4 blocks of 100 KiB of output each.
+    const rle = cat(u32le(0xfd2fb528), [0x00, 0x38], ...[0, 0, 0, 1].map((last) => [...blockHeader(last, 1, 100_000), 0x41]));
+    expect(() => decompressBounded(rle, 150_000, PATH)).toThrow(LimitError);
+  });
+
+  test("a frame holding more than its declared content size is a FormatError", () => {
+    const frame = zstdRawFrame(bytes(2000), { declaredSize: 10 });
+    expect(() => decompressBounded(frame, 5000, PATH)).toThrow(FormatError);
+  });
+
+  // libzstd rejects a frame whose output differs from its Frame_Content_Size (corruption_detected);
+  // fzstd returns the short output and decompressBounded does not compare it with the declared size.
+  test("a frame holding fewer bytes than its declared content size is a FormatError", () => {
+    const frame = zstdRawFrame(bytes(100), { declaredSize: 200 });
+    expect(() => decompressBounded(frame, 5000, PATH)).toThrow(FormatError);
+  });
+
+  test("corrupt compressed data is a FormatError naming the file", () => {
+    // A compressed block (type 2) of garbage.
+    const frame = cat(u32le(0xfd2fb528), [0x20, 0x40], blockHeader(1, 2, 6), [0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    expect(() => decompressBounded(frame, 1000, PATH)).toThrow(FormatError);
+    expect(() => decompressBounded(frame, 1000, PATH)).toThrow(/^mem:\/\/frame, offset 0: zstd: corrupt compressed data/);
+  });
+
+  test("a frame cut inside a block is a FormatError", () => {
+    expect(() => decompressBounded(REAL_FRAME.subarray(0, 50), 1000, PATH)).toThrow(FormatError);
+  });
+
+  test("empty input is a FormatError", () => {
+    expect(() => decompressBounded(new Uint8Array(0), 1000, PATH)).toThrow(FormatError);
+  });
+});
+
+describe("decompressExact", () => {
+  test("returns the bytes when they have exactly the expected size", () => {
+    expect(decompressExact(zstdRawFrame(bytes(40), { contentSize: false }), 40, PATH)).toEqual(bytes(40));
+  });
+
+  test("fewer bytes than expected is a FormatError naming the file", () => {
+    const frame = zstdRawFrame(bytes(10), { contentSize: false });
+    expect(() => decompressExact(frame, 16, PATH, 3)).toThrow(FormatError);
+    expect(() => decompressExact(frame, 16, PATH, 3)).toThrow(/^mem:\/\/frame, offset 3: zstd: decoded 10 bytes, expected 16/);
+  });
+});
