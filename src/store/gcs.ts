@@ -1,3 +1,5 @@
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import { type Bucket, Storage } from "@google-cloud/storage";
 import { FormatError, NotFoundError } from "../errors.js";
 import { checkKey, type DirListing, describe, joinKey, type ObjectInfo, type Store } from "./store.js";
@@ -68,6 +70,28 @@ export class GcsStore implements Store {
     return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   }
 
+  async *readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+    const name = this.name(key);
+    if (length === 0) return;
+    let done = 0;
+    try {
+      const stream = this.bucket.file(name).createReadStream({ start: offset, end: offset + length - 1, validation: false });
+      for await (const piece of stream) {
+        done += (piece as Buffer).length;
+        yield new Uint8Array((piece as Buffer).buffer, (piece as Buffer).byteOffset, (piece as Buffer).length);
+      }
+    } catch (e) {
+      if ((e as { code?: number }).code === 416) done = -1;
+      else throw this.translate(e, key);
+    }
+    if (done !== length) {
+      throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
+        path: describe(this, key),
+        offset,
+      });
+    }
+  }
+
   async *list(prefix: string): AsyncIterable<ObjectInfo> {
     const full = this.prefix === "" ? prefix : `${this.prefix.replace(/\/+$/, "")}/${prefix}`;
     const strip = this.prefix === "" ? 0 : this.prefix.replace(/\/+$/, "").length + 1;
@@ -101,10 +125,22 @@ export class GcsStore implements Store {
     return { files, dirs: dirs.sort() };
   }
 
-  async write(key: string, data: Uint8Array): Promise<void> {
-    await this.bucket
-      .file(this.name(key))
-      .save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { resumable: false, validation: false });
+  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void> {
+    const file = this.bucket.file(this.name(key));
+    if (data instanceof Uint8Array) {
+      await file.save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { resumable: false, validation: false });
+      return;
+    }
+    // One upload request; GCS makes the object visible only when it completes.
+    await pipeline(Readable.from(data, { objectMode: false }), file.createWriteStream({ resumable: false, validation: false }));
+  }
+
+  async delete(key: string): Promise<void> {
+    try {
+      await this.bucket.file(this.name(key)).delete();
+    } catch (e) {
+      if ((e as { code?: number }).code !== 404) throw e;
+    }
   }
 
   async stat(key: string): Promise<ObjectInfo | undefined> {

@@ -1,7 +1,10 @@
 import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { createReadStream, createWriteStream } from "node:fs";
+import { mkdir, open, readdir, readFile, rename, rm, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import { FormatError, NotFoundError } from "../errors.js";
 import { checkKey, type DirListing, describe, type ObjectInfo, type Store } from "./store.js";
 
@@ -56,6 +59,26 @@ export class LocalStore implements Store {
     }
   }
 
+  async *readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+    const path = this.file(key);
+    if (length === 0) return;
+    let done = 0;
+    try {
+      for await (const piece of createReadStream(path, { start: offset, end: offset + length - 1, highWaterMark: 1 << 20 })) {
+        done += (piece as Buffer).length;
+        yield new Uint8Array((piece as Buffer).buffer, (piece as Buffer).byteOffset, (piece as Buffer).length);
+      }
+    } catch (e) {
+      throw this.translate(e, key);
+    }
+    if (done !== length) {
+      throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object ends at ${offset + done}`, {
+        path: describe(this, key),
+        offset,
+      });
+    }
+  }
+
   async *list(prefix: string): AsyncIterable<ObjectInfo> {
     // Walk only the deepest directory the prefix names, then filter by the full prefix.
     const slash = prefix.lastIndexOf("/");
@@ -107,13 +130,25 @@ export class LocalStore implements Store {
     return { files, dirs };
   }
 
-  async write(key: string, data: Uint8Array): Promise<void> {
+  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void> {
     const path = this.file(key);
     await mkdir(dirname(path), { recursive: true });
     // Write then rename, so a reader (or a crash) never sees a partial object under its final name.
     const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-    await writeFile(tmp, data);
-    await rename(tmp, path);
+    try {
+      const source = data instanceof Uint8Array ? Readable.from([data]) : Readable.from(data, { objectMode: false });
+      await pipeline(source, createWriteStream(tmp));
+      await rename(tmp, path);
+    } catch (e) {
+      await rm(tmp, { force: true });
+      throw e;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    await unlink(this.file(key)).catch((e: NodeJS.ErrnoException) => {
+      if (e.code !== "ENOENT") throw e;
+    });
   }
 
   async stat(key: string): Promise<ObjectInfo | undefined> {

@@ -22,6 +22,11 @@ export interface Store {
   read(key: string): Promise<Uint8Array>;
   /** Exactly `length` bytes from `offset`; FormatError if the object is shorter, NotFoundError if absent. */
   readRange(key: string, offset: number, length: number): Promise<Uint8Array>;
+  /**
+   * The same bytes as readRange, as a stream of pieces, so a large range never sits in memory whole.
+   * Ends with a FormatError if the object is shorter than `offset + length`.
+   */
+  readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array>;
   /** Every object whose key starts with `prefix` (a plain string prefix, not only a directory), sorted by key. */
   list(prefix: string): AsyncIterable<ObjectInfo>;
   /**
@@ -29,8 +34,13 @@ export interface Store {
    * and the names of sub-"directories" (without a trailing slash). Cheap even when the tree below is huge.
    */
   listDir(dir: string): Promise<DirListing>;
-  /** Creates or replaces the object. */
-  write(key: string, data: Uint8Array): Promise<void>;
+  /**
+   * Creates or replaces the object from bytes or a stream of pieces. Atomic: until it resolves, readers
+   * see the old object (or none), never a partial one.
+   */
+  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void>;
+  /** Removes the object if it exists. */
+  delete(key: string): Promise<void>;
   /** The object's size if it exists: the store's "exists". */
   stat(key: string): Promise<ObjectInfo | undefined>;
 }

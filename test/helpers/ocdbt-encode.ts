@@ -3,7 +3,6 @@
 // raw-block frames) and validates nothing, so tests can also build invalid objects on purpose.
 import { crc32c } from "../../src/codecs/crc32c.js";
 import { MAGIC } from "../../src/ocdbt/envelope.js";
-import type { DirListing, ObjectInfo, Store } from "../../src/store/store.js";
 
 export type Bytes = Uint8Array;
 type Part = Uint8Array | readonly number[] | string;
@@ -284,45 +283,5 @@ export class DataFileBuilder {
 
   bytes(): Uint8Array {
     return cat(...this.parts);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------- test store
-
-/** Wraps a store and records every read, to check what a database touches. */
-export class CountingStore implements Store {
-  readonly ranges: { key: string; offset: number; length: number }[] = [];
-  readonly reads: string[] = [];
-
-  constructor(readonly inner: Store) {}
-
-  get url(): string {
-    return this.inner.url;
-  }
-
-  read(key: string): Promise<Uint8Array> {
-    this.reads.push(key);
-    return this.inner.read(key);
-  }
-
-  readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
-    this.ranges.push({ key, offset, length });
-    return this.inner.readRange(key, offset, length);
-  }
-
-  list(prefix: string): AsyncIterable<ObjectInfo> {
-    return this.inner.list(prefix);
-  }
-
-  listDir(dir: string): Promise<DirListing> {
-    return this.inner.listDir(dir);
-  }
-
-  write(key: string, data: Uint8Array): Promise<void> {
-    return this.inner.write(key, data);
-  }
-
-  stat(key: string): Promise<ObjectInfo | undefined> {
-    return this.inner.stat(key);
   }
 }

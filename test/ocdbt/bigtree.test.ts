@@ -2,8 +2,8 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { describe, expect, test } from "vitest";
 import { OcdbtDatabase } from "../../src/ocdbt/database.js";
+import { CountingStore } from "../../src/store/counting.js";
 import { LocalStore } from "../../src/store/local.js";
-import { CountingStore } from "../helpers/ocdbt-encode.js";
 import { GENERATED } from "../helpers/paths.js";
 
 // 100,000 keys written by two Orbax processes and merged by Orbax's own merge (test/fixtures-gen/bigtree.py):
@@ -21,7 +21,7 @@ interface Listing {
 }
 
 async function listAll(name: string): Promise<Listing> {
-  const store = new CountingStore(new LocalStore(`${DIR}/${name}`));
+  const store = new CountingStore(new LocalStore(`${DIR}/${name}`), { log: true });
   const db = await OcdbtDatabase.open(store);
   const listing: Listing = { db, store, keys: [], valueFiles: new Map(), indirectBytes: 0 };
   for await (const e of db.list()) {

@@ -5,8 +5,9 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { ChecksumError, FormatError, NotFoundError } from "../../src/errors.js";
 import { type Entry, OcdbtDatabase } from "../../src/ocdbt/database.js";
+import { CountingStore } from "../../src/store/counting.js";
 import { LocalStore } from "../../src/store/local.js";
-import { CountingStore, DataFileBuilder, envelope, interiorBody, type LeafEntry, leafBody, manifestBody } from "../helpers/ocdbt-encode.js";
+import { DataFileBuilder, envelope, interiorBody, type LeafEntry, leafBody, manifestBody } from "../helpers/ocdbt-encode.js";
 import { FIXTURES } from "../helpers/paths.js";
 
 const NG = `${FIXTURES}/ocdbt-neuroglancer`;
@@ -56,7 +57,7 @@ describe.each(["files_high_arity.ocdbt", "files_min_arity.ocdbt"])("%s", (name) 
   });
 
   test("empty values are read without touching any file", async () => {
-    const store = new CountingStore(new LocalStore(`${NG}/${name}`));
+    const store = new CountingStore(new LocalStore(`${NG}/${name}`), { log: true });
     const db = await OcdbtDatabase.open(store);
     const empties = [];
     for await (const e of db.list()) if (EXPECTED.get(e.key)?.length === 0) empties.push(e);
@@ -115,7 +116,7 @@ describe.each(["files_high_arity.ocdbt", "files_min_arity.ocdbt"])("%s", (name) 
   });
 
   test("each node is read at most once per open", async () => {
-    const store = new CountingStore(new LocalStore(`${NG}/${name}`));
+    const store = new CountingStore(new LocalStore(`${NG}/${name}`), { log: true });
     const db = await OcdbtDatabase.open(store);
     await listKeys(db);
     for (const key of SORTED_KEYS) await db.get(key);
@@ -214,7 +215,7 @@ describe("crafted databases", () => {
   // and a reader returns empty bytes without touching any file. readValue asks the store for key ""
   // (the database root) instead, which LocalStore refuses as an empty key.
   test("an empty out-of-line value with the empty file id reads as empty bytes without touching any file", async () => {
-    const store = new CountingStore(new LocalStore(await tempDir()));
+    const store = new CountingStore(new LocalStore(await tempDir()), { log: true });
     const leaf = envelope("btreeNode", leafBody([["", ""]], [{ key: "e", value: { file: 0, offset: 0, length: 0 } }]));
     await store.write("d/leaf", leaf);
     await store.write(

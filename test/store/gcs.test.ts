@@ -59,6 +59,36 @@ describe("GcsStore on fake-gcs-server", () => {
     expect((await store.listDir("")).dirs).toEqual(["tree"]);
   });
 
+  test("streams a byte range", async () => {
+    const pieces: Uint8Array[] = [];
+    for await (const p of store.readStream("obj", 100, 50)) pieces.push(p);
+    expect(Buffer.concat(pieces)).toEqual(Buffer.from(bytes.subarray(100, 150)));
+  });
+
+  test("a streamed range past the end ends in a FormatError", async () => {
+    const drain = async () => {
+      for await (const _ of store.readStream("obj", 200, 100));
+    };
+    await expect(drain()).rejects.toThrow(FormatError);
+  });
+
+  test("writes a stream of pieces as one object", async () => {
+    async function* pieces() {
+      yield new Uint8Array([1, 2]);
+      yield new Uint8Array(1 << 20);
+      yield new Uint8Array([3]);
+    }
+    await store.write("streamed", pieces());
+    expect(await store.stat("streamed")).toEqual({ key: "streamed", size: (1 << 20) + 3 });
+  });
+
+  test("delete removes an object and ignores a missing one", async () => {
+    await store.write("gone", new Uint8Array(1));
+    await store.delete("gone");
+    await store.delete("gone");
+    expect(await store.stat("gone")).toBeUndefined();
+  });
+
   test("refuses keys that would leave the prefix", async () => {
     await expect(store.write("../escape", new Uint8Array(1))).rejects.toThrow(UsageError);
   });

@@ -73,6 +73,53 @@ describe("LocalStore", () => {
     await expect(s.read(key)).rejects.toThrow(UsageError);
   });
 
+  test("streams a byte range in pieces", async () => {
+    const s = tempStore();
+    const data = Uint8Array.from({ length: 3 << 20 }, (_, i) => i % 251);
+    await s.write("big", data);
+    const pieces: Uint8Array[] = [];
+    for await (const p of s.readStream("big", 5, (2 << 20) + 7)) pieces.push(p);
+    expect(pieces.length).toBeGreaterThan(1);
+    expect(Buffer.concat(pieces)).toEqual(Buffer.from(data.subarray(5, 5 + (2 << 20) + 7)));
+  });
+
+  test("a streamed range past the end ends in a FormatError", async () => {
+    const s = tempStore();
+    await s.write("f", new Uint8Array(10));
+    const drain = async () => {
+      for await (const _ of s.readStream("f", 4, 10));
+    };
+    await expect(drain()).rejects.toThrow(FormatError);
+  });
+
+  test("writes a stream of pieces", async () => {
+    const s = tempStore();
+    async function* pieces() {
+      yield new Uint8Array([1, 2]);
+      yield new Uint8Array([3]);
+    }
+    await s.write("d/streamed", pieces());
+    expect([...(await s.read("d/streamed"))]).toEqual([1, 2, 3]);
+  });
+
+  test("a failing stream leaves neither the object nor a temporary file", async () => {
+    const s = tempStore();
+    async function* broken() {
+      yield new Uint8Array([1]);
+      throw new Error("source died");
+    }
+    await expect(s.write("d/x", broken())).rejects.toThrow("source died");
+    expect(await s.listDir("d")).toEqual({ files: [], dirs: [] });
+  });
+
+  test("delete removes an object and ignores a missing one", async () => {
+    const s = tempStore();
+    await s.write("k", new Uint8Array(1));
+    await s.delete("k");
+    await s.delete("k");
+    expect(await s.stat("k")).toBeUndefined();
+  });
+
   test("a write leaves no temporary file behind", async () => {
     const s = tempStore();
     await s.write("k", new Uint8Array(3));

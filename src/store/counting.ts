@@ -1,0 +1,91 @@
+import type { DirListing, ObjectInfo, Store } from "./store.js";
+
+export interface StoreCounts {
+  reads: number;
+  rangeReads: number;
+  bytesRead: number;
+  writes: number;
+  bytesWritten: number;
+  lists: number;
+  stats: number;
+  deletes: number;
+}
+
+/**
+ * Wraps a store and counts its operations (the benchmark reports reads per chunk and writes per object).
+ * With `log`, it also records each whole read and each ranged read, for tests that check what was touched.
+ */
+export class CountingStore implements Store {
+  readonly counts: StoreCounts = { reads: 0, rangeReads: 0, bytesRead: 0, writes: 0, bytesWritten: 0, lists: 0, stats: 0, deletes: 0 };
+  readonly reads: string[] = [];
+  readonly ranges: { key: string; offset: number; length: number }[] = [];
+
+  constructor(
+    readonly inner: Store,
+    private readonly options: { log?: boolean } = {},
+  ) {}
+
+  get url(): string {
+    return this.inner.url;
+  }
+
+  async read(key: string): Promise<Uint8Array> {
+    this.counts.reads++;
+    if (this.options.log) this.reads.push(key);
+    const out = await this.inner.read(key);
+    this.counts.bytesRead += out.length;
+    return out;
+  }
+
+  readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
+    this.counts.rangeReads++;
+    this.counts.bytesRead += length;
+    if (this.options.log) this.ranges.push({ key, offset, length });
+    return this.inner.readRange(key, offset, length);
+  }
+
+  readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+    this.counts.rangeReads++;
+    this.counts.bytesRead += length;
+    if (this.options.log) this.ranges.push({ key, offset, length });
+    return this.inner.readStream(key, offset, length);
+  }
+
+  list(prefix: string): AsyncIterable<ObjectInfo> {
+    this.counts.lists++;
+    return this.inner.list(prefix);
+  }
+
+  listDir(dir: string): Promise<DirListing> {
+    this.counts.lists++;
+    return this.inner.listDir(dir);
+  }
+
+  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void> {
+    this.counts.writes++;
+    if (data instanceof Uint8Array) {
+      this.counts.bytesWritten += data.length;
+      return this.inner.write(key, data);
+    }
+    const counts = this.counts;
+    return this.inner.write(
+      key,
+      (async function* () {
+        for await (const piece of data) {
+          counts.bytesWritten += piece.length;
+          yield piece;
+        }
+      })(),
+    );
+  }
+
+  stat(key: string): Promise<ObjectInfo | undefined> {
+    this.counts.stats++;
+    return this.inner.stat(key);
+  }
+
+  delete(key: string): Promise<void> {
+    this.counts.deletes++;
+    return this.inner.delete(key);
+  }
+}
