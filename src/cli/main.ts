@@ -1,5 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
 import { Orbax2RegError } from "../errors.js";
+import { runConvert, runConvertGroup, runFinalize, runPlan, runVerify } from "./convert.js";
 import { runInspect } from "./inspect.js";
 import { runOcdbtLs } from "./ocdbt-ls.js";
 import { type Output, processOutput } from "./output.js";
@@ -11,6 +12,13 @@ function stepNumber(value: string): number {
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError("must be a non-negative integer");
   return Number(value);
 }
+
+function positive(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1) throw new InvalidArgumentError("must be a positive integer");
+  return Number(value);
+}
+
+const LOCATION = "local path, file:// or gs:// URL";
 
 function buildProgram(out: Output, setExit: (code: number) => void): Command {
   const program = new Command("orbax2reg")
@@ -32,6 +40,73 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       "\nExamples:\n  orbax2reg inspect gs://bucket/run/checkpoints/step_00001000\n  orbax2reg inspect ./checkpoints --step 1000 --json --checksums",
     )
     .action(async (location: string, opts) => setExit(await runInspect(location, opts, out)));
+
+  program
+    .command("convert")
+    .description("Convert an Orbax step into an AXLearn regular checkpoint at <dest-root>/step_XXXXXXXX (plan, copy, finalize).")
+    .argument("<source>", `an Orbax step directory or checkpoint root (latest committed step); ${LOCATION}`)
+    .argument("<dest-root>", `where step_XXXXXXXX/ is written; ${LOCATION}`)
+    .option("--step <n>", "with a checkpoint root: this step instead of the latest committed one", stepNumber)
+    .option("--params-only", "keep only model/... leaves (a serving or evaluation export); the index is filtered to match")
+    .option("--groups <n>", "parameter groups in the plan (for running groups on several machines)", positive, 1)
+    .option("--concurrency <n>", "objects copied at once", positive, 16)
+    .option("--memory <MiB>", "upper bound on buffered bytes", positive, 256)
+    .option("--dry-run", "plan and print what would be written, write nothing")
+    .option("--force", "replace a destination step that is already committed or holds another conversion")
+    .option("--allow-uncommitted", "convert a step Orbax never committed (or never merged); the result may be incomplete")
+    .option("--json", "print a JSON summary (progress lines go to stderr)")
+    .addHelpText(
+      "after",
+      "\nExamples:\n  orbax2reg convert gs://bucket/run/checkpoints gs://bucket/run/regular\n  orbax2reg convert ./ckpt/step_00001000 ./regular --params-only --json",
+    )
+    .action(async (source: string, dest: string, opts) => setExit(await runConvert(source, dest, opts, out)));
+
+  program
+    .command("plan")
+    .description("Phase 1 of convert: write the plan under <dest-root>/step_XXXXXXXX/.orbax2reg/ and print its groups.")
+    .argument("<source>", LOCATION)
+    .argument("<dest-root>", LOCATION)
+    .option("--step <n>", "with a checkpoint root: this step", stepNumber)
+    .option("--params-only", "keep only model/... leaves")
+    .option("--groups <n>", "parameter groups, balanced by bytes", positive, 1)
+    .option("--dry-run", "print the plan summary, write nothing")
+    .option("--force", "replace a committed or different conversion at the destination")
+    .option("--allow-uncommitted", "plan a step Orbax never committed")
+    .option("--json", "print a JSON summary")
+    .action(async (source: string, dest: string, opts) => setExit(await runPlan(source, dest, opts, out)));
+
+  program
+    .command("convert-group")
+    .description(
+      "Phase 2 of convert: copy one group of the plan. Groups can run at once on different machines; re-running skips what exists.",
+    )
+    .argument("<dest-root>", LOCATION)
+    .requiredOption("--step <n>", "the step the plan was made for", stepNumber)
+    .requiredOption("--group <n>", "group number (0-based)", stepNumber)
+    .option("--task-index <n>", "split the group across tasks: this task (default CLOUD_RUN_TASK_INDEX or 0)", stepNumber)
+    .option("--task-count <n>", "number of tasks (default CLOUD_RUN_TASK_COUNT or 1)", positive)
+    .option("--concurrency <n>", "objects copied at once", positive, 16)
+    .option("--memory <MiB>", "upper bound on buffered bytes", positive, 256)
+    .option("--json", "print a JSON report")
+    .action(async (dest: string, opts) => setExit(await runConvertGroup(dest, opts, out)));
+
+  program
+    .command("finalize")
+    .description("Phase 3 of convert: check every planned object, copy iterator files, write the index last.")
+    .argument("<dest-root>", LOCATION)
+    .requiredOption("--step <n>", "the step the plan was made for", stepNumber)
+    .option("--json", "print a JSON report")
+    .action(async (dest: string, opts) => setExit(await runFinalize(dest, opts, out)));
+
+  program
+    .command("verify")
+    .description(
+      "Compare a regular checkpoint with its Orbax source: index, every .zarray, every chunk decoded. Prints N passed, M failed.",
+    )
+    .argument("<orbax-step>", LOCATION)
+    .argument("<regular-step>", `the converted step directory (<dest-root>/step_XXXXXXXX); ${LOCATION}`)
+    .option("--json", "print the checks as JSON")
+    .action(async (orbax: string, regular: string, opts) => setExit(await runVerify(orbax, regular, opts, out)));
 
   const ocdbt = program.command("ocdbt").description("Low-level access to one OCDBT database.");
   ocdbt

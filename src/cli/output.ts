@@ -5,6 +5,8 @@ export interface Output {
   writeOut(text: string): void;
   writeErr(text: string): void;
   warn(line: string): void;
+  /** Whether stderr is a terminal (progress bars) or not (JSON progress lines). */
+  readonly isTTY: boolean;
   progress(label: string, total: number): Progress;
 }
 
@@ -20,6 +22,7 @@ export function processOutput(): Output {
     writeOut: (text) => process.stdout.write(text),
     writeErr: (text) => process.stderr.write(text),
     warn: (line) => process.stderr.write(`warning: ${line}\n`),
+    isTTY: tty,
     progress(label, total) {
       if (!tty) return { update() {}, done() {} };
       return {

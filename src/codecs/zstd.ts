@@ -179,3 +179,30 @@ function readU32(data: Uint8Array, pos: number): number {
     ((data[pos] as number) | ((data[pos + 1] as number) << 8) | ((data[pos + 2] as number) << 16) | ((data[pos + 3] as number) << 24)) >>> 0
   );
 }
+
+const MAX_BLOCK = 128 * 1024;
+
+/**
+ * A zstd frame of `size` copies of `byte`, made of RLE blocks: any size costs a few bytes per 128 KiB and
+ * no buffer of `size` bytes (a 2 GiB all-zero chunk stays a 64 KiB frame).
+ */
+export function rleFrame(byte: number, size: number): Uint8Array {
+  const blocks = Math.max(1, Math.ceil(size / MAX_BLOCK));
+  const out = new Uint8Array(4 + 1 + 8 + blocks * 4);
+  const view = new DataView(out.buffer);
+  view.setUint32(0, ZSTD_MAGIC, true);
+  out[4] = 0xe0; // 8-byte frame content size, single segment, no checksum, no dictionary
+  view.setBigUint64(5, BigInt(size), true);
+  let pos = 13;
+  for (let b = 0, left = size; b < blocks; b++) {
+    const n = Math.min(MAX_BLOCK, left);
+    left -= n;
+    const header = (n << 3) | (1 << 1) | (b === blocks - 1 ? 1 : 0); // size, RLE block, last flag
+    out[pos] = header & 0xff;
+    out[pos + 1] = (header >> 8) & 0xff;
+    out[pos + 2] = (header >> 16) & 0xff;
+    out[pos + 3] = byte;
+    pos += 4;
+  }
+  return out;
+}

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, stat, unlink } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -136,8 +136,8 @@ export class LocalStore implements Store {
     // Write then rename, so a reader (or a crash) never sees a partial object under its final name.
     const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
     try {
-      const source = data instanceof Uint8Array ? Readable.from([data]) : Readable.from(data, { objectMode: false });
-      await pipeline(source, createWriteStream(tmp));
+      if (data instanceof Uint8Array) await writeFile(tmp, data);
+      else await pipeline(Readable.from(data, { objectMode: false }), createWriteStream(tmp));
       await rename(tmp, path);
     } catch (e) {
       await rm(tmp, { force: true });

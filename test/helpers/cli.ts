@@ -26,6 +26,7 @@ export async function runCli(args: string[]): Promise<CliResult> {
       stderr += `warning: ${line}\n`;
     },
     progress: () => ({ update() {}, done() {} }),
+    isTTY: false,
   };
   const code = await main(args, out);
   return { code, stdout, stderr };

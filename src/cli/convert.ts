@@ -1,0 +1,164 @@
+import { convert, finalizePhase, groupPhase, loadPlan, planPhase } from "../convert/convert.js";
+import type { ExecuteOptions } from "../convert/execute.js";
+import type { Plan } from "../convert/plan-format.js";
+import { verify } from "../convert/verify.js";
+import { UsageError } from "../errors.js";
+import { formatBytes } from "./format.js";
+import type { Output } from "./output.js";
+import { ConvertProgress } from "./progress.js";
+
+export interface ConvertCliOptions {
+  step?: number;
+  paramsOnly?: boolean;
+  groups?: number;
+  concurrency?: number;
+  memory?: number;
+  dryRun?: boolean;
+  force?: boolean;
+  allowUncommitted?: boolean;
+  json?: boolean;
+}
+
+function executeOptions(o: ConvertCliOptions, progress: ConvertProgress | undefined): ExecuteOptions {
+  return {
+    concurrency: o.concurrency ?? 16,
+    memoryBytes: (o.memory ?? 256) << 20,
+    onObject: (e) => progress?.object(e.target, e.bytes),
+  };
+}
+
+function planSummary(plan: Plan) {
+  return {
+    step: plan.step,
+    source: `${plan.source.root}${plan.source.stepDir ? `/${plan.source.stepDir}` : ""}`,
+    destination: `${plan.destination.root}/${plan.destination.stepDir}`,
+    arrays: plan.totals.arrays,
+    objects: plan.totals.objects,
+    bytes: plan.totals.bytes,
+    files: plan.files.length,
+    groups: plan.groups.map((g, i) => ({ group: i, arrays: g.arrays, objects: g.end - g.start, bytes: g.bytes })),
+  };
+}
+
+export async function runConvert(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+  const started = Date.now();
+  const common = {
+    groups: o.groups ?? 1,
+    paramsOnly: o.paramsOnly ?? false,
+    allowUncommitted: o.allowUncommitted ?? false,
+    force: o.force ?? false,
+    dryRun: o.dryRun ?? false,
+    ...(o.step === undefined ? {} : { step: o.step }),
+  };
+  let progress: ConvertProgress | undefined;
+  const result = await convert(source, dest, {
+    ...common,
+    ...executeOptions(o, undefined),
+    onObject: (e) => progress?.object(e.target, e.bytes),
+    onPlan: (plan) => {
+      progress = new ConvertProgress(plan.objects, out.isTTY, (line) => out.writeErr(`${line}\n`));
+    },
+  });
+  progress?.stop();
+  const seconds = (Date.now() - started) / 1000;
+  const summary = {
+    ...planSummary(result.plan),
+    dryRun: common.dryRun,
+    resumed: result.reused,
+    written: result.execute?.written ?? 0,
+    skipped: result.execute?.skipped ?? 0,
+    committed: result.finalize !== undefined,
+    seconds,
+    mbPerSecond: Number((result.plan.totals.bytes / 1e6 / Math.max(seconds, 1e-3)).toFixed(1)),
+  };
+  if (o.json) {
+    out.stdout(JSON.stringify(summary, null, 2));
+    return 0;
+  }
+  const p = result.plan;
+  if (common.dryRun) {
+    out.stdout(
+      `dry run: would convert step ${p.step}: ${p.totals.arrays} arrays, ${p.totals.objects} objects, ${formatBytes(p.totals.bytes)}, ${p.files.length} iterator file(s)`,
+    );
+    out.stdout(`into ${summary.destination}; nothing was written`);
+    return 0;
+  }
+  out.stdout(
+    `converted step ${p.step}: ${p.totals.arrays} arrays, ${formatBytes(p.totals.bytes)} in ${seconds.toFixed(1)} s (${summary.mbPerSecond} MB/s); ` +
+      `${summary.written} objects written, ${summary.skipped} already there${result.reused ? " (resumed)" : ""}`,
+  );
+  out.stdout(`committed ${summary.destination}/index`);
+  return 0;
+}
+
+export async function runPlan(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+  const { plan, reused } = await planPhase(source, dest, {
+    groups: o.groups ?? 1,
+    paramsOnly: o.paramsOnly ?? false,
+    allowUncommitted: o.allowUncommitted ?? false,
+    force: o.force ?? false,
+    dryRun: o.dryRun ?? false,
+    ...(o.step === undefined ? {} : { step: o.step }),
+  });
+  const summary = { ...planSummary(plan), reused };
+  if (o.json) out.stdout(JSON.stringify(summary, null, 2));
+  else {
+    out.stdout(
+      `${reused ? "reusing" : o.dryRun ? "would write" : "wrote"} plan for step ${plan.step}: ${plan.totals.arrays} arrays, ${plan.totals.objects} objects, ${formatBytes(plan.totals.bytes)}`,
+    );
+    for (const g of summary.groups) out.stdout(`  group ${g.group}: ${g.arrays} arrays, ${g.objects} objects, ${formatBytes(g.bytes)}`);
+  }
+  return 0;
+}
+
+export async function runConvertGroup(
+  dest: string,
+  o: ConvertCliOptions & { group: number; taskIndex?: number; taskCount?: number },
+  out: Output,
+): Promise<number> {
+  const step = requireStep(o.step);
+  const { plan } = await loadPlan(dest, step);
+  const g = plan.groups[o.group];
+  const progress = g ? new ConvertProgress(plan.objects.slice(g.start, g.end), out.isTTY, (line) => out.writeErr(`${line}\n`)) : undefined;
+  const report = await groupPhase(dest, step, o.group, {
+    ...executeOptions(o, progress),
+    ...(o.taskIndex === undefined ? {} : { taskIndex: o.taskIndex }),
+    ...(o.taskCount === undefined ? {} : { taskCount: o.taskCount }),
+  });
+  progress?.stop();
+  if (o.json) out.stdout(JSON.stringify(report, null, 2));
+  else
+    out.stdout(
+      `group ${report.group}: ${report.written} objects written, ${report.skipped} already there, ${formatBytes(report.bytesWritten)} in ${report.seconds.toFixed(1)} s`,
+    );
+  return 0;
+}
+
+export async function runFinalize(dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+  const report = await finalizePhase(dest, requireStep(o.step));
+  const { plan, ...rest } = report;
+  if (o.json)
+    out.stdout(JSON.stringify({ step: plan.step, destination: `${plan.destination.root}/${plan.destination.stepDir}`, ...rest }, null, 2));
+  else
+    out.stdout(
+      `${report.indexWritten ? "committed" : "already committed"} ${plan.destination.root}/${plan.destination.stepDir}/index (${report.objects} objects, ${report.files} iterator file(s) copied)`,
+    );
+  return 0;
+}
+
+export async function runVerify(orbax: string, regular: string, o: { json?: boolean }, out: Output): Promise<number> {
+  const progress = out.progress("verifying arrays", 0);
+  const result = await verify(orbax, regular, (done) => progress.update(done));
+  progress.done();
+  if (o.json) out.stdout(JSON.stringify(result, null, 2));
+  else {
+    for (const c of result.checks) out.stdout(`${c.ok ? "PASS" : "FAIL"} ${c.name}${c.detail ? `: ${c.detail}` : ""}`);
+    out.stdout(`${result.passed} passed, ${result.failed} failed`);
+  }
+  return result.failed === 0 ? 0 : 1;
+}
+
+function requireStep(step: number | undefined): number {
+  if (step === undefined) throw new UsageError("--step is required: the plan lives under <dest-root>/step_XXXXXXXX/");
+  return step;
+}

@@ -1,0 +1,94 @@
+import cliProgress from "cli-progress";
+import { dataLength, type PlannedObject } from "../convert/plan-format.js";
+import { formatBytes } from "./format.js";
+
+/**
+ * Conversion progress: a bar on a terminal (bytes, arrays, MB/s, ETA); elsewhere a JSON line on stderr
+ * every few seconds, which logs and scripts can parse.
+ */
+export class ConvertProgress {
+  private bytes = 0;
+  private arraysDone = 0;
+  private readonly remaining = new Map<string, number>();
+  private readonly started = Date.now();
+  private lastLine = 0;
+  private readonly bar: cliProgress.SingleBar | undefined;
+  private readonly totalBytes: number;
+  private readonly totalArrays: number;
+
+  constructor(
+    objects: readonly PlannedObject[],
+    tty: boolean,
+    private readonly writeLine: (line: string) => void,
+  ) {
+    this.totalBytes = objects.reduce((s, o) => s + dataLength(o.data), 0);
+    for (const o of objects) {
+      const array = arrayOf(o.target);
+      this.remaining.set(array, (this.remaining.get(array) ?? 0) + 1);
+    }
+    this.totalArrays = this.remaining.size;
+    if (tty) {
+      this.bar = new cliProgress.SingleBar(
+        {
+          format: "{bar} {percentage}% | {done}/{totalHuman} | {arrays}/{totalArrays} arrays | {rate}/s | ETA {eta_formatted}",
+          hideCursor: true,
+          clearOnComplete: true,
+          etaBuffer: 50,
+        },
+        cliProgress.Presets.shades_classic,
+      );
+      this.bar.start(Math.max(this.totalBytes, 1), 0, this.payload());
+    }
+  }
+
+  private payload() {
+    const seconds = (Date.now() - this.started) / 1000;
+    return {
+      done: formatBytes(this.bytes),
+      totalHuman: formatBytes(this.totalBytes),
+      arrays: this.arraysDone,
+      totalArrays: this.totalArrays,
+      rate: formatBytes(seconds > 0 ? this.bytes / seconds : 0),
+    };
+  }
+
+  object(target: string, bytes: number): void {
+    this.bytes += bytes;
+    const array = arrayOf(target);
+    const left = (this.remaining.get(array) ?? 1) - 1;
+    this.remaining.set(array, left);
+    if (left === 0) this.arraysDone++;
+    if (this.bar) {
+      this.bar.update(this.bytes, this.payload());
+      return;
+    }
+    const now = Date.now();
+    if (now - this.lastLine >= 3000) {
+      this.lastLine = now;
+      this.writeLine(JSON.stringify(this.snapshot()));
+    }
+  }
+
+  snapshot() {
+    const seconds = (Date.now() - this.started) / 1000;
+    const mbps = seconds > 0 ? this.bytes / 1e6 / seconds : 0;
+    return {
+      event: "progress",
+      bytes: this.bytes,
+      totalBytes: this.totalBytes,
+      arrays: this.arraysDone,
+      totalArrays: this.totalArrays,
+      mbPerSecond: Number(mbps.toFixed(1)),
+      etaSeconds: mbps > 0 ? Math.round((this.totalBytes - this.bytes) / 1e6 / mbps) : null,
+    };
+  }
+
+  stop(): void {
+    this.bar?.stop();
+  }
+}
+
+/** `gda/<path>/<chunk>` -> `gda/<path>`: the array an object belongs to. */
+function arrayOf(target: string): string {
+  return target.slice(0, target.lastIndexOf("/"));
+}

@@ -1,0 +1,133 @@
+import { createHash } from "node:crypto";
+import { Orbax2RegError } from "../errors.js";
+import { listArrays, type StoredArray } from "../orbax/arrays.js";
+import { type OrbaxStep, openStep } from "../orbax/step.js";
+import { arrayEntry, indexText, parseIndex, structureStrings } from "../regular/index-file.js";
+import { regularChunkKey } from "../regular/zarray.js";
+import { openStore } from "../store/open.js";
+import { describe, type Store } from "../store/store.js";
+import { decodeChunk } from "../zarr/chunk.js";
+import { chunkGrid, chunkKey, parseZarrMetadata, product } from "../zarr/metadata.js";
+import { unravel } from "../zarr/read-array.js";
+
+export interface Check {
+  readonly name: string;
+  readonly ok: boolean;
+  readonly detail?: string;
+}
+
+export interface VerifyResult {
+  readonly checks: Check[];
+  readonly passed: number;
+  readonly failed: number;
+}
+
+const text = new TextDecoder();
+const isParam = (path: string) => path === "model" || path.startsWith("model/");
+
+/**
+ * Compares a regular checkpoint with the Orbax step it came from: the index (byte for byte, and AXLearn's
+ * EXACT structure check), every `.zarray`, every chunk decoded and compared with the source's, and that
+ * nothing extra sits under `gda/`. Also catches what AXLearn's restore would silently accept (a missing
+ * chunk file, a smaller stored shape, a different dtype).
+ */
+export async function verify(
+  orbaxLocation: string,
+  regularStepLocation: string,
+  onArray?: (done: number, total: number) => void,
+): Promise<VerifyResult> {
+  const source = await openStep(orbaxLocation);
+  const dest = await openStore(regularStepLocation);
+  const checks: Check[] = [];
+  const check = async (name: string, run: () => Promise<string | undefined>) => {
+    try {
+      const problem = await run();
+      checks.push(problem === undefined ? { name, ok: true } : { name, ok: false, detail: problem });
+    } catch (e) {
+      if (!(e instanceof Orbax2RegError)) throw e;
+      checks.push({ name, ok: false, detail: e.message });
+    }
+  };
+
+  let paramsOnly = false;
+  await check("index", async () => {
+    const actual = text.decode(await dest.read("index"));
+    const full = await expectedIndex(source, false);
+    if (actual === full) return undefined;
+    const params = await expectedIndex(source, true);
+    if (actual === params) {
+      paramsOnly = true;
+      return undefined;
+    }
+    const parsed = parseIndex(actual, describe(dest, "index"));
+    const want = parseIndex(full, "expected");
+    const a = structureStrings(parsed.step, parsed.entries);
+    const b = structureStrings(want.step, want.entries);
+    const diff = b.filter((x) => !a.includes(x)).concat(a.filter((x) => !b.includes(x)));
+    return `index differs from the expected bytes${diff.length ? `; structure differs at: ${diff.slice(0, 3).join("; ")}` : " (same structure)"}`;
+  });
+
+  const arrays: StoredArray[] = [];
+  for await (const a of listArrays(source)) if (!paramsOnly || isParam(a.leaf.path)) arrays.push(a);
+  for (const [i, a] of arrays.entries()) {
+    await check(`gda/${a.leaf.path}`, () => compareArray(source, a, dest));
+    onArray?.(i + 1, arrays.length);
+  }
+  await check("no extra arrays under gda/", async () => {
+    const expected = new Set(arrays.map((a) => `gda/${a.leaf.path}/.zarray`));
+    const extra: string[] = [];
+    for await (const o of dest.list("gda/")) if (o.key.endsWith("/.zarray") && !expected.has(o.key)) extra.push(o.key);
+    return extra.length ? `not in the source: ${extra.slice(0, 5).join(", ")}` : undefined;
+  });
+  const failed = checks.filter((c) => !c.ok).length;
+  return { checks, passed: checks.length - failed, failed };
+}
+
+async function expectedIndex(source: OrbaxStep, paramsOnly: boolean): Promise<string> {
+  const step = source.step ?? 0;
+  if (source.indexKey !== undefined) {
+    const raw = text.decode(await source.store.read(source.indexKey));
+    if (!paramsOnly) return raw;
+    const parsed = parseIndex(raw, describe(source.store, source.indexKey));
+    return indexText(
+      parsed.step,
+      parsed.entries.filter(([p]) => isParam(p)),
+    );
+  }
+  const entries = [];
+  for await (const a of listArrays(source))
+    if (!paramsOnly || isParam(a.leaf.path)) entries.push(arrayEntry(a.leaf.path, a.meta.dtype.name, a.meta.shape));
+  return indexText(step, entries);
+}
+
+async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store): Promise<string | undefined> {
+  const prefix = `gda/${a.leaf.path}`;
+  const meta = parseZarrMetadata(".zarray", await dest.read(`${prefix}/.zarray`), { path: describe(dest, `${prefix}/.zarray`) });
+  const same = (x: readonly number[], y: readonly number[]) => x.length === y.length && x.every((v, i) => v === y[i]);
+  if (!same(meta.shape, a.meta.shape)) return `.zarray shape ${JSON.stringify(meta.shape)}, source ${JSON.stringify(a.meta.shape)}`;
+  if (!same(meta.chunkShape, a.meta.chunkShape))
+    return `.zarray chunks ${JSON.stringify(meta.chunkShape)}, source ${JSON.stringify(a.meta.chunkShape)}`;
+  if (meta.dtype.name !== a.meta.dtype.name) return `.zarray dtype ${meta.dtype.name}, source ${a.meta.dtype.name}`;
+  const grid = chunkGrid(meta);
+  for (let i = 0; i < product(grid); i++) {
+    const index = meta.shape.length === 0 ? [] : unravel(i, grid);
+    const key = `${prefix}/${regularChunkKey(index)}`;
+    const info = await dest.stat(key);
+    if (info === undefined) return `chunk ${regularChunkKey(index)} is missing (AXLearn would silently read zeros)`;
+    const mine = decodeChunk(meta, await dest.read(key), describe(dest, key));
+    const entry = a.chunks.get(chunkKey(a.meta, index));
+    const theirs = decodeChunk(
+      a.meta,
+      entry === undefined ? undefined : await source.source.read(entry.value),
+      source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`),
+    );
+    if (!Buffer.from(mine).equals(Buffer.from(theirs))) {
+      return `chunk ${regularChunkKey(index)} differs from the source (sha256 ${sha(mine)} vs ${sha(theirs)})`;
+    }
+  }
+  return undefined;
+}
+
+function sha(b: Uint8Array): string {
+  return createHash("sha256").update(b).digest("hex").slice(0, 12);
+}

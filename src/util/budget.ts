@@ -1,0 +1,37 @@
+/**
+ * A FIFO counting semaphore with weights: `acquire(n)` waits until `n` units are free. Used for both the
+ * number of objects in flight (weight 1) and the bytes buffered in memory (weight = bytes).
+ * (async-mutex's weighted Semaphore walks every unit of capacity on each release: with a capacity in
+ * bytes that is hundreds of millions of steps per object.)
+ */
+export class Budget {
+  private available: number;
+  private readonly waiters: { weight: number; resolve: () => void }[] = [];
+
+  constructor(readonly capacity: number) {
+    this.available = capacity;
+  }
+
+  /** Resolves to a release function once `weight` units (capped at the capacity) are reserved. */
+  async acquire(weight = 1): Promise<() => void> {
+    const w = Math.min(Math.max(weight, 0), this.capacity);
+    if (this.waiters.length === 0 && w <= this.available) this.available -= w;
+    else await new Promise<void>((resolve) => this.waiters.push({ weight: w, resolve }));
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.available += w;
+      this.wake();
+    };
+  }
+
+  private wake(): void {
+    // Strict FIFO: a large request at the head is not starved by smaller ones behind it.
+    while (this.waiters.length > 0 && (this.waiters[0] as { weight: number }).weight <= this.available) {
+      const next = this.waiters.shift() as { weight: number; resolve: () => void };
+      this.available -= next.weight;
+      next.resolve();
+    }
+  }
+}
