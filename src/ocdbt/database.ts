@@ -1,4 +1,4 @@
-import { FormatError, NotFoundError } from "../errors.js";
+import { FormatError, LimitError, NotFoundError } from "../errors.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { type BtreeNode, decodeBtreeNode, type InteriorEntry, type LeafEntry, type ValueRef } from "./btree.js";
 import type { OcdbtConfig } from "./config.js";
@@ -11,6 +11,11 @@ import type { VersionEntry } from "./version-tree.js";
 
 /** TensorStore's default max_decoded_node_bytes; also the floor of what we accept for any node. */
 const DEFAULT_MAX_DECODED_BYTES = 8 << 20;
+/** Ceiling on what a manifest may raise max_decoded_node_bytes to (Orbax uses 100 MB). */
+const MAX_DECODED_BYTES_CEILING = 512 << 20;
+/** An encoded node is at most its decoded body plus envelope and zstd framing. */
+const ENVELOPE_SLACK = 1 << 20;
+const utf8 = new TextDecoder();
 /** Children fetched ahead of the one being walked, so a listing over GCS is not one round trip per node. */
 const PREFETCH = 8;
 
@@ -46,7 +51,7 @@ export class OcdbtDatabase {
     readonly version: VersionEntry | undefined,
     readonly manifestKey: string,
   ) {
-    this.maxNodeBytes = Math.max(config.maxDecodedNodeBytes, DEFAULT_MAX_DECODED_BYTES);
+    this.maxNodeBytes = Math.min(Math.max(config.maxDecodedNodeBytes, DEFAULT_MAX_DECODED_BYTES), MAX_DECODED_BYTES_CEILING);
   }
 
   /** Opens the database whose `manifest.ocdbt` is at `root`/manifest.ocdbt. */
@@ -119,7 +124,7 @@ export class OcdbtDatabase {
       for (const e of node.entries as LeafEntry[]) {
         if (compareKeys(e.key, min) < 0) continue;
         if (max !== undefined && compareKeys(e.key, max) >= 0) return;
-        yield { key: new TextDecoder().decode(e.key), value: this.location(e.value) };
+        yield { key: utf8.decode(e.key), value: this.location(e.value) };
       }
       return;
     }
@@ -155,7 +160,17 @@ export class OcdbtDatabase {
 
   private node(ref: IndirectRef, prefix: Uint8Array, height: number): Promise<BtreeNode> {
     const key = this.dataFileKey(ref);
-    const id = `${key}@${ref.offset}+${ref.length}`;
+    if (ref.length > this.maxNodeBytes + ENVELOPE_SLACK) {
+      return Promise.reject(
+        new LimitError(`b-tree node of ${ref.length} bytes exceeds max_decoded_node_bytes (${this.maxNodeBytes})`, {
+          path: describe(this.store, key),
+          offset: ref.offset,
+        }),
+      );
+    }
+    // The same bytes reached at another height or under another prefix would decode differently (a
+    // corrupted tree can point a child at its ancestor); only an identical reference shares the cache.
+    const id = `${key}@${ref.offset}+${ref.length}#${height}:${Buffer.from(prefix).toString("hex")}`;
     let p = this.nodes.get(id);
     if (p === undefined) {
       p = this.store.readRange(key, ref.offset, ref.length).then((bytes) => {

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { NotFoundError } from "../errors.js";
 import type { Entry } from "../ocdbt/database.js";
 import { type ChunkKeyEncoding, chunkGrid, chunkKey, parseZarrMetadata, product, type ZarrArrayMeta } from "../zarr/metadata.js";
-import { readArraySlabs } from "../zarr/read-array.js";
+import { readArraySlabs, unravel } from "../zarr/read-array.js";
 import type { Leaf } from "./pytree-metadata.js";
 import type { OrbaxStep } from "./step.js";
 
@@ -56,6 +56,21 @@ function chunkKeyPattern(enc: ChunkKeyEncoding, rank: number): RegExp {
 /** Yields the array's decoded elements (little-endian, C order) slab by slab. */
 export function readArray(step: OrbaxStep, array: StoredArray): AsyncIterable<Uint8Array> {
   const keyOf = (index: readonly number[]) => chunkKey(array.meta, index);
+  if (array.meta.fill === null && array.chunks.size < array.gridChunks) {
+    // Checked before anything is allocated: the declared shape of a damaged array may be enormous.
+    const grid = chunkGrid(array.meta);
+    let missing = "";
+    for (let i = 0; i < array.gridChunks && missing === ""; i++) {
+      const k = keyOf(array.meta.shape.length === 0 ? [] : unravel(i, grid));
+      if (!array.chunks.has(k)) missing = k;
+    }
+    throw new NotFoundError(
+      `${array.gridChunks - array.chunks.size} of ${array.gridChunks} chunks are missing and the array has no fill value`,
+      {
+        path: step.source.describe(`${array.leaf.name}/${missing}`),
+      },
+    );
+  }
   return readArraySlabs(
     array.meta,
     async (index) => {

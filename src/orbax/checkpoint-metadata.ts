@@ -27,7 +27,7 @@ export function parseCheckpointMetadata(bytes: Uint8Array, path: string): Checkp
   const ts = json.commit_timestamp_nsecs;
   return {
     itemHandlers: (handlers ?? undefined) as CheckpointMetadata["itemHandlers"],
-    commitTimestampNs: typeof ts === "number" ? BigInt(ts) : undefined,
+    commitTimestampNs: Number.isSafeInteger(ts) ? BigInt(ts as number) : undefined,
   };
 }
 

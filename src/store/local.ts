@@ -8,6 +8,8 @@ import { pipeline } from "node:stream/promises";
 import { FormatError, NotFoundError } from "../errors.js";
 import { checkKey, type DirListing, describe, type ObjectInfo, type Store } from "./store.js";
 
+const READ_PIECE = 1 << 30;
+
 /** A directory on the local filesystem. */
 export class LocalStore implements Store {
   readonly root: string;
@@ -41,10 +43,19 @@ export class LocalStore implements Store {
       throw this.translate(e, key);
     }
     try {
+      // Check the size before allocating: a corrupted length must not become a huge buffer.
+      const size = (await handle.stat()).size;
+      if (offset + length > size) {
+        throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object has ${size}`, {
+          path: describe(this, key),
+          offset,
+        });
+      }
       const out = new Uint8Array(length);
       let done = 0;
       while (done < length) {
-        const { bytesRead } = await handle.read(out, done, length - done, offset + done);
+        // fs reads take an int32 length; read large ranges in pieces.
+        const { bytesRead } = await handle.read(out, done, Math.min(length - done, READ_PIECE), offset + done);
         if (bytesRead === 0) {
           throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object ends at ${offset + done}`, {
             path: describe(this, key),
@@ -54,6 +65,8 @@ export class LocalStore implements Store {
         done += bytesRead;
       }
       return out;
+    } catch (e) {
+      throw this.translate(e, key);
     } finally {
       await handle.close();
     }

@@ -221,6 +221,8 @@ function encodeFill(dtype: DType, v: unknown, where: Where): Uint8Array {
               ? -Infinity
               : undefined;
   if (num === undefined) throw new UnsupportedError(`fill_value ${JSON.stringify(v)} for ${dtype.name}`, where);
+  if (/int|bool/.test(dtype.name) && !Number.isInteger(num))
+    throw new MetadataError(`fill_value ${JSON.stringify(v)} is not an integer (${dtype.name})`, where);
   switch (dtype.name) {
     case "bool":
     case "uint8":

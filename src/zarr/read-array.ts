@@ -1,6 +1,10 @@
+import { LimitError } from "../errors.js";
 import { decodeChunk } from "./chunk.js";
 import { chunkGrid, type ZarrArrayMeta } from "./metadata.js";
 import { copyRegion } from "./region.js";
+
+/** Largest row of chunks decoded at once (Node's typed arrays stop a little above 4 GiB). */
+const MAX_SLAB_BYTES = 2 ** 32;
 
 /** Fetches a stored chunk by grid index; undefined when the key is absent. */
 export type ChunkSource = (index: readonly number[]) => Promise<Uint8Array | undefined>;
@@ -26,7 +30,16 @@ export async function* readArraySlabs(
   for (let g0 = 0; g0 < (grid[0] as number); g0++) {
     const rows = Math.min(chunkShape[0] as number, (shape[0] as number) - g0 * (chunkShape[0] as number));
     const slabShape = [rows, ...shape.slice(1)];
-    const slab = new Uint8Array(slabShape.reduce((a, b) => a * b, 1) * dtype.itemSize);
+    const slabBytes = slabShape.reduce((a, b) => a * b, 1) * dtype.itemSize;
+    if (!Number.isSafeInteger(slabBytes) || slabBytes > MAX_SLAB_BYTES) {
+      throw new LimitError(
+        `one row of chunks of shape ${JSON.stringify(shape)} needs ${slabBytes} bytes, over the ${MAX_SLAB_BYTES}-byte limit`,
+        {
+          path: describeChunk([g0, ...rest.map(() => 0)]),
+        },
+      );
+    }
+    const slab = new Uint8Array(slabBytes);
     const indices: number[][] = [];
     for (let i = 0; i < restCount; i++) indices.push([g0, ...unravel(i, rest)]);
     const stored = await Promise.all(indices.map((index) => source(index)));
