@@ -90,6 +90,19 @@ export class ByteReader {
   /** A varint that must fit a JS number exactly (offsets, lengths, counts); larger values are format errors. */
   varint(what: string, bits: 32 | 64 = 64): number {
     const start = this.pos;
+    // Fast path without BigInt: up to 7 bytes (49 bits) is exact in a double.
+    let result = 0;
+    let scale = 1;
+    for (let i = 0; i < (bits === 32 ? 5 : 7) && this.pos < this.bytes.length; i++) {
+      const b = this.bytes[this.pos++] as number;
+      result += (b & 0x7f) * scale;
+      if ((b & 0x80) === 0) {
+        if (bits === 32 && result > 0xffffffff) this.fail(`varint out of range for 32 bits (${what})`, start);
+        return result;
+      }
+      scale *= 128;
+    }
+    this.pos = start;
     const v = this.varintBig(what, bits);
     if (v > BigInt(Number.MAX_SAFE_INTEGER)) this.fail(`${what} ${v} exceeds 2^53`, start);
     return Number(v);

@@ -115,17 +115,25 @@ export class OcdbtDatabase {
     if (v?.root == null) return;
     const min = keyBytes(prefix);
     const max = prefixUpperBound(min);
-    yield* this.walk(this.node(v.root, new Uint8Array(0), v.rootHeight), v.rootHeight, min, max);
+    // Leaves come up as whole batches: one generator hop per leaf, not one per key per level.
+    for await (const batch of this.leaves(this.node(v.root, new Uint8Array(0), v.rootHeight), v.rootHeight, min, max)) yield* batch;
   }
 
-  private async *walk(nodePromise: Promise<BtreeNode>, height: number, min: Uint8Array, max: Uint8Array | undefined): AsyncIterable<Entry> {
+  private async *leaves(
+    nodePromise: Promise<BtreeNode>,
+    height: number,
+    min: Uint8Array,
+    max: Uint8Array | undefined,
+  ): AsyncIterable<Entry[]> {
     const node = await nodePromise;
     if (height === 0) {
+      const batch: Entry[] = [];
       for (const e of node.entries as LeafEntry[]) {
         if (compareKeys(e.key, min) < 0) continue;
-        if (max !== undefined && compareKeys(e.key, max) >= 0) return;
-        yield { key: utf8.decode(e.key), value: this.location(e.value) };
+        if (max !== undefined && compareKeys(e.key, max) >= 0) break;
+        batch.push({ key: utf8.decode(e.key), value: this.location(e.value) });
       }
+      yield batch;
       return;
     }
     const entries = node.entries as InteriorEntry[];
@@ -147,7 +155,7 @@ export class OcdbtDatabase {
     for (let i = first; i < end; i++) {
       const next = i + PREFETCH;
       if (next < end) pending.push(fetch(next));
-      yield* this.walk(pending.shift() as Promise<BtreeNode>, height - 1, min, max);
+      yield* this.leaves(pending.shift() as Promise<BtreeNode>, height - 1, min, max);
     }
   }
 
