@@ -120,10 +120,14 @@ export async function runConvertGroup(
   const { plan } = await loadPlan(dest, step);
   const g = plan.groups[o.group];
   const progress = g ? new ConvertProgress(plan.objects.slice(g.start, g.end), out.isTTY, (line) => out.writeErr(`${line}\n`)) : undefined;
+  // Cloud Run jobs tell each task its index and the task count through the environment.
+  const envInt = (name: string) => (process.env[name] && /^\d+$/.test(process.env[name] as string) ? Number(process.env[name]) : undefined);
+  const taskIndex = o.taskIndex ?? envInt("CLOUD_RUN_TASK_INDEX");
+  const taskCount = o.taskCount ?? envInt("CLOUD_RUN_TASK_COUNT");
   const report = await groupPhase(dest, step, o.group, {
     ...executeOptions(o, progress),
-    ...(o.taskIndex === undefined ? {} : { taskIndex: o.taskIndex }),
-    ...(o.taskCount === undefined ? {} : { taskCount: o.taskCount }),
+    ...(taskIndex === undefined ? {} : { taskIndex }),
+    ...(taskCount === undefined ? {} : { taskCount }),
   });
   progress?.stop();
   if (o.json) out.stdout(JSON.stringify(report, null, 2));
