@@ -6,9 +6,12 @@ import { arrayEntry, indexText, parseIndex, structureStrings } from "../regular/
 import { regularChunkKey } from "../regular/zarray.js";
 import { openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
+import { Budget } from "../util/budget.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import { chunkGrid, chunkKey, parseZarrMetadata, product } from "../zarr/metadata.js";
 import { unravel } from "../zarr/read-array.js";
+
+const VERIFY_CONCURRENCY = 4;
 
 export interface Check {
   readonly name: string;
@@ -109,23 +112,38 @@ async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store): Pro
     return `.zarray chunks ${JSON.stringify(meta.chunkShape)}, source ${JSON.stringify(a.meta.chunkShape)}`;
   if (meta.dtype.name !== a.meta.dtype.name) return `.zarray dtype ${meta.dtype.name}, source ${a.meta.dtype.name}`;
   const grid = chunkGrid(meta);
-  for (let i = 0; i < product(grid); i++) {
-    const index = meta.shape.length === 0 ? [] : unravel(i, grid);
-    const key = `${prefix}/${regularChunkKey(index)}`;
-    const info = await dest.stat(key);
-    if (info === undefined) return `chunk ${regularChunkKey(index)} is missing (AXLearn would silently read zeros)`;
-    const mine = decodeChunk(meta, await dest.read(key), describe(dest, key));
-    const entry = a.chunks.get(chunkKey(a.meta, index));
-    const theirs = decodeChunk(
-      a.meta,
-      entry === undefined ? undefined : await source.source.read(entry.value),
-      source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`),
-    );
-    if (!Buffer.from(mine).equals(Buffer.from(theirs))) {
-      return `chunk ${regularChunkKey(index)} differs from the source (sha256 ${sha(mine)} vs ${sha(theirs)})`;
-    }
-  }
-  return undefined;
+  const present = new Set<string>();
+  for await (const o of dest.list(`${prefix}/`)) present.add(o.key);
+  const problems: string[] = [];
+  // A few chunks at a time: enough to overlap reads, few enough to keep decoded chunks in memory small.
+  const slots = new Budget(VERIFY_CONCURRENCY);
+  await Promise.all(
+    Array.from({ length: product(grid) }, async (_, i) => {
+      const release = await slots.acquire();
+      try {
+        if (problems.length > 0) return;
+        const index = meta.shape.length === 0 ? [] : unravel(i, grid);
+        const key = `${prefix}/${regularChunkKey(index)}`;
+        if (!present.has(key)) {
+          problems.push(`chunk ${regularChunkKey(index)} is missing (AXLearn would silently read zeros)`);
+          return;
+        }
+        const entry = a.chunks.get(chunkKey(a.meta, index));
+        const [mineBytes, theirBytes] = await Promise.all([
+          dest.read(key),
+          entry === undefined ? undefined : source.source.read(entry.value),
+        ]);
+        const mine = decodeChunk(meta, mineBytes, describe(dest, key));
+        const theirs = decodeChunk(a.meta, theirBytes, source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`));
+        if (!Buffer.from(mine.buffer, mine.byteOffset, mine.length).equals(theirs)) {
+          problems.push(`chunk ${regularChunkKey(index)} differs from the source (sha256 ${sha(mine)} vs ${sha(theirs)})`);
+        }
+      } finally {
+        release();
+      }
+    }),
+  );
+  return problems[0];
 }
 
 function sha(b: Uint8Array): string {
