@@ -2,6 +2,9 @@ import { NotFoundError } from "../errors.js";
 import { joinKey, type Store } from "../store/store.js";
 import type { Plan } from "./plan-format.js";
 
+/** LocalStore's temporary names: `<key>.tmp-<12 hex>`. */
+const TEMPORARY = /\.tmp-[0-9a-f]{12}$/;
+
 export interface FinalizeReport {
   objects: number;
   files: number;
@@ -47,6 +50,8 @@ export async function finalize(plan: Plan, source: Store, destination: Store): P
       { path: `${destination.url}/${stepDir}` },
     );
   }
+  // A writer killed between writing a temporary file and renaming it leaves the temporary file behind.
+  for (const key of existing.keys()) if (TEMPORARY.test(key)) await destination.delete(joinKey(stepDir, key));
   let files = 0;
   for (const f of plan.files) {
     if (existing.get(f.target) === f.size) continue;

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { Orbax2RegError } from "../errors.js";
 import { listArrays, type StoredArray } from "../orbax/arrays.js";
-import { type OrbaxStep, openStep } from "../orbax/step.js";
+import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
 import { arrayEntry, indexText, parseIndex, structureStrings } from "../regular/index-file.js";
 import { regularChunkKey } from "../regular/zarray.js";
 import { openStore } from "../store/open.js";
@@ -41,6 +41,9 @@ export async function verify(
 ): Promise<VerifyResult> {
   const source = await openStep(orbaxLocation);
   const dest = await openStore(regularStepLocation);
+  // A source that does not name its step (a bare PyTree item) was converted with --step: the regular
+  // step directory's name says which.
+  const step = source.step ?? parseStepName(regularStepLocation.replace(/\/+$/, "").split("/").pop() ?? "") ?? 0;
   const checks: Check[] = [];
   const check = async (name: string, run: () => Promise<string | undefined>) => {
     try {
@@ -55,9 +58,9 @@ export async function verify(
   let paramsOnly = false;
   await check("index", async () => {
     const actual = text.decode(await dest.read("index"));
-    const full = await expectedIndex(source, false);
+    const full = await expectedIndex(source, step, false);
     if (actual === full) return undefined;
-    const params = await expectedIndex(source, true);
+    const params = await expectedIndex(source, step, true);
     if (actual === params) {
       paramsOnly = true;
       return undefined;
@@ -76,18 +79,24 @@ export async function verify(
     await check(`gda/${a.leaf.path}`, () => compareArray(source, a, dest));
     onArray?.(i + 1, arrays.length);
   }
-  await check("no extra arrays under gda/", async () => {
-    const expected = new Set(arrays.map((a) => `gda/${a.leaf.path}/.zarray`));
+  await check("nothing else under gda/", async () => {
+    // Only each array's .zarray and chunk keys; anything else is an array the index does not know, or debris.
+    const ranks = new Map(arrays.map((a) => [`gda/${a.leaf.path}/`, a.meta.shape.length]));
     const extra: string[] = [];
-    for await (const o of dest.list("gda/")) if (o.key.endsWith("/.zarray") && !expected.has(o.key)) extra.push(o.key);
-    return extra.length ? `not in the source: ${extra.slice(0, 5).join(", ")}` : undefined;
+    for await (const o of dest.list("gda/")) {
+      const dir = o.key.slice(0, o.key.lastIndexOf("/") + 1);
+      const name = o.key.slice(dir.length);
+      const rank = ranks.get(dir);
+      const chunk = rank === 0 ? /^0$/ : new RegExp(`^\\d+(\\.\\d+){${Math.max((rank ?? 1) - 1, 0)}}$`);
+      if (rank === undefined || (name !== ".zarray" && !chunk.test(name))) extra.push(o.key);
+    }
+    return extra.length ? `not part of any source array: ${extra.slice(0, 5).join(", ")}` : undefined;
   });
   const failed = checks.filter((c) => !c.ok).length;
   return { checks, passed: checks.length - failed, failed };
 }
 
-async function expectedIndex(source: OrbaxStep, paramsOnly: boolean): Promise<string> {
-  const step = source.step ?? 0;
+async function expectedIndex(source: OrbaxStep, step: number, paramsOnly: boolean): Promise<string> {
   if (source.indexKey !== undefined) {
     const raw = text.decode(await source.store.read(source.indexKey));
     if (!paramsOnly) return raw;

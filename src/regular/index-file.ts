@@ -39,7 +39,8 @@ export function parseIndex(text: string, path: string): { step: number; entries:
 
 /** AXLearn's structure check under EXACT validation: the sorted `path=value` strings. */
 export function structureStrings(step: number, entries: readonly IndexEntry[]): string[] {
-  return [["step", step] as IndexEntry, ...entries].map(([p, v]) => `${p}=${pythonRepr(v)}`).sort();
+  // f"{path}={value}" formats the value with str(): a string as itself, anything else as its repr.
+  return [["step", step] as IndexEntry, ...entries].map(([p, v]) => `${p}=${typeof v === "string" ? v : pythonRepr(v)}`).sort();
 }
 
 /** Python's repr of a JSON-loaded value (dicts keep their order, strings get single quotes). */
@@ -48,7 +49,11 @@ function pythonRepr(v: unknown): string {
   if (v === true) return "True";
   if (v === false) return "False";
   if (typeof v === "number") return String(v);
-  if (typeof v === "string") return `'${v.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
+  if (typeof v === "string") {
+    // Python picks double quotes when the string has a single quote and no double quote.
+    const quote = v.includes("'") && !v.includes('"') ? '"' : "'";
+    return `${quote}${v.replace(/\\/g, "\\\\").replace(quote === "'" ? /'/g : /(?!)/g, "\\'")}${quote}`;
+  }
   if (Array.isArray(v)) return `[${v.map(pythonRepr).join(", ")}]`;
   return `{${Object.entries(v as Record<string, unknown>)
     .map(([k, x]) => `${pythonRepr(k)}: ${pythonRepr(x)}`)
