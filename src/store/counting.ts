@@ -84,6 +84,12 @@ export class CountingStore implements Store {
     return this.inner.stat(key);
   }
 
+  createExclusive(key: string, data: Uint8Array): Promise<boolean> {
+    this.counts.writes++;
+    this.counts.bytesWritten += data.length;
+    return this.inner.createExclusive(key, data);
+  }
+
   delete(key: string): Promise<void> {
     this.counts.deletes++;
     return this.inner.delete(key);

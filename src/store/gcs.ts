@@ -135,6 +135,21 @@ export class GcsStore implements Store {
     await pipeline(Readable.from(data, { objectMode: false }), file.createWriteStream({ resumable: false, validation: false }));
   }
 
+  async createExclusive(key: string, data: Uint8Array): Promise<boolean> {
+    try {
+      // Generation 0 means "no live object": GCS refuses the upload (412) if the name exists.
+      await this.bucket.file(this.name(key)).save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), {
+        resumable: false,
+        validation: false,
+        preconditionOpts: { ifGenerationMatch: 0 },
+      });
+      return true;
+    } catch (e) {
+      if ((e as { code?: number }).code === 412) return false;
+      throw e;
+    }
+  }
+
   async delete(key: string): Promise<void> {
     try {
       await this.bucket.file(this.name(key)).delete();

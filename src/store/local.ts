@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile } from "node:fs/promises";
+import { link, mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -155,6 +155,24 @@ export class LocalStore implements Store {
     } catch (e) {
       await rm(tmp, { force: true });
       throw e;
+    }
+  }
+
+  async createExclusive(key: string, data: Uint8Array): Promise<boolean> {
+    const path = this.file(key);
+    await mkdir(dirname(path), { recursive: true });
+    // Write the content under a temporary name, then hard-link it into place: link() fails if the name
+    // exists, so the object appears whole and only once.
+    const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
+    await writeFile(tmp, data);
+    try {
+      await link(tmp, path);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "EEXIST") return false;
+      throw e;
+    } finally {
+      await rm(tmp, { force: true });
     }
   }
 

@@ -39,6 +39,11 @@ export interface Store {
    * see the old object (or none), never a partial one.
    */
   write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void>;
+  /**
+   * Creates the object only if no object has that key (atomically: of two concurrent callers exactly one
+   * wins). Returns false when the key already exists. Used for claims that must be taken once.
+   */
+  createExclusive(key: string, data: Uint8Array): Promise<boolean>;
   /** Removes the object if it exists. */
   delete(key: string): Promise<void>;
   /** The object's size if it exists: the store's "exists". */

@@ -82,6 +82,17 @@ describe("GcsStore on fake-gcs-server", () => {
     expect(await store.stat("streamed")).toEqual({ key: "streamed", size: (1 << 20) + 3 });
   });
 
+  test("createExclusive uses ifGenerationMatch: 0, so a second claim loses", async () => {
+    expect(await store.createExclusive("claim", new Uint8Array([1]))).toBe(true);
+    expect(await store.createExclusive("claim", new Uint8Array([2]))).toBe(false);
+    expect([...(await store.read("claim"))]).toEqual([1]);
+  });
+
+  test("of concurrent createExclusive calls exactly one wins", async () => {
+    const wins = await Promise.all(Array.from({ length: 6 }, (_, i) => store.createExclusive("race", new Uint8Array([i]))));
+    expect(wins.filter(Boolean)).toHaveLength(1);
+  });
+
   test("delete removes an object and ignores a missing one", async () => {
     await store.write("gone", new Uint8Array(1));
     await store.delete("gone");

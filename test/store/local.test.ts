@@ -112,6 +112,20 @@ describe("LocalStore", () => {
     expect(await s.listDir("d")).toEqual({ files: [], dirs: [] });
   });
 
+  test("createExclusive creates once and then reports the key as taken", async () => {
+    const s = tempStore();
+    expect(await s.createExclusive("c/claim", new Uint8Array([1]))).toBe(true);
+    expect(await s.createExclusive("c/claim", new Uint8Array([2]))).toBe(false);
+    expect([...(await s.read("c/claim"))]).toEqual([1]);
+    expect((await s.listDir("c")).files.map((f) => f.key)).toEqual(["c/claim"]);
+  });
+
+  test("of concurrent createExclusive calls exactly one wins", async () => {
+    const s = tempStore();
+    const wins = await Promise.all(Array.from({ length: 8 }, (_, i) => s.createExclusive("race", new Uint8Array([i]))));
+    expect(wins.filter(Boolean)).toHaveLength(1);
+  });
+
   test("delete removes an object and ignores a missing one", async () => {
     const s = tempStore();
     await s.write("k", new Uint8Array(1));

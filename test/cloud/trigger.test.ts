@@ -1,0 +1,70 @@
+import { describe, expect, test } from "vitest";
+import { classify, type TriggerConfig } from "../../src/cloud/trigger.js";
+
+const config: TriggerConfig = { rootPrefixes: ["runs"], destinationTemplate: "gs://{bucket}/{root}/regular" };
+
+describe("which finalized objects start a conversion", () => {
+  test("a step's own commit marker converts that step into the destination template", () => {
+    expect(classify("train", "runs/exp1/checkpoints/step_00001000/commit_success.txt", config)).toEqual({
+      kind: "convert",
+      layout: "axlearn",
+      step: 1000,
+      source: "gs://train/runs/exp1/checkpoints/step_00001000",
+      destination: "gs://train/runs/exp1/checkpoints/regular",
+    });
+  });
+
+  test.each([
+    ["a chunk of the OCDBT store", "runs/exp1/checkpoints/step_00001000/state/d/0123456789abcdef0123456789abcdef"],
+    ["the state item's marker", "runs/exp1/checkpoints/step_00001000/state/commit_success.txt"],
+    ["the index item's marker", "runs/exp1/checkpoints/step_00001000/index/commit_success.txt"],
+    ["the index item itself", "runs/exp1/checkpoints/step_00001000/index/index"],
+    ["a temporary step directory", "runs/exp1/checkpoints/step_00001000.orbax-checkpoint-tmp/commit_success.txt"],
+    ["a marker outside a step directory", "runs/exp1/checkpoints/commit_success.txt"],
+    ["a converted regular checkpoint's index", "runs/exp1/checkpoints/regular/step_00001000/index"],
+    ["a step outside the watched roots", "other/exp/step_00001000/commit_success.txt"],
+  ])("%s is ignored", (_label, name) => {
+    expect(classify("train", name, config).kind).toBe("ignore");
+  });
+
+  test("an empty prefix watches the whole bucket", () => {
+    expect(classify("b", "step_00000007/commit_success.txt", { ...config, rootPrefixes: [""] })).toMatchObject({
+      kind: "convert",
+      step: 7,
+      source: "gs://b/step_00000007",
+      destination: "gs://b/regular",
+    });
+  });
+
+  test("a watched prefix matches whole path segments only", () => {
+    expect(classify("b", "runsX/step_00000001/commit_success.txt", config).kind).toBe("ignore");
+  });
+
+  test("the destination template can name the step", () => {
+    const c = { ...config, destinationTemplate: "gs://exports/{root}/{step}" };
+    expect(classify("train", "runs/a/step_00000005/commit_success.txt", c)).toMatchObject({
+      destination: "gs://exports/runs/a/step_00000005",
+    });
+  });
+});
+
+describe("AXLearn's emergency layout", () => {
+  test("the tensors commit marker converts once the non-tensors index exists too", () => {
+    expect(classify("train", "runs/e/tensors/step_00000100/commit_success.txt", config)).toEqual({
+      kind: "convert",
+      layout: "emergency",
+      step: 100,
+      source: "gs://train/runs/e/tensors/step_00000100",
+      destination: "gs://train/runs/e/regular",
+      requires: { bucket: "train", name: "runs/e/non-tensors/step_00000100/index" },
+    });
+  });
+
+  test("the non-tensors index converts once the tensors step is committed", () => {
+    expect(classify("train", "runs/e/non-tensors/step_00000100/index", config)).toMatchObject({
+      kind: "convert",
+      source: "gs://train/runs/e/tensors/step_00000100",
+      requires: { name: "runs/e/tensors/step_00000100/commit_success.txt" },
+    });
+  });
+});
