@@ -1,0 +1,28 @@
+/**
+ * The one event schema published on the events topic (see docs/events.md). Attributes carry `type` and
+ * `step` so subscriptions can filter without parsing the body.
+ */
+export type ConversionEventType = "conversion.requested" | "conversion.succeeded" | "conversion.failed";
+
+export interface ConversionEvent {
+  readonly type: ConversionEventType;
+  /** The Orbax step converted (gs:// URL). */
+  readonly source: string;
+  /** The regular checkpoint's root (gs:// URL); the step lands in `<destination>/step_XXXXXXXX`. */
+  readonly destination: string;
+  readonly step: number;
+  /** The Workflows execution name, when one exists. */
+  readonly execution: string | null;
+  readonly arrays: number | null;
+  readonly bytes: number | null;
+  /** Seconds from the start of the workflow to this event. */
+  readonly duration: number | null;
+  /** What failed (failed groups and their errors), for conversion.failed. */
+  readonly error: string | null;
+  /** RFC 3339 time the event was emitted. */
+  readonly time: string;
+}
+
+export function eventAttributes(e: ConversionEvent): Record<string, string> {
+  return { type: e.type, step: String(e.step) };
+}
