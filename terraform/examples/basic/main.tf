@@ -1,0 +1,45 @@
+# Minimal deployment of the orbax2reg pipeline into one project:
+#   terraform init
+#   terraform apply -var-file=terraform.tfvars     (copy terraform.tfvars.example first)
+# See terraform/README.md for what gets created, the first-apply order (image before jobs) and destroying.
+
+terraform {
+  required_version = ">= 1.5"
+
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = "~> 7.45"
+    }
+  }
+
+  # Keep state out of the working tree in real use, e.g.:
+  # backend "gcs" {
+  #   bucket = "my-terraform-state"
+  #   prefix = "orbax2reg"
+  # }
+}
+
+provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+module "orbax2reg" {
+  source = "../../modules/orbax2reg"
+
+  project_id = var.project_id
+  region     = var.region
+
+  checkpoint_bucket    = var.checkpoint_bucket
+  checkpoint_prefixes  = var.checkpoint_prefixes
+  destination_bucket   = var.destination_bucket
+  destination_template = var.destination_template
+
+  function_source_bucket = var.function_source_bucket
+  function_source_object = var.function_source_object
+
+  image_tag = var.image_tag
+
+  deletion_protection = var.deletion_protection
+}

@@ -1,0 +1,43 @@
+output "function_name" {
+  description = "Cloud Function triggered by the checkpoint bucket."
+  value       = module.orbax2reg.function_name
+}
+
+output "workflow_id" {
+  description = "Full id of the conversion workflow."
+  value       = module.orbax2reg.workflow_id
+}
+
+output "job_names" {
+  description = "The plan, convert-group and finalize Cloud Run jobs."
+  value = {
+    plan            = module.orbax2reg.plan_job_name
+    "convert-group" = module.orbax2reg.group_job_name
+    finalize        = module.orbax2reg.finalize_job_name
+  }
+}
+
+output "events_topic_id" {
+  description = "Pub/Sub topic with the pipeline's events; subscribe to it to follow conversions."
+  value       = module.orbax2reg.events_topic_id
+}
+
+output "service_account_emails" {
+  description = "The four service accounts the module created, by component."
+  value = {
+    function = module.orbax2reg.function_service_account_email
+    trigger  = module.orbax2reg.trigger_service_account_email
+    workflow = module.orbax2reg.workflow_service_account_email
+    jobs     = module.orbax2reg.jobs_service_account_email
+  }
+}
+
+output "artifact_repository_url" {
+  description = "Push the job image here as <url>/orbax2reg:<image_tag>."
+  value       = module.orbax2reg.artifact_repository_url
+}
+
+output "image" {
+  description = "Image the jobs run."
+  value       = module.orbax2reg.image
+}

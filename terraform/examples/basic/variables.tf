@@ -1,0 +1,55 @@
+variable "project_id" {
+  description = "Project to deploy into (it must own checkpoint_bucket)."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the function, workflow, jobs and image repository; should match the checkpoint bucket's location."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "checkpoint_bucket" {
+  description = "Existing bucket the Orbax checkpoints are written to (name only, no gs://)."
+  type        = string
+}
+
+variable "checkpoint_prefixes" {
+  description = "Paths inside the bucket under which checkpoint roots are watched, e.g. [\"runs\"]; [\"\"] watches the whole bucket."
+  type        = list(string)
+  default     = [""]
+}
+
+variable "destination_bucket" {
+  description = "Bucket for the regular checkpoints; null writes them next to the Orbax ones in checkpoint_bucket."
+  type        = string
+  default     = null
+}
+
+variable "destination_template" {
+  description = "Destination root per checkpoint, with {bucket}, {root} and {step} placeholders (see the module's README)."
+  type        = string
+  default     = "gs://{bucket}/{root}/regular"
+}
+
+variable "function_source_bucket" {
+  description = "Bucket holding the function's source zip (uploaded by CI)."
+  type        = string
+}
+
+variable "function_source_object" {
+  description = "Object name of the function's source zip, named by content hash so code changes redeploy."
+  type        = string
+}
+
+variable "image_tag" {
+  description = "Tag of the job image pushed to the module's Artifact Registry repository (a git sha is best)."
+  type        = string
+  default     = "latest"
+}
+
+variable "deletion_protection" {
+  description = "Protect the workflow and jobs from destroy/replace. Set false and apply once before terraform destroy."
+  type        = bool
+  default     = true
+}

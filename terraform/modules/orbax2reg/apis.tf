@@ -1,0 +1,26 @@
+locals {
+  # workflowexecutions is a separate API from workflows: without it executions cannot be created.
+  required_apis = toset([
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "eventarc.googleapis.com",
+    "iam.googleapis.com",
+    "logging.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "storage.googleapis.com",
+    "workflowexecutions.googleapis.com",
+    "workflows.googleapis.com",
+  ])
+}
+
+resource "google_project_service" "required" {
+  for_each = var.enable_apis ? local.required_apis : toset([])
+
+  project = var.project_id
+  service = each.value
+
+  # Other workloads in the project may use these APIs: destroying this module must not switch them off.
+  disable_on_destroy = false
+}

@@ -1,0 +1,160 @@
+# Three Cloud Run jobs running the same image, one per phase of the conversion: `node dist/jobs/main.js <phase>`.
+# The jobs read everything conversion-specific (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP,
+# ORBAX2REG_GROUP, ...) from environment variables the workflow sets per execution as container overrides; the
+# definitions here only fix the image, command, size, timeout, retries and identity.
+#
+# deletion_protection: the provider refuses to destroy (or replace) a job while this is true. It defaults to true
+# here as in the provider; see the README for the two-step destroy.
+
+locals {
+  # Default image: in the repository this module creates (referencing it makes the jobs wait for the repository).
+  image = var.image != null ? var.image : "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.images.repository_id}/${local.names.image_package}:${var.image_tag}"
+}
+
+# Phase 1: list the Orbax step and write <destination>/step_XXXXXXXX/.orbax2reg/plan.json with the groups.
+resource "google_cloud_run_v2_job" "plan" {
+  project             = var.project_id
+  name                = local.names.plan_job
+  location            = var.region
+  labels              = var.labels
+  deletion_protection = var.deletion_protection
+
+  template {
+    task_count = 1
+
+    template {
+      service_account = google_service_account.jobs.email
+      timeout         = var.task_timeout
+      max_retries     = var.max_retries
+
+      containers {
+        image   = local.image
+        command = ["node"]
+        args    = ["dist/jobs/main.js", "plan"]
+
+        resources {
+          limits = {
+            cpu    = var.plan_cpu
+            memory = var.plan_memory
+          }
+        }
+
+        dynamic "env" {
+          for_each = var.job_env
+          content {
+            name  = env.key
+            value = env.value
+          }
+        }
+      }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.job_shape_ok["plan"]
+      error_message = "plan job: plan_cpu = ${var.plan_cpu} with plan_memory = ${var.plan_memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
+    }
+  }
+
+  depends_on = [google_project_service.required]
+}
+
+# Phase 2, once per group (the workflow fans out with ORBAX2REG_GROUP and, optionally, taskCount overrides):
+# copy the group's chunks. The big one: 8 vCPU / 32 GiB by default, the Cloud Run maximum.
+resource "google_cloud_run_v2_job" "convert_group" {
+  project             = var.project_id
+  name                = local.names.group_job
+  location            = var.region
+  labels              = var.labels
+  deletion_protection = var.deletion_protection
+
+  template {
+    task_count = 1
+
+    template {
+      service_account = google_service_account.jobs.email
+      timeout         = var.task_timeout
+      max_retries     = var.max_retries
+
+      containers {
+        image   = local.image
+        command = ["node"]
+        args    = ["dist/jobs/main.js", "convert-group"]
+
+        resources {
+          limits = {
+            cpu    = var.group_cpu
+            memory = var.group_memory
+          }
+        }
+
+        dynamic "env" {
+          for_each = var.job_env
+          content {
+            name  = env.key
+            value = env.value
+          }
+        }
+      }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.job_shape_ok["convert-group"]
+      error_message = "convert-group job: group_cpu = ${var.group_cpu} with group_memory = ${var.group_memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
+    }
+  }
+
+  depends_on = [google_project_service.required]
+}
+
+# Phase 3: check every planned object, then write the regular checkpoint's index (its commit marker).
+resource "google_cloud_run_v2_job" "finalize" {
+  project             = var.project_id
+  name                = local.names.finalize_job
+  location            = var.region
+  labels              = var.labels
+  deletion_protection = var.deletion_protection
+
+  template {
+    task_count = 1
+
+    template {
+      service_account = google_service_account.jobs.email
+      timeout         = var.task_timeout
+      max_retries     = var.max_retries
+
+      containers {
+        image   = local.image
+        command = ["node"]
+        args    = ["dist/jobs/main.js", "finalize"]
+
+        resources {
+          limits = {
+            cpu    = var.finalize_cpu
+            memory = var.finalize_memory
+          }
+        }
+
+        dynamic "env" {
+          for_each = var.job_env
+          content {
+            name  = env.key
+            value = env.value
+          }
+        }
+      }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.job_shape_ok["finalize"]
+      error_message = "finalize job: finalize_cpu = ${var.finalize_cpu} with finalize_memory = ${var.finalize_memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
+    }
+  }
+
+  depends_on = [google_project_service.required]
+}

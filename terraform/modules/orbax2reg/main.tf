@@ -1,0 +1,41 @@
+# Names and values derived from the variables alone (no resource or data source in here, so the checks below can
+# be evaluated offline). The resources live in one file per service: apis.tf, iam.tf, function.tf, workflow.tf,
+# jobs.tf, pubsub.tf, artifact_registry.tf.
+
+locals {
+  names = {
+    function      = "${var.name_prefix}-on-checkpoint"
+    workflow      = "${var.name_prefix}-convert"
+    plan_job      = "${var.name_prefix}-plan"
+    group_job     = "${var.name_prefix}-convert-group"
+    finalize_job  = "${var.name_prefix}-finalize"
+    function_sa   = "${var.name_prefix}-fn"
+    trigger_sa    = "${var.name_prefix}-trigger"
+    workflow_sa   = "${var.name_prefix}-workflow"
+    jobs_sa       = "${var.name_prefix}-jobs"
+    image_package = "orbax2reg"
+  }
+
+  # The regular checkpoints land in destination_bucket; by default that is the checkpoint bucket itself.
+  destination_bucket = coalesce(var.destination_bucket, var.checkpoint_bucket)
+
+  # The bucket part of destination_template must name destination_bucket ({bucket} means the checkpoint bucket),
+  # otherwise the jobs would be granted write access to one bucket and told to write to another.
+  template_bucket              = regex("^gs://([^/]+)", var.destination_template)[0]
+  destination_matches_template = local.template_bucket == "{bucket}" ? local.destination_bucket == var.checkpoint_bucket : local.template_bucket == local.destination_bucket
+
+  # Cloud Run jobs: >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi.
+  job_shapes = {
+    plan            = { cpu = var.plan_cpu, memory = var.plan_memory }
+    "convert-group" = { cpu = var.group_cpu, memory = var.group_memory }
+    finalize        = { cpu = var.finalize_cpu, memory = var.finalize_memory }
+  }
+  job_memory_mib = {
+    for phase, s in local.job_shapes : phase => tonumber(regex("^[0-9]+", s.memory)) * (endswith(s.memory, "Gi") ? 1024 : 1)
+  }
+  job_shape_ok = {
+    for phase, s in local.job_shapes : phase => local.job_memory_mib[phase] <= 32768 && tonumber(s.cpu) >= (
+      local.job_memory_mib[phase] > 24576 ? 8 : local.job_memory_mib[phase] > 16384 ? 6 : local.job_memory_mib[phase] > 8192 ? 4 : local.job_memory_mib[phase] > 4096 ? 2 : 1
+    )
+  }
+}

@@ -1,0 +1,93 @@
+output "function_name" {
+  description = "Name of the Cloud Function (2nd gen) triggered by the checkpoint bucket."
+  value       = google_cloudfunctions2_function.on_checkpoint.name
+}
+
+output "function_id" {
+  description = "Full resource id of the function (projects/<p>/locations/<r>/functions/<name>)."
+  value       = google_cloudfunctions2_function.on_checkpoint.id
+}
+
+output "workflow_id" {
+  description = "Full id of the conversion workflow (projects/<p>/locations/<r>/workflows/<name>): the parent for createExecution, as the function receives it in ORBAX2REG_WORKFLOW."
+  value       = google_workflows_workflow.convert.id
+}
+
+output "workflow_name" {
+  description = "Short name of the conversion workflow."
+  value       = google_workflows_workflow.convert.name
+}
+
+output "plan_job_name" {
+  description = "Name of the plan Cloud Run job (the workflow's ORBAX2REG_PLAN_JOB)."
+  value       = google_cloud_run_v2_job.plan.name
+}
+
+output "group_job_name" {
+  description = "Name of the convert-group Cloud Run job (the workflow's ORBAX2REG_GROUP_JOB)."
+  value       = google_cloud_run_v2_job.convert_group.name
+}
+
+output "finalize_job_name" {
+  description = "Name of the finalize Cloud Run job (the workflow's ORBAX2REG_FINALIZE_JOB)."
+  value       = google_cloud_run_v2_job.finalize.name
+}
+
+output "job_ids" {
+  description = "Full ids of the three jobs by phase (projects/<p>/locations/<r>/jobs/<name>)."
+  value = {
+    plan            = google_cloud_run_v2_job.plan.id
+    "convert-group" = google_cloud_run_v2_job.convert_group.id
+    finalize        = google_cloud_run_v2_job.finalize.id
+  }
+}
+
+output "events_topic_id" {
+  description = "Full id of the events topic (projects/<p>/topics/<name>), as ORBAX2REG_EVENTS_TOPIC carries it."
+  value       = google_pubsub_topic.events.id
+}
+
+output "events_topic_name" {
+  description = "Short name of the events topic."
+  value       = google_pubsub_topic.events.name
+}
+
+output "function_service_account_email" {
+  description = "Runtime service account of the function."
+  value       = google_service_account.function.email
+}
+
+output "trigger_service_account_email" {
+  description = "Service account the Eventarc trigger delivers events as."
+  value       = google_service_account.trigger.email
+}
+
+output "workflow_service_account_email" {
+  description = "Service account the workflow runs as."
+  value       = google_service_account.workflow.email
+}
+
+output "jobs_service_account_email" {
+  description = "Runtime service account of the three Cloud Run jobs."
+  value       = google_service_account.jobs.email
+}
+
+output "artifact_repository_url" {
+  description = "Docker registry URL of the Artifact Registry repository (<region>-docker.pkg.dev/<project>/<repository>); push the image as <url>/orbax2reg:<tag>."
+  value       = google_artifact_registry_repository.images.registry_uri
+}
+
+output "image" {
+  description = "Image the three jobs run."
+  value       = local.image
+}
+
+output "destination_bucket" {
+  description = "Bucket the regular checkpoints are written to (and the jobs may write)."
+  value       = local.destination_bucket
+}
+
+output "trigger_region" {
+  description = "Region of the function's Eventarc trigger (the checkpoint bucket's location)."
+  value       = local.trigger_region
+}

@@ -1,0 +1,376 @@
+# ---------------------------------------------------------------------------------------------------------------------
+# Where
+# ---------------------------------------------------------------------------------------------------------------------
+
+variable "project_id" {
+  description = "Google Cloud project id that receives every resource of the pipeline (the checkpoint bucket must be in this project: Eventarc Cloud Storage triggers only watch buckets of their own project)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project id (6-30 characters: lowercase letters, digits and hyphens, starting with a letter), not a project number or display name."
+  }
+}
+
+variable "region" {
+  description = "Region of the function, the workflow, the Cloud Run jobs and the Artifact Registry repository, e.g. us-central1."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a single Google Cloud region such as us-central1 or europe-west4 (multi-regions like \"us\" are only valid for trigger_region)."
+  }
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name and service account id (function <prefix>-on-checkpoint, workflow <prefix>-convert, jobs <prefix>-plan / <prefix>-convert-group / <prefix>-finalize, service accounts <prefix>-fn / -trigger / -workflow / -jobs). Change it to deploy several independent pipelines in one project."
+  type        = string
+  default     = "orbax2reg"
+
+  validation {
+    # Service account ids are at most 30 characters and the longest suffix is "-workflow" (9).
+    condition     = can(regex("^[a-z][a-z0-9-]{1,19}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 3-21 characters of lowercase letters, digits and hyphens, start with a letter and not end with a hyphen."
+  }
+}
+
+variable "labels" {
+  description = "Labels added to every resource that supports them (function, workflow, jobs, topic, repository)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "enable_apis" {
+  description = "Enable the required Google APIs with google_project_service (never disabled on destroy). Set false when the project's APIs are managed elsewhere."
+  type        = bool
+  default     = true
+}
+
+variable "deletion_protection" {
+  description = "Provider-side deletion protection of the workflow and the three Cloud Run jobs. While true, any plan that would destroy or replace them fails; set it to false and apply once before `terraform destroy` (see README)."
+  type        = bool
+  default     = true
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Checkpoints in, regular checkpoints out
+# ---------------------------------------------------------------------------------------------------------------------
+
+variable "checkpoint_bucket" {
+  description = "Name (no gs://) of the existing bucket the Orbax checkpoints are written to. The function is triggered by every object finalized in it."
+  type        = string
+
+  validation {
+    condition = (
+      can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", var.checkpoint_bucket)) &&
+      (strcontains(var.checkpoint_bucket, ".") || length(var.checkpoint_bucket) <= 63) &&
+      !startswith(var.checkpoint_bucket, "goog")
+    )
+    error_message = "checkpoint_bucket must be a bucket name without gs:// (3-63 lowercase letters, digits, '-', '_', '.'; up to 222 with dots; not starting with \"goog\")."
+  }
+}
+
+variable "checkpoint_prefixes" {
+  description = "Checkpoint roots to watch, as paths inside checkpoint_bucket: a checkpoint root (the directory holding step_XXXXXXXX) is watched when it equals an entry or lies under it, e.g. [\"runs\"] watches runs/exp1/checkpoints; leading/trailing '/' are ignored and [\"\"] watches the whole bucket. The function receives events for every object in the bucket (Cloud Storage triggers cannot filter by name) and dismisses the rest itself. Passed as ORBAX2REG_ROOT_PREFIXES, comma-separated."
+  type        = list(string)
+  default     = [""]
+
+  validation {
+    condition = length(var.checkpoint_prefixes) > 0 && alltrue([
+      for p in var.checkpoint_prefixes : !startswith(p, "gs://") && !strcontains(p, ",")
+    ])
+    error_message = "checkpoint_prefixes needs at least one entry; entries are paths inside the bucket: no gs://, no ','."
+  }
+}
+
+variable "destination_bucket" {
+  description = "Bucket the regular checkpoints are written to; null means checkpoint_bucket. Must be the bucket named by destination_template (checked at plan time); the jobs may write there and in no other bucket."
+  type        = string
+  default     = null
+
+  validation {
+    condition = var.destination_bucket == null ? true : (
+      can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", var.destination_bucket)) &&
+      (strcontains(var.destination_bucket, ".") || length(var.destination_bucket) <= 63) &&
+      !startswith(var.destination_bucket, "goog")
+    )
+    error_message = "destination_bucket must be null or a bucket name without gs:// (3-63 lowercase letters, digits, '-', '_', '.'; up to 222 with dots)."
+  }
+}
+
+variable "destination_template" {
+  description = "Where a converted step goes, as a gs:// URL template (ORBAX2REG_DESTINATION_TEMPLATE). Placeholders: {bucket} = the bucket of the finalized commit marker (checkpoint_bucket), {root} = the checkpoint root, i.e. the object path of the directory holding the step_XXXXXXXX directories, without leading or trailing '/', {step} = the step directory name (step_00001000). Repeated '/' (an empty {root}) and a trailing '/' are dropped. The result is a destination root: the step is written to <destination>/step_XXXXXXXX/, so {step} is rarely needed."
+  type        = string
+  default     = "gs://{bucket}/{root}/regular"
+
+  validation {
+    condition = (
+      can(regex("^gs://[^/]+(/.*)?$", var.destination_template)) &&
+      !strcontains(replace(replace(replace(var.destination_template, "{bucket}", ""), "{root}", ""), "{step}", ""), "{") &&
+      !strcontains(replace(replace(replace(var.destination_template, "{bucket}", ""), "{root}", ""), "{step}", ""), "}")
+    )
+    error_message = "destination_template must be a gs://bucket/path URL whose only placeholders are {bucket}, {root} and {step}."
+  }
+}
+
+variable "groups" {
+  description = "Number of groups the plan splits a checkpoint into (ORBAX2REG_GROUPS for the function, which passes it to the workflow). Each group is one execution of the convert-group job."
+  type        = number
+  default     = 8
+
+  validation {
+    condition     = var.groups >= 1 && var.groups <= 100 && floor(var.groups) == var.groups
+    error_message = "groups must be an integer from 1 to 100 (every group costs a job execution and a container start; beyond ~100 that overhead dominates)."
+  }
+}
+
+variable "max_parallel_groups" {
+  description = "How many convert-group executions the workflow runs at once (ORBAX2REG_CONCURRENCY, the parallel step's concurrency_limit). Workflows runs at most 20 branches of one execution concurrently, so larger values buy nothing."
+  type        = number
+  default     = 8
+
+  validation {
+    condition     = var.max_parallel_groups >= 1 && var.max_parallel_groups <= 20 && floor(var.max_parallel_groups) == var.max_parallel_groups
+    error_message = "max_parallel_groups must be an integer from 1 to 20 (the Workflows limit on concurrent branches per execution)."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cloud Function (2nd gen)
+# ---------------------------------------------------------------------------------------------------------------------
+
+variable "function_source_bucket" {
+  description = "Bucket holding the function's source zip (built and uploaded by CI before apply; it is not created by this module)."
+  type        = string
+
+  validation {
+    condition = (
+      can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", var.function_source_bucket)) &&
+      (strcontains(var.function_source_bucket, ".") || length(var.function_source_bucket) <= 63)
+    )
+    error_message = "function_source_bucket must be a bucket name without gs://."
+  }
+}
+
+variable "function_source_object" {
+  description = "Object name of the function's source zip in function_source_bucket. Name it by content (e.g. functions/orbax2reg-<sha256>.zip): the function is rebuilt only when this name changes."
+  type        = string
+
+  validation {
+    condition     = endswith(var.function_source_object, ".zip") && !startswith(var.function_source_object, "/") && !startswith(var.function_source_object, "gs://")
+    error_message = "function_source_object must be an object name ending in .zip, without gs:// or a leading '/'."
+  }
+}
+
+variable "function_build_service_account" {
+  description = "Optional service account the function's Cloud Build runs as, as projects/<project>/serviceAccounts/<email>. null uses the project's default build service account."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.function_build_service_account == null ? true : can(regex("^projects/[^/]+/serviceAccounts/[^/]+@[^/]+$", var.function_build_service_account))
+    error_message = "function_build_service_account must be null or projects/<project>/serviceAccounts/<email>."
+  }
+}
+
+variable "function_memory" {
+  description = "Memory of each function instance (the handler only filters names, claims the step and starts a workflow execution)."
+  type        = string
+  default     = "256M"
+
+  validation {
+    condition     = can(regex("^[0-9]+(M|Mi|G|Gi)$", var.function_memory))
+    error_message = "function_memory must look like 256M, 512Mi or 1Gi."
+  }
+}
+
+variable "function_timeout_seconds" {
+  description = "Request timeout of the function in seconds (event-driven functions allow at most 540)."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.function_timeout_seconds >= 1 && var.function_timeout_seconds <= 540
+    error_message = "function_timeout_seconds must be between 1 and 540."
+  }
+}
+
+variable "function_max_instances" {
+  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc."
+  type        = number
+  default     = 20
+
+  validation {
+    condition     = var.function_max_instances >= 1 && floor(var.function_max_instances) == var.function_max_instances
+    error_message = "function_max_instances must be a positive integer."
+  }
+}
+
+variable "trigger_region" {
+  description = "Region of the Eventarc trigger; it must be the checkpoint bucket's location (e.g. us-central1, or us / eu / asia for multi-region buckets). null reads it from the bucket."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.trigger_region == null ? true : can(regex("^[a-z][a-z0-9-]*[a-z0-9]$", var.trigger_region))
+    error_message = "trigger_region must be null or a lowercase location: a region (us-central1) or a multi/dual-region (us, eu, asia, nam4, ...)."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Workflow
+# ---------------------------------------------------------------------------------------------------------------------
+
+variable "workflow_source_path" {
+  description = "Path of the workflow definition. null means the repository's workflows/convert.yaml (path.module/../../../workflows/convert.yaml). Read with file(), never templatefile(): the YAML's $${...} expressions need no escaping and all configuration arrives through user_env_vars."
+  type        = string
+  default     = null
+}
+
+variable "workflow_call_log_level" {
+  description = "Workflows call logging level (an execution may override it)."
+  type        = string
+  default     = "LOG_ERRORS_ONLY"
+
+  validation {
+    condition     = contains(["CALL_LOG_LEVEL_UNSPECIFIED", "LOG_ALL_CALLS", "LOG_ERRORS_ONLY", "LOG_NONE"], var.workflow_call_log_level)
+    error_message = "workflow_call_log_level must be one of CALL_LOG_LEVEL_UNSPECIFIED, LOG_ALL_CALLS, LOG_ERRORS_ONLY, LOG_NONE."
+  }
+}
+
+variable "events_topic_name" {
+  description = "Name of the Pub/Sub topic the function and the workflow publish conversion events to (conversion.requested, conversion.succeeded, conversion.failed; see docs/events.md)."
+  type        = string
+  default     = "orbax2reg-events"
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9._~+%-]{2,254}$", var.events_topic_name)) && !startswith(lower(var.events_topic_name), "goog")
+    error_message = "events_topic_name must be 3-255 characters, start with a letter, use letters, digits and - _ . ~ + %, and not start with \"goog\"."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Cloud Run jobs and their image
+# ---------------------------------------------------------------------------------------------------------------------
+
+variable "artifact_repository_id" {
+  description = "Id of the Artifact Registry Docker repository this module creates for the job image."
+  type        = string
+  default     = "orbax2reg"
+
+  validation {
+    condition     = can(regex("^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$", var.artifact_repository_id))
+    error_message = "artifact_repository_id must be 1-63 lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "image" {
+  description = "Full image reference for the three jobs. null means <region>-docker.pkg.dev/<project>/<artifact_repository_id>/orbax2reg:<image_tag>, in the repository this module creates."
+  type        = string
+  default     = null
+}
+
+variable "image_tag" {
+  description = "Tag of the default image (ignored when image is set). Prefer an immutable tag (git sha) to 'latest': a job resolves its tag when it is created or updated, not per execution."
+  type        = string
+  default     = "latest"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", var.image_tag))
+    error_message = "image_tag must be a valid Docker tag (letters, digits, _ . -, at most 128 characters)."
+  }
+}
+
+variable "group_cpu" {
+  description = "vCPUs of each convert-group task (Cloud Run jobs: 1, 2, 4, 6 or 8)."
+  type        = string
+  default     = "8"
+
+  validation {
+    condition     = contains(["1", "2", "4", "6", "8"], var.group_cpu)
+    error_message = "group_cpu must be one of \"1\", \"2\", \"4\", \"6\", \"8\"."
+  }
+}
+
+variable "group_memory" {
+  description = "Memory of each convert-group task (Cloud Run jobs: at most 32Gi; >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8). The container filesystem is in memory too."
+  type        = string
+  default     = "32Gi"
+
+  validation {
+    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.group_memory))
+    error_message = "group_memory must look like 512Mi or 32Gi."
+  }
+}
+
+variable "plan_cpu" {
+  description = "vCPUs of the plan task (1, 2, 4, 6 or 8)."
+  type        = string
+  default     = "2"
+
+  validation {
+    condition     = contains(["1", "2", "4", "6", "8"], var.plan_cpu)
+    error_message = "plan_cpu must be one of \"1\", \"2\", \"4\", \"6\", \"8\"."
+  }
+}
+
+variable "plan_memory" {
+  description = "Memory of the plan task (same CPU/memory rules as group_memory)."
+  type        = string
+  default     = "8Gi"
+
+  validation {
+    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.plan_memory))
+    error_message = "plan_memory must look like 512Mi or 8Gi."
+  }
+}
+
+variable "finalize_cpu" {
+  description = "vCPUs of the finalize task (1, 2, 4, 6 or 8)."
+  type        = string
+  default     = "2"
+
+  validation {
+    condition     = contains(["1", "2", "4", "6", "8"], var.finalize_cpu)
+    error_message = "finalize_cpu must be one of \"1\", \"2\", \"4\", \"6\", \"8\"."
+  }
+}
+
+variable "finalize_memory" {
+  description = "Memory of the finalize task (same CPU/memory rules as group_memory)."
+  type        = string
+  default     = "8Gi"
+
+  validation {
+    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.finalize_memory))
+    error_message = "finalize_memory must look like 512Mi or 8Gi."
+  }
+}
+
+variable "task_timeout" {
+  description = "Timeout of one attempt of one task, for all three jobs, as seconds with an 's' suffix (Cloud Run allows up to 168h = 604800s). The workflow's connector timeout must cover timeout x (max_retries + 1)."
+  type        = string
+  default     = "3600s"
+
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.task_timeout)) && try(tonumber(trimsuffix(var.task_timeout, "s")) >= 1 && tonumber(trimsuffix(var.task_timeout, "s")) <= 604800, false)
+    error_message = "task_timeout must be a duration in seconds like \"3600s\", between 1s and 604800s (168 hours)."
+  }
+}
+
+variable "max_retries" {
+  description = "Retries of a failed task before its execution fails (Cloud Run: 0-10). The job exits 2 on bad input, which is retried all the same; keep this small."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.max_retries >= 0 && var.max_retries <= 10 && floor(var.max_retries) == var.max_retries
+    error_message = "max_retries must be an integer from 0 to 10."
+  }
+}
+
+variable "job_env" {
+  description = "Extra environment variables for all three job containers (e.g. ORBAX2REG_MEMORY_MIB). The per-conversion variables (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP, ORBAX2REG_GROUP, ...) are set by the workflow as execution overrides and win over these."
+  type        = map(string)
+  default     = {}
+}

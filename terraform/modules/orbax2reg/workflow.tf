@@ -1,0 +1,33 @@
+locals {
+  # The definition lives at the repository's top level (workflows/convert.yaml), next to the code it drives.
+  workflow_source_path = var.workflow_source_path != null ? var.workflow_source_path : "${path.module}/../../../workflows/convert.yaml"
+}
+
+# The conversion workflow: plan -> convert-group per group (parallel, bounded) -> finalize, with events.
+# file(), not templatefile(): the YAML is deployed byte for byte, so its own ${...} expressions need no $${...}
+# escaping; everything deployment-specific reaches it through user_env_vars (sys.get_env).
+resource "google_workflows_workflow" "convert" {
+  project         = var.project_id
+  name            = local.names.workflow
+  region          = var.region
+  description     = "orbax2reg: convert one Orbax checkpoint step into an AXLearn regular checkpoint"
+  service_account = google_service_account.workflow.id
+  call_log_level  = var.workflow_call_log_level
+  labels          = var.labels
+
+  source_contents = file(local.workflow_source_path)
+
+  user_env_vars = {
+    ORBAX2REG_PROJECT      = var.project_id
+    ORBAX2REG_REGION       = var.region
+    ORBAX2REG_PLAN_JOB     = google_cloud_run_v2_job.plan.name
+    ORBAX2REG_GROUP_JOB    = google_cloud_run_v2_job.convert_group.name
+    ORBAX2REG_FINALIZE_JOB = google_cloud_run_v2_job.finalize.name
+    ORBAX2REG_EVENTS_TOPIC = google_pubsub_topic.events.id
+    ORBAX2REG_CONCURRENCY  = tostring(var.max_parallel_groups)
+  }
+
+  deletion_protection = var.deletion_protection
+
+  depends_on = [google_project_service.required]
+}

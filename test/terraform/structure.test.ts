@@ -1,0 +1,525 @@
+// Structural checks of the Terraform in terraform/: every .tf file is parsed with @cdktf/hcl2json (HCL -> JSON, no
+// provider schema needed) and the pipeline's contract is asserted on the result: the function's trigger, the
+// workflow's source and configuration, the three jobs, the IAM bindings, the APIs, versions and documentation.
+// In the JSON, blocks are arrays (`resource.<type>.<name>` is the block, `.event_trigger[0]` a nested block) and
+// expressions are "${...}" strings (built here with `ex()`).
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
+import { parse } from "@cdktf/hcl2json";
+import { beforeAll, describe, expect, test } from "vitest";
+
+const TERRAFORM = "terraform";
+const MODULE = `${TERRAFORM}/modules/orbax2reg`;
+const EXAMPLE = `${TERRAFORM}/examples/basic`;
+
+type Obj = Record<string, unknown>;
+
+/** One Terraform directory, merged over its .tf files: `resource[type][name]` is the block's body. */
+interface TfDir {
+  files: string[];
+  resource: Record<string, Record<string, Obj>>;
+  data: Record<string, Record<string, Obj>>;
+  variable: Record<string, Obj>;
+  output: Record<string, Obj>;
+  module: Record<string, Obj>;
+  locals: Obj;
+  terraform: Obj[];
+}
+
+/** How hcl2json renders a Terraform expression: `ex("var.region")` is the string "${var.region}". */
+const ex = (expression: string): string => `\${${expression}}`;
+
+const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Walks object keys and array indexes; undefined when the path does not exist. */
+function at(v: unknown, ...path: (string | number)[]): unknown {
+  let cur = v;
+  for (const k of path) {
+    if (typeof k === "number") cur = Array.isArray(cur) ? cur[k] : undefined;
+    else cur = isObj(cur) ? cur[k] : undefined;
+  }
+  return cur;
+}
+
+function tfFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory() && e.name !== ".terraform") out.push(...tfFiles(p));
+    else if (e.isFile() && e.name.endsWith(".tf")) out.push(p);
+  }
+  return out.sort();
+}
+
+/** A block label must be unique per directory; a single-instance block comes back as a one-element array. */
+function single(v: unknown, where: string): Obj {
+  if (!Array.isArray(v) || v.length !== 1 || !isObj(v[0])) throw new Error(`${where}: expected exactly one block`);
+  return v[0];
+}
+
+async function loadDir(dir: string): Promise<TfDir> {
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith(".tf"))
+    .map((f) => join(dir, f));
+  const merged: TfDir = { files, resource: {}, data: {}, variable: {}, output: {}, module: {}, locals: {}, terraform: [] };
+  for (const file of files) {
+    const json = await parse(file, readFileSync(file, "utf8"));
+    for (const kind of ["resource", "data"] as const) {
+      for (const [type, byName] of Object.entries((json[kind] ?? {}) as Record<string, Obj>)) {
+        merged[kind][type] ??= {};
+        for (const [name, blocks] of Object.entries(byName)) {
+          if (merged[kind][type][name]) throw new Error(`${kind} ${type}.${name} defined twice in ${dir}`);
+          merged[kind][type][name] = single(blocks, `${file}: ${kind} ${type}.${name}`);
+        }
+      }
+    }
+    for (const kind of ["variable", "output", "module"] as const) {
+      for (const [name, blocks] of Object.entries((json[kind] ?? {}) as Obj)) {
+        if (merged[kind][name]) throw new Error(`${kind} ${name} defined twice in ${dir}`);
+        merged[kind][name] = single(blocks, `${file}: ${kind} ${name}`);
+      }
+    }
+    for (const l of (json.locals ?? []) as Obj[]) Object.assign(merged.locals, l);
+    merged.terraform.push(...((json.terraform ?? []) as Obj[]));
+  }
+  return merged;
+}
+
+function resource(dir: TfDir, type: string, name: string): Obj {
+  const r = dir.resource[type]?.[name];
+  if (!r) throw new Error(`resource ${type}.${name} is missing`);
+  return r;
+}
+
+let mod: TfDir;
+let example: TfDir;
+
+beforeAll(async () => {
+  mod = await loadDir(MODULE);
+  example = await loadDir(EXAMPLE);
+});
+
+describe("terraform files", () => {
+  test("every .tf file under terraform/ is valid HCL", async () => {
+    const files = tfFiles(TERRAFORM);
+    expect(files.length).toBeGreaterThan(10);
+    for (const f of files) await expect(parse(f, readFileSync(f, "utf8")), f).resolves.toBeTypeOf("object");
+  });
+
+  test("the module is split into one file per service", () => {
+    const names = mod.files.map((f) => relative(MODULE, f)).sort();
+    expect(names).toEqual(
+      expect.arrayContaining([
+        "apis.tf",
+        "artifact_registry.tf",
+        "function.tf",
+        "iam.tf",
+        "jobs.tf",
+        "main.tf",
+        "outputs.tf",
+        "pubsub.tf",
+        "variables.tf",
+        "versions.tf",
+        "workflow.tf",
+      ]),
+    );
+  });
+});
+
+describe("Cloud Function", () => {
+  const fn = () => resource(mod, "google_cloudfunctions2_function", "on_checkpoint");
+
+  test("is triggered by google.cloud.storage.object.v1.finalized", () => {
+    expect(at(fn(), "event_trigger", 0, "event_type")).toBe("google.cloud.storage.object.v1.finalized");
+  });
+
+  test("watches exactly the checkpoint bucket", () => {
+    expect(at(fn(), "event_trigger", 0, "event_filters")).toEqual([{ attribute: "bucket", value: ex("var.checkpoint_bucket") }]);
+  });
+
+  test("retries failed deliveries (RETRY_POLICY_RETRY)", () => {
+    expect(at(fn(), "event_trigger", 0, "retry_policy")).toBe("RETRY_POLICY_RETRY");
+  });
+
+  test("delivers events as the dedicated trigger service account", () => {
+    expect(at(fn(), "event_trigger", 0, "service_account_email")).toBe(ex("google_service_account.trigger.email"));
+  });
+
+  test("runs onCheckpointFinalized on nodejs22 from the uploaded source zip", () => {
+    expect(at(fn(), "build_config", 0, "runtime")).toBe("nodejs22");
+    expect(at(fn(), "build_config", 0, "entry_point")).toBe("onCheckpointFinalized");
+    expect(at(fn(), "build_config", 0, "source", 0, "storage_source", 0)).toEqual({
+      bucket: ex("var.function_source_bucket"),
+      object: ex("var.function_source_object"),
+    });
+  });
+
+  test("gets the workflow, prefixes, destination template, topic and group count as environment variables", () => {
+    expect(at(fn(), "service_config", 0, "environment_variables")).toEqual({
+      ORBAX2REG_WORKFLOW: ex("google_workflows_workflow.convert.id"),
+      ORBAX2REG_ROOT_PREFIXES: ex('join(",", var.checkpoint_prefixes)'),
+      ORBAX2REG_DESTINATION_TEMPLATE: ex("var.destination_template"),
+      ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
+      ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
+    });
+  });
+
+  test("defaults: watch the whole bucket, write next to the root, 8 groups", () => {
+    expect(mod.variable.checkpoint_prefixes?.default).toEqual([""]);
+    expect(mod.variable.destination_template?.default).toBe("gs://{bucket}/{root}/regular");
+    expect(mod.variable.groups?.default).toBe(8);
+  });
+
+  test("the destination template's placeholders {bucket}, {root}, {step} are documented", () => {
+    const description = String(mod.variable.destination_template?.description);
+    for (const p of ["{bucket}", "{root}", "{step}"]) expect(description).toContain(p);
+    const readme = readFileSync(`${TERRAFORM}/README.md`, "utf8");
+    for (const p of ["{bucket}", "{root}", "{step}"]) expect(readme).toContain(p);
+  });
+
+  test("the Cloud Storage service agent may publish events (roles/pubsub.publisher)", () => {
+    expect(mod.data.google_storage_project_service_account?.gcs).toBeDefined();
+    const b = resource(mod, "google_project_iam_member", "gcs_agent_pubsub_publisher");
+    expect(b.role).toBe("roles/pubsub.publisher");
+    expect(b.member).toBe(`serviceAccount:${ex("data.google_storage_project_service_account.gcs.email_address")}`);
+  });
+});
+
+describe("Workflow", () => {
+  const wf = () => resource(mod, "google_workflows_workflow", "convert");
+
+  test("reads its definition from the repository's workflows/convert.yaml", () => {
+    expect(wf().source_contents).toBe(ex("file(local.workflow_source_path)"));
+    expect(String(mod.locals.workflow_source_path)).toContain(`${ex("path.module")}/../../../workflows/convert.yaml`);
+    expect(mod.variable.workflow_source_path?.default).toBeNull();
+    // path.module/../../.. is the repository root.
+    expect(resolve(MODULE, "../../../workflows/convert.yaml")).toBe(resolve("workflows/convert.yaml"));
+  });
+
+  test("deploys the YAML verbatim (file(), not templatefile(), so no $${} escaping)", async () => {
+    const expressions: string[] = [];
+    const walk = (v: unknown): void => {
+      if (typeof v === "string" && /^\$\{/.test(v)) expressions.push(v);
+      else if (Array.isArray(v)) v.forEach(walk);
+      else if (isObj(v)) Object.values(v).forEach(walk);
+    };
+    for (const f of tfFiles(TERRAFORM)) walk(await parse(f, readFileSync(f, "utf8")));
+    expect(expressions.length).toBeGreaterThan(50);
+    expect(expressions.filter((e) => /templatefile\s*\(/.test(e))).toEqual([]);
+    if (existsSync("workflows/convert.yaml")) expect(readFileSync("workflows/convert.yaml", "utf8")).not.toContain("$${");
+  });
+
+  test("passes its configuration through user_env_vars", () => {
+    expect(wf().user_env_vars).toEqual({
+      ORBAX2REG_PROJECT: ex("var.project_id"),
+      ORBAX2REG_REGION: ex("var.region"),
+      ORBAX2REG_PLAN_JOB: ex("google_cloud_run_v2_job.plan.name"),
+      ORBAX2REG_GROUP_JOB: ex("google_cloud_run_v2_job.convert_group.name"),
+      ORBAX2REG_FINALIZE_JOB: ex("google_cloud_run_v2_job.finalize.name"),
+      ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
+      ORBAX2REG_CONCURRENCY: ex("tostring(var.max_parallel_groups)"),
+    });
+  });
+
+  test("max_parallel_groups defaults to 8 and is validated to 1..20", () => {
+    const v = mod.variable.max_parallel_groups;
+    expect(v?.default).toBe(8);
+    const condition = String(at(v, "validation", 0, "condition"));
+    expect(condition).toContain("var.max_parallel_groups >= 1");
+    expect(condition).toContain("var.max_parallel_groups <= 20");
+  });
+
+  test("runs as the workflow service account", () => {
+    expect(wf().service_account).toBe(ex("google_service_account.workflow.id"));
+  });
+});
+
+describe("Cloud Run jobs", () => {
+  const JOBS = { plan: "plan", convert_group: "convert-group", finalize: "finalize" } as const;
+  const container = (name: string) => at(resource(mod, "google_cloud_run_v2_job", name), "template", 0, "template", 0, "containers", 0);
+
+  test("plan, convert-group and finalize run `node dist/jobs/main.js <phase>` from the same image", () => {
+    expect(Object.keys(mod.resource.google_cloud_run_v2_job ?? {}).sort()).toEqual(Object.keys(JOBS).sort());
+    for (const [name, phase] of Object.entries(JOBS)) {
+      expect(at(container(name), "image"), name).toBe(ex("local.image"));
+      expect(at(container(name), "command"), name).toEqual(["node"]);
+      expect(at(container(name), "args"), name).toEqual(["dist/jobs/main.js", phase]);
+    }
+  });
+
+  test("the default image is orbax2reg:<image_tag> in the module's Artifact Registry repository", () => {
+    expect(String(mod.locals.image)).toContain(
+      `${ex("var.region")}-docker.pkg.dev/${ex("var.project_id")}/${ex("google_artifact_registry_repository.images.repository_id")}/` +
+        `${ex("local.names.image_package")}:${ex("var.image_tag")}`,
+    );
+    expect(at(mod.locals.names, "image_package")).toBe("orbax2reg");
+    expect(resource(mod, "google_artifact_registry_repository", "images").format).toBe("DOCKER");
+  });
+
+  test("convert-group defaults to 8 vCPU / 32Gi", () => {
+    expect(at(container("convert_group"), "resources", 0, "limits")).toEqual({ cpu: ex("var.group_cpu"), memory: ex("var.group_memory") });
+    expect(mod.variable.group_cpu?.default).toBe("8");
+    expect(mod.variable.group_memory?.default).toBe("32Gi");
+  });
+
+  test("plan and finalize default to 2 vCPU / 8Gi", () => {
+    for (const phase of ["plan", "finalize"]) {
+      expect(at(container(phase), "resources", 0, "limits")).toEqual({ cpu: ex(`var.${phase}_cpu`), memory: ex(`var.${phase}_memory`) });
+      expect(mod.variable[`${phase}_cpu`]?.default).toBe("2");
+      expect(mod.variable[`${phase}_memory`]?.default).toBe("8Gi");
+    }
+  });
+
+  test("task timeout (3600s) and retries (3) come from variables", () => {
+    for (const name of Object.keys(JOBS)) {
+      const t = at(resource(mod, "google_cloud_run_v2_job", name), "template", 0, "template", 0);
+      expect(at(t, "timeout"), name).toBe(ex("var.task_timeout"));
+      expect(at(t, "max_retries"), name).toBe(ex("var.max_retries"));
+      expect(at(t, "service_account"), name).toBe(ex("google_service_account.jobs.email"));
+    }
+    expect(mod.variable.task_timeout?.default).toBe("3600s");
+    expect(mod.variable.max_retries?.default).toBe(3);
+  });
+
+  test("deletion_protection follows the deletion_protection variable (default true) on the jobs and the workflow", () => {
+    expect(mod.variable.deletion_protection?.default).toBe(true);
+    for (const name of Object.keys(JOBS)) {
+      expect(resource(mod, "google_cloud_run_v2_job", name).deletion_protection, name).toBe(ex("var.deletion_protection"));
+    }
+    expect(resource(mod, "google_workflows_workflow", "convert").deletion_protection).toBe(ex("var.deletion_protection"));
+  });
+});
+
+describe("Pub/Sub", () => {
+  test("the events topic is named by events_topic_name (default orbax2reg-events)", () => {
+    expect(resource(mod, "google_pubsub_topic", "events").name).toBe(ex("var.events_topic_name"));
+    expect(mod.variable.events_topic_name?.default).toBe("orbax2reg-events");
+  });
+});
+
+describe("IAM", () => {
+  /** principal -> "role @ scope" for every binding the module makes; the documented least-privilege set. */
+  const EXPECTED: Record<string, string[]> = {
+    "gcs-agent": ["roles/pubsub.publisher @ project"],
+    trigger: ["roles/eventarc.eventReceiver @ project", "roles/run.invoker @ service google_cloudfunctions2_function.on_checkpoint"],
+    function: [
+      "roles/pubsub.publisher @ topic google_pubsub_topic.events",
+      "roles/storage.objectUser @ bucket local.destination_bucket",
+      "roles/storage.objectViewer @ bucket var.checkpoint_bucket",
+      "roles/workflows.invoker @ project",
+    ],
+    workflow: [
+      "roles/iam.serviceAccountUser @ serviceAccount google_service_account.jobs",
+      "roles/logging.logWriter @ project",
+      "roles/pubsub.publisher @ topic google_pubsub_topic.events",
+      "roles/run.developer @ job google_cloud_run_v2_job.convert_group",
+      "roles/run.developer @ job google_cloud_run_v2_job.finalize",
+      "roles/run.developer @ job google_cloud_run_v2_job.plan",
+      "roles/storage.objectViewer @ bucket local.destination_bucket",
+    ],
+    jobs: ["roles/storage.objectAdmin @ bucket local.destination_bucket", "roles/storage.objectViewer @ bucket var.checkpoint_bucket"],
+  };
+
+  const MEMBER_TYPES = [
+    "google_project_iam_member",
+    "google_storage_bucket_iam_member",
+    "google_pubsub_topic_iam_member",
+    "google_cloud_run_v2_job_iam_member",
+    "google_cloud_run_v2_service_iam_member",
+    "google_service_account_iam_member",
+  ];
+
+  const bare = (expr: unknown) => String(expr).replace(/^\$\{(.*)\}$/s, "$1");
+  const resourceOf = (expr: unknown) => bare(expr).replace(/\.(name|id|email|service_config\[0\]\.service)$/, "");
+
+  function principal(member: unknown): string {
+    const m = /^serviceAccount:\$\{google_service_account\.(\w+)\.email\}$/.exec(String(member));
+    if (m?.[1]) return m[1];
+    if (member === `serviceAccount:${ex("data.google_storage_project_service_account.gcs.email_address")}`) return "gcs-agent";
+    throw new Error(`unexpected IAM member ${String(member)}`);
+  }
+
+  /** The scopes a binding covers; a for_each binding covers every resource its map names. */
+  function scopes(type: string, b: Obj): string[] {
+    const target = (expr: unknown): string[] =>
+      bare(expr) === "each.value" && isObj(b.for_each) ? Object.values(b.for_each).map(resourceOf) : [resourceOf(expr)];
+    switch (type) {
+      case "google_project_iam_member":
+        expect(b.project).toBe(ex("var.project_id"));
+        return ["project"];
+      case "google_storage_bucket_iam_member":
+        return target(b.bucket).map((t) => `bucket ${t}`);
+      case "google_pubsub_topic_iam_member":
+        return target(b.topic).map((t) => `topic ${t}`);
+      case "google_cloud_run_v2_job_iam_member":
+        return target(b.name).map((t) => `job ${t}`);
+      case "google_cloud_run_v2_service_iam_member":
+        return target(b.name).map((t) => `service ${t}`);
+      case "google_service_account_iam_member":
+        return target(b.service_account_id).map((t) => `serviceAccount ${t}`);
+      default:
+        throw new Error(type);
+    }
+  }
+
+  function granted(): Record<string, string[]> {
+    const out: Record<string, string[]> = {};
+    for (const type of MEMBER_TYPES) {
+      for (const b of Object.values(mod.resource[type] ?? {})) {
+        const who = principal(b.member);
+        out[who] ??= [];
+        for (const s of scopes(type, b)) out[who].push(`${String(b.role)} @ ${s}`);
+      }
+    }
+    for (const list of Object.values(out)) list.sort();
+    return out;
+  }
+
+  test("IAM is additive only (no authoritative *_iam_binding / *_iam_policy) and uses known binding types", () => {
+    const iamTypes = Object.keys(mod.resource).filter((t) => /_iam_(member|binding|policy)$/.test(t));
+    expect(iamTypes.filter((t) => !t.endsWith("_iam_member"))).toEqual([]);
+    expect(iamTypes.filter((t) => !MEMBER_TYPES.includes(t))).toEqual([]);
+  });
+
+  test("the module creates exactly the four dedicated service accounts", () => {
+    expect(Object.keys(mod.resource.google_service_account ?? {}).sort()).toEqual(["function", "jobs", "trigger", "workflow"]);
+  });
+
+  for (const [who, roles] of Object.entries(EXPECTED)) {
+    test(`${who}: roles are exactly ${[...new Set(roles.map((r) => r.split(" @ ")[0]))].join(", ")}`, () => {
+      expect(granted()[who] ?? []).toEqual([...roles].sort());
+    });
+  }
+
+  test("no principal other than the documented ones is granted anything", () => {
+    expect(Object.keys(granted()).sort()).toEqual(Object.keys(EXPECTED).sort());
+  });
+
+  test("no roles/owner or roles/editor anywhere", () => {
+    for (const f of tfFiles(TERRAFORM)) expect(readFileSync(f, "utf8"), f).not.toMatch(/roles\/(owner|editor)\b/);
+  });
+
+  test("every component runs as its own service account (never the default compute account)", () => {
+    const fn = resource(mod, "google_cloudfunctions2_function", "on_checkpoint");
+    expect(at(fn, "service_config", 0, "service_account_email")).toBe(ex("google_service_account.function.email"));
+    expect(at(fn, "event_trigger", 0, "service_account_email")).toBe(ex("google_service_account.trigger.email"));
+    expect(resource(mod, "google_workflows_workflow", "convert").service_account).toBe(ex("google_service_account.workflow.id"));
+    for (const job of Object.values(mod.resource.google_cloud_run_v2_job ?? {})) {
+      expect(at(job, "template", 0, "template", 0, "service_account")).toBe(ex("google_service_account.jobs.email"));
+    }
+  });
+
+  test("terraform/README.md explains every granted role", () => {
+    const readme = readFileSync(`${TERRAFORM}/README.md`, "utf8");
+    const roles = new Set(Object.values(EXPECTED).flatMap((list) => list.map((r) => r.split(" @ ")[0] ?? "")));
+    for (const role of roles) expect(readme, role).toContain(`\`${role}\``);
+  });
+});
+
+describe("APIs", () => {
+  test("the required APIs include workflowexecutions and are never disabled on destroy", () => {
+    const apis = String(mod.locals.required_apis);
+    for (const api of [
+      "run",
+      "workflows",
+      "workflowexecutions",
+      "cloudfunctions",
+      "cloudbuild",
+      "eventarc",
+      "pubsub",
+      "artifactregistry",
+      "storage",
+      "logging",
+      "iam",
+    ]) {
+      expect(apis).toContain(`"${api}.googleapis.com"`);
+    }
+    const svc = resource(mod, "google_project_service", "required");
+    expect(svc.disable_on_destroy).toBe(false);
+    expect(String(svc.for_each)).toContain("local.required_apis");
+  });
+});
+
+describe("versions", () => {
+  for (const [label, dir] of [
+    ["module", () => mod],
+    ["example", () => example],
+  ] as const) {
+    test(`${label}: terraform >= 1.5 and hashicorp/google pinned to ~> 7.x`, () => {
+      const tf = dir().terraform;
+      expect(tf.map((t) => t.required_version)).toContain(">= 1.5");
+      const providers = tf.flatMap((t) => (Array.isArray(t.required_providers) ? t.required_providers : [])) as Obj[];
+      const google = providers.map((p) => p.google).find(isObj);
+      expect(google?.source).toBe("hashicorp/google");
+      expect(String(google?.version)).toMatch(/^~> 7\.\d+$/);
+      // Every declared provider carries a pessimistic pin.
+      for (const p of providers)
+        for (const [name, spec] of Object.entries(p)) expect(String(at(spec, "version")), name).toMatch(/^~> \d+\.\d+/);
+    });
+  }
+
+  test("the module has no provider block (the caller configures the provider)", () => {
+    for (const f of mod.files) expect(readFileSync(f, "utf8"), f).not.toMatch(/^\s*provider\s+"/m);
+  });
+});
+
+describe("documentation", () => {
+  for (const [label, dir] of [
+    ["module", () => mod],
+    ["example", () => example],
+  ] as const) {
+    test(`${label}: every variable has a description`, () => {
+      const vars = Object.entries(dir().variable);
+      expect(vars.length).toBeGreaterThan(0);
+      for (const [name, v] of vars) expect(String(v.description ?? "").length, name).toBeGreaterThan(10);
+    });
+
+    test(`${label}: every output has a description`, () => {
+      for (const [name, o] of Object.entries(dir().output)) expect(String(o.description ?? "").length, name).toBeGreaterThan(10);
+    });
+  }
+
+  test("the module README lists every variable and output", () => {
+    const readme = readFileSync(`${MODULE}/README.md`, "utf8");
+    for (const name of [...Object.keys(mod.variable), ...Object.keys(mod.output)]) expect(readme, name).toContain(`| \`${name}\` |`);
+  });
+
+  test("the module's outputs name what it created", () => {
+    expect(Object.keys(mod.output)).toEqual(
+      expect.arrayContaining([
+        "workflow_id",
+        "plan_job_name",
+        "group_job_name",
+        "finalize_job_name",
+        "function_name",
+        "events_topic_id",
+        "function_service_account_email",
+        "trigger_service_account_email",
+        "workflow_service_account_email",
+        "jobs_service_account_email",
+        "artifact_repository_url",
+      ]),
+    );
+  });
+});
+
+describe("example root", () => {
+  test("uses the module and passes every required variable", () => {
+    const m = example.module.orbax2reg;
+    expect(m?.source).toBe("../../modules/orbax2reg");
+    expect(existsSync(join(EXAMPLE, String(m?.source), "main.tf"))).toBe(true);
+    const required = Object.entries(mod.variable)
+      .filter(([, v]) => !("default" in v))
+      .map(([name]) => name);
+    for (const name of required) expect(m, name).toHaveProperty(name);
+    const known = new Set([...Object.keys(mod.variable), "source", "version", "providers", "depends_on", "count", "for_each"]);
+    for (const arg of Object.keys(m ?? {})) expect(known.has(arg), `unknown module argument ${arg}`).toBe(true);
+  });
+
+  test("terraform.tfvars.example sets every example variable without a default", () => {
+    const tfvars = readFileSync(`${EXAMPLE}/terraform.tfvars.example`, "utf8");
+    for (const [name, v] of Object.entries(example.variable)) {
+      if (!("default" in v)) expect(tfvars, name).toMatch(new RegExp(`^${name}\\s*=`, "m"));
+    }
+  });
+});
