@@ -1,6 +1,7 @@
 import { crc32c } from "../codecs/crc32c.js";
 import { compress, rleFrame } from "../codecs/zstd.js";
 import { ChecksumError, FormatError } from "../errors.js";
+import { LocalStore } from "../store/local.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { decodeChunk } from "../zarr/chunk.js";
@@ -33,6 +34,8 @@ const COALESCE_GAP = 256 << 10;
 const COALESCE_MAX = 8 << 20;
 /** Memory reserved for one streamed object (piece buffers on both sides). */
 const STREAM_RESERVE = 4 << 20;
+/** Buffer of a local-to-local copy, reused from object to object. */
+const COPY_BUFFER = 1 << 20;
 
 /**
  * Writes `objects` (a slice of `plan.objects`) into the destination step. Objects already present with
@@ -67,6 +70,7 @@ export async function executeObjects(
   const slots = new Budget(options.concurrency);
   const memory = new Budget(options.memoryBytes);
   const metas = new Map<number, ZarrArrayMeta>();
+  const buffers: Uint8Array[] = [];
   const metaOf = (o: PlannedObject): ZarrArrayMeta => {
     const i = o.array as number;
     let m = metas.get(i);
@@ -130,6 +134,19 @@ export async function executeObjects(
     switch (o.transform) {
       case "copy":
         if (d.kind === "inline") return withBudget(dataLength(d), () => put(o, Buffer.from(d.base64, "base64"), dataLength(d)));
+        if (source instanceof LocalStore && destination instanceof LocalStore) {
+          return withBudget(COPY_BUFFER, async () => {
+            const buffer = buffers.pop() ?? new Uint8Array(COPY_BUFFER);
+            try {
+              await source.copyRangeTo(d.key, d.offset, d.length, destination, joinKey(stepDir, o.target), buffer);
+            } finally {
+              buffers.push(buffer);
+            }
+            report.written++;
+            report.bytesWritten += d.length;
+            options.onObject?.({ target: o.target, bytes: d.length, skipped: false });
+          });
+        }
         return withBudget(Math.min(d.length, STREAM_RESERVE), () => put(o, source.readStream(d.key, d.offset, d.length), d.length));
       case "shard-inner": {
         const r = d as Extract<DataRef, { kind: "range" }>;

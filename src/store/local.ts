@@ -176,6 +176,46 @@ export class LocalStore implements Store {
     }
   }
 
+  /**
+   * Copies `length` bytes at `offset` of `key` into `target`'s `targetKey` through `buffer` (reused by the
+   * caller across copies). Between local directories this avoids a fresh buffer per piece, whose
+   * allocation and page faults cost more than the copy itself. Atomic like `write`.
+   */
+  async copyRangeTo(key: string, offset: number, length: number, target: LocalStore, targetKey: string, buffer: Uint8Array): Promise<void> {
+    const from = this.file(key);
+    const to = target.file(targetKey);
+    await mkdir(dirname(to), { recursive: true });
+    const tmp = `${to}.tmp-${randomBytes(6).toString("hex")}`;
+    let input: Awaited<ReturnType<typeof open>> | undefined;
+    let output: Awaited<ReturnType<typeof open>> | undefined;
+    try {
+      input = await open(from, "r");
+      if (offset + length > (await input.stat()).size) {
+        throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
+          path: describe(this, key),
+          offset,
+        });
+      }
+      output = await open(tmp, "w");
+      for (let done = 0; done < length; ) {
+        const { bytesRead } = await input.read(buffer, 0, Math.min(buffer.length, length - done), offset + done);
+        if (bytesRead === 0) throw new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset });
+        let written = 0;
+        while (written < bytesRead) written += (await output.write(buffer, written, bytesRead - written)).bytesWritten;
+        done += bytesRead;
+      }
+      await output.close();
+      output = undefined;
+      await rename(tmp, to);
+    } catch (e) {
+      await output?.close().catch(() => undefined);
+      await rm(tmp, { force: true });
+      throw this.translate(e, key);
+    } finally {
+      await input?.close();
+    }
+  }
+
   async delete(key: string): Promise<void> {
     await unlink(this.file(key)).catch((e: NodeJS.ErrnoException) => {
       if (e.code !== "ENOENT") throw e;

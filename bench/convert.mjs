@@ -1,0 +1,552 @@
+#!/usr/bin/env node
+// Conversion benchmark: one real ~2 GB Orbax step shaped like fuji-7B-v2 (bench/gen_fuji.py), converted
+// side by side by (1) `cp -r` of the step (the I/O floor), (2) `orbax2reg convert` and (3) the Python route
+// users take today (bench/python_route.py: orbax restore as numpy + TensorStore zarr writes). Best of 3.
+//
+//   npx tsc -p tsconfig.build.json && node bench/convert.mjs [--runs N] [--profile | --no-profile] [--no-strace]
+//
+// The source is read once before the runs (a warm-up), so every run reads it from a warm page cache;
+// nothing is dropped from the page cache. Before each run the destination is deleted and `sync` flushes
+// the previous run's dirty pages, so one run's writeback does not land in the next one's time. A run's
+// wall time ends when its process exits (no fsync: cp and orbax2reg leave data in the page cache;
+// TensorStore's file driver fsyncs, as it does for users). See bench/README.md.
+import { spawn, spawnSync } from "node:child_process";
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statfsSync, statSync } from "node:fs";
+import { SourceMap } from "node:module";
+import os from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = resolve(fileURLToPath(import.meta.url), "../..");
+process.chdir(ROOT);
+const PYTHON = ".venv/bin/python";
+const GEN = "bench/.generated";
+const OUT = resolve(GEN, "out");
+const CLI = "bin/orbax2reg.js";
+const TARGETS = { cpRatio: 0.5, cpRatioAim: 0.8, pythonRatio: 5, rssMiB: 512 };
+
+const args = process.argv.slice(2);
+const flag = (name) => args.includes(name);
+const runsArg = args.indexOf("--runs");
+const RUNS = runsArg >= 0 ? Number(args[runsArg + 1]) : 3;
+if (!Number.isInteger(RUNS) || RUNS < 1) {
+  console.error("--runs takes a positive integer");
+  process.exit(2);
+}
+
+if (!existsSync("dist/src/cli/main.js")) {
+  console.error("dist/ is missing: build first with `npx tsc -p tsconfig.build.json` (or use `npm run bench`)");
+  process.exit(1);
+}
+if (!existsSync(PYTHON)) {
+  console.error(`${PYTHON} is missing: run \`npm run setup\` (the generator and the Python route need the real orbax)`);
+  process.exit(1);
+}
+
+const say = (line = "") => console.log(line);
+const sh = (cmd, argv, opts = {}) => spawnSync(cmd, argv, { encoding: "utf8", ...opts });
+const mb = (bytes) => bytes / 1e6;
+const mib = (bytes) => bytes / 2 ** 20;
+const fmt = (x, digits = 2) => x.toFixed(digits);
+const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+
+function filesUnder(dir) {
+  const out = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...filesUnder(p));
+    else if (e.isFile()) out.push(p);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The machine.
+
+function machine() {
+  const cpu = (readFileSync("/proc/cpuinfo", "utf8").match(/^model name\s*:\s*(.*)$/m) ?? [])[1] ?? "?";
+  mkdirSync(GEN, { recursive: true });
+  const fs = statfsSync(GEN);
+  const mounts = readFileSync("/proc/mounts", "utf8")
+    .split("\n")
+    .map((l) => l.split(" "))
+    .filter((m) => m.length > 2 && resolve(GEN).startsWith(m[1]))
+    .sort((a, b) => b[1].length - a[1].length)[0];
+  const py = sh(PYTHON, [
+    "-c",
+    "import sys, importlib.metadata as m; print(sys.version.split()[0], *(m.version(p) for p in ('orbax-checkpoint', 'jax', 'tensorstore')))",
+  ]).stdout.trim();
+  const [pyv, orbax, jax, tensorstore] = py.split(" ");
+  return {
+    cpus: `${sh("nproc", []).stdout.trim()} (${cpu})`,
+    memory: `${fmt(os.totalmem() / 2 ** 30, 1)} GiB (${fmt(os.freemem() / 2 ** 30, 1)} GiB free)`,
+    disk: `${fmt((fs.bavail * fs.bsize) / 2 ** 30, 0)} GiB free of ${fmt((fs.blocks * fs.bsize) / 2 ** 30, 0)} GiB (${mounts?.[2] ?? "?"} on ${mounts?.[0] ?? "?"}, mounted at ${mounts?.[1] ?? "?"})`,
+    kernel: `${os.type()} ${os.release()}`,
+    node: process.version,
+    python: `${pyv} (orbax-checkpoint ${orbax}, jax ${jax}, tensorstore ${tensorstore})`,
+    cp: sh("cp", ["--version"]).stdout.split("\n")[0],
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Timed runs: wall time measured here, peak RSS by GNU time (ru_maxrss of the child, which includes the
+// descendants it waited for) or, without /usr/bin/time, by polling VmHWM of the child and its descendants.
+
+const GNU_TIME = existsSync("/usr/bin/time") && sh("/usr/bin/time", ["-v", "true"]).status === 0;
+
+function descendants(pid) {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) {
+    try {
+      for (const tid of readdirSync(`/proc/${out[i]}/task`)) {
+        const kids = readFileSync(`/proc/${out[i]}/task/${tid}/children`, "utf8").trim();
+        if (kids) out.push(...kids.split(" ").map(Number));
+      }
+    } catch {}
+  }
+  return out;
+}
+
+function vmHwmKiB(pid) {
+  try {
+    return Number((readFileSync(`/proc/${pid}/status`, "utf8").match(/^VmHWM:\s*(\d+)/m) ?? [])[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
+/** Runs cmd, returns { seconds, rssKiB, cpu (user + system seconds, with GNU time), stdout, stderr, status }. */
+function timed(cmd, argv) {
+  const timeFile = join(OUT, ".time");
+  const [c, a] = GNU_TIME ? ["/usr/bin/time", ["-v", "-o", timeFile, cmd, ...argv]] : [cmd, argv];
+  return new Promise((done, fail) => {
+    const t0 = performance.now();
+    const child = spawn(c, a, { stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => {
+      stdout += d;
+    });
+    child.stderr.on("data", (d) => {
+      stderr += d;
+    });
+    let polled = 0;
+    const poll = GNU_TIME
+      ? undefined
+      : setInterval(() => {
+          for (const pid of descendants(child.pid)) polled = Math.max(polled, vmHwmKiB(pid));
+        }, 20);
+    child.on("error", fail);
+    child.on("close", (status) => {
+      const seconds = (performance.now() - t0) / 1000;
+      if (poll) clearInterval(poll);
+      let rssKiB = polled;
+      let cpu = Number.NaN;
+      if (GNU_TIME) {
+        const t = readFileSync(timeFile, "utf8");
+        rssKiB = Number((t.match(/Maximum resident set size \(kbytes\): (\d+)/) ?? [])[1] ?? Number.NaN);
+        cpu = ["User", "System"].reduce(
+          (a, k) => a + Number((t.match(new RegExp(`${k} time \\(seconds\\): ([\\d.]+)`)) ?? [])[1] ?? Number.NaN),
+          0,
+        );
+        rmSync(timeFile, { force: true });
+      }
+      done({ seconds, rssKiB, cpu, stdout, stderr, status });
+    });
+  });
+}
+
+/** Fraction of all CPUs busy over `ms` (from /proc/stat); sampled while the benchmark itself is idle. */
+function cpuBusy(ms = 500) {
+  const read = () => {
+    const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+    const idle = (f[3] ?? 0) + (f[4] ?? 0);
+    return { idle, total: sum(f.slice(0, 8)) };
+  };
+  const a = read();
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+  const b = read();
+  return b.total === a.total ? 0 : 1 - (b.idle - a.idle) / (b.total - a.total);
+}
+const BUSY_WARN = 0.2;
+
+function freshDir(dir) {
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  sh("sync", []);
+}
+
+function syncSeconds() {
+  const t0 = performance.now();
+  sh("sync", []);
+  return (performance.now() - t0) / 1000;
+}
+
+function must(r, what) {
+  if (r.status !== 0) {
+    console.error(`${what} failed (exit ${r.status}):\n${r.stderr.slice(-4000)}`);
+    process.exit(1);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+say("# orbax2reg conversion benchmark");
+say();
+const m = machine();
+say("Machine:");
+for (const [k, v] of Object.entries(m)) say(`  ${k.padEnd(7)} ${v}`);
+const loadBefore = os.loadavg();
+say(`  load    ${loadBefore.map((x) => fmt(x)).join(" ")} (1/5/15 min) before the benchmark`);
+const busyBefore = cpuBusy(1000);
+say(`  busy    ${fmt(100 * busyBefore, 0)} % of the CPUs busy with other work before the benchmark`);
+if (busyBefore > BUSY_WARN) say("  WARNING: other work is running; runs that start while it lasts are flagged below");
+say();
+
+// 1. The source (generated once, cached under bench/.generated/fuji-mini).
+say("Source: generating or reusing bench/.generated/fuji-mini (bench/gen_fuji.py) ...");
+const gen = must(sh(PYTHON, ["bench/gen_fuji.py"], { stdio: ["ignore", "pipe", "inherit"] }), "bench/gen_fuji.py");
+const info = JSON.parse(gen.stdout.trim().split("\n").pop());
+const STEP = resolve(info.step_dir);
+const STEP_NAME = STEP.split("/").pop();
+const sourceFiles = filesUnder(STEP);
+const SOURCE_BYTES = sum(sourceFiles.map((f) => statSync(f).size));
+const d = info.dims;
+say(
+  `  ${info.step_dir}: ${info.arrays} arrays, ${sourceFiles.length} files, ${SOURCE_BYTES.toLocaleString("en-US")} B on disk ` +
+    `(${fmt(mb(info.raw_bytes), 0)} MB raw float32), version "${info.version}"`,
+);
+say(
+  `  fuji-7B-v2 tree scaled down: dim ${d.dim}, ${d.layers} layers, ${d.heads} heads x ${d.head_dim}, ffn ${d.ffn}, vocab ${d.vocab}; ` +
+    `params + Adam mu/nu float32, sharded 8-way (fsdp) on 8 CPU devices`,
+);
+say(
+  `  generation: ${info.cached ? "cached; it took" : "took"} ${info.seconds} s (values ${info.values_seconds} s, orbax save ${info.save_seconds} s)`,
+);
+
+// 2. Warm-up: read the whole source once, so all three routes read it from the page cache.
+{
+  const t0 = performance.now();
+  const buf = Buffer.allocUnsafe(8 << 20);
+  for (const f of sourceFiles) {
+    const fd = openSync(f, "r");
+    while (readSync(fd, buf, 0, buf.length, null) > 0) {}
+    closeSync(fd);
+  }
+  const s = (performance.now() - t0) / 1000;
+  say(`  warm-up: read the whole source once (${fmt(s)} s); every run below reads it from a warm page cache, nothing is dropped`);
+}
+say();
+
+// 3. Runs, interleaved: round i runs cp, orbax2reg, python once each.
+const DEST = { cp: join(OUT, "cp"), orbax2reg: join(OUT, "orbax2reg"), python: join(OUT, "python") };
+const ROUTES = {
+  cp: { label: "`cp -r` (I/O floor)", cmd: ["cp", ["-r", STEP, `${DEST.cp}/`]] },
+  orbax2reg: { label: "`orbax2reg convert`", cmd: [process.execPath, [CLI, "convert", STEP, DEST.orbax2reg, "--json"]] },
+  python: { label: "Python route (orbax restore + TensorStore write)", cmd: [PYTHON, ["bench/python_route.py", STEP, DEST.python]] },
+};
+const results = { cp: [], orbax2reg: [], python: [] };
+const verifies = [];
+mkdirSync(OUT, { recursive: true });
+say(`Runs (best of ${RUNS}; destination deleted and \`sync\` before each run; "flush" = the \`sync\` right after it, not counted):`);
+for (let round = 1; round <= RUNS; round++) {
+  for (const name of Object.keys(ROUTES)) {
+    freshDir(DEST[name]);
+    const background = cpuBusy();
+    const r = must(await timed(...ROUTES[name].cmd), name);
+    r.background = background;
+    r.flush = syncSeconds();
+    let extra = "";
+    if (name === "orbax2reg") {
+      const s = JSON.parse(r.stdout);
+      r.summary = s;
+      extra = `; ${s.written} objects written, ${s.seconds} s inside`;
+    } else if (name === "python") {
+      const s = JSON.parse(r.stdout.trim().split("\n").pop());
+      extra = `; restore ${s.restore_s} s, write ${s.write_s} s inside`;
+    }
+    results[name].push(r);
+    say(
+      `  ${String(round)}. ${name.padEnd(9)} ${fmt(r.seconds).padStart(6)} s  ${fmt(mb(SOURCE_BYTES) / r.seconds, 0).padStart(5)} MB/s  ` +
+        `CPU ${fmt(r.cpu).padStart(6)} s  peak RSS ${fmt(r.rssKiB / 1024, 0).padStart(5)} MiB  flush ${fmt(r.flush)} s  (others ${fmt(100 * background, 0)} % CPU before)${extra}`,
+    );
+    // Prove the output right (not timed): orbax2reg after every run, the Python route once (same checks).
+    if (name === "orbax2reg" || (name === "python" && round === 1)) {
+      const t0 = performance.now();
+      const v = sh(process.execPath, [CLI, "verify", STEP, join(DEST[name], STEP_NAME), "--json"], { maxBuffer: 64 << 20 });
+      const j = v.status === 0 || v.status === 1 ? JSON.parse(v.stdout) : { passed: 0, failed: 1, checks: [] };
+      verifies.push({ name, round, ...j, seconds: (performance.now() - t0) / 1000 });
+      const bad = j.checks.filter((c) => !c.ok).map((c) => `${c.name}: ${c.detail}`);
+      say(
+        `     verify ${name} output: ${j.passed} passed, ${j.failed} failed (${fmt((performance.now() - t0) / 1000, 1)} s)${bad.length ? ` -- ${bad.slice(0, 3).join("; ")}` : ""}`,
+      );
+      if (j.failed !== 0 || v.status !== 0) process.exitCode = 1;
+    }
+  }
+}
+say();
+
+// 4. Store operations of orbax2reg: the plan, the destination, and a counted in-process run.
+const o2rStep = join(DEST.orbax2reg, STEP_NAME);
+const plan = JSON.parse(readFileSync(join(o2rStep, ".orbax2reg/plan.json"), "utf8"));
+const destFiles = filesUnder(o2rStep);
+const chunkObjects = plan.objects.filter((o) => !/(^|\/)\.z(array|attrs|group)$|zarr\.json$/.test(o.target));
+const rangedChunks = chunkObjects.filter((o) => o.data.kind === "range");
+const transforms = {};
+for (const o of plan.objects) transforms[o.transform] = (transforms[o.transform] ?? 0) + 1;
+
+async function countedRun() {
+  const { planPhase, loadPlan } = await import("../dist/src/convert/convert.js");
+  const { executeObjects, DEFAULT_EXECUTE } = await import("../dist/src/convert/execute.js");
+  const { finalize } = await import("../dist/src/convert/finalize.js");
+  const { CountingStore } = await import("../dist/src/store/counting.js");
+  const dest = join(OUT, "counted");
+  freshDir(dest);
+  const opts = { groups: 1, paramsOnly: false, allowUncommitted: false, force: false, dryRun: false };
+  await planPhase(STEP, dest, opts);
+  const loaded = await loadPlan(dest, plan.step);
+  const source = new CountingStore(loaded.source, { log: true });
+  const destination = new CountingStore(loaded.destination);
+  // The CLI's defaults (concurrency 16, 256 MiB) are DEFAULT_EXECUTE.
+  await executeObjects(loaded.plan, loaded.plan.objects, source, destination, DEFAULT_EXECUTE);
+  await finalize(loaded.plan, source, destination);
+  rmSync(dest, { recursive: true, force: true });
+  return { source: source.counts, destination: destination.counts, ranges: source.ranges };
+}
+const counted = await countedRun();
+
+/** Syscalls of one orbax2reg convert under strace -f (opens, reads, writes on source data files / destination). */
+function straceRun() {
+  if (flag("--no-strace") || sh("strace", ["-V"]).status !== 0) return undefined;
+  const dest = join(OUT, "strace");
+  freshDir(dest);
+  const log = join(OUT, "strace.log");
+  const r = sh(
+    "strace",
+    [
+      "-f",
+      "-qq",
+      "-s",
+      "0",
+      "-o",
+      log,
+      "-e",
+      "trace=openat,close,read,pread64,readv,preadv,write,pwrite64,writev,pwritev",
+      process.execPath,
+      CLI,
+      "convert",
+      STEP,
+      dest,
+    ],
+    { maxBuffer: 64 << 20 },
+  );
+  if (r.status !== 0) return undefined;
+  const fds = new Map(); // "fd" -> "src" | "dst"
+  const pending = new Map();
+  const c = { srcOpens: 0, srcReads: 0, srcReadBytes: 0, dstCreates: 0, dstWrites: 0, dstWriteBytes: 0 };
+  const dataPrefix = `${STEP}/state/`;
+  for (let line of readFileSync(log, "utf8").split("\n")) {
+    const pid = line.split(" ", 1)[0];
+    if (line.includes("<unfinished ...>")) {
+      pending.set(pid, line.replace(/ <unfinished \.\.\.>$/, ""));
+      continue;
+    }
+    const resumed = line.match(/^(\d+)\s+<\.\.\. \w+ resumed>(.*)$/);
+    if (resumed) {
+      line = `${pending.get(pid) ?? ""}${resumed[2]}`;
+      pending.delete(pid);
+    }
+    const call = line.match(/^\d+\s+(\w+)\((.*)\)\s+= (-?\d+)/);
+    if (!call) continue;
+    const [, name, rest, ret] = call;
+    const result = Number(ret);
+    if (name === "openat") {
+      const path = (rest.match(/"([^"]*)"/) ?? [])[1] ?? "";
+      if (result < 0) continue;
+      if (path.startsWith(dataPrefix) && /\/d\/[^/]+$/.test(path)) {
+        fds.set(result, "src");
+        c.srcOpens++;
+      } else if (path.startsWith(dest) && rest.includes("O_CREAT")) {
+        fds.set(result, "dst");
+        c.dstCreates++;
+      } else fds.delete(result);
+    } else if (name === "close") {
+      fds.delete(Number(rest));
+    } else {
+      const kind = fds.get(Number(rest.split(",", 1)[0]));
+      if (kind === "src" && name.includes("read") && result >= 0) {
+        c.srcReads++;
+        c.srcReadBytes += result;
+      } else if (kind === "dst" && name.includes("write") && result >= 0) {
+        c.dstWrites++;
+        c.dstWriteBytes += result;
+      }
+    }
+  }
+  rmSync(log, { force: true });
+  rmSync(dest, { recursive: true, force: true });
+  return c;
+}
+const sys = straceRun();
+
+// 5. Results.
+const best = (name) => results[name].reduce((a, b) => (b.seconds < a.seconds ? b : a));
+const peak = (name) => Math.max(...results[name].map((r) => r.rssKiB)) / 1024;
+const B = { cp: best("cp"), orbax2reg: best("orbax2reg"), python: best("python") };
+const cpRatio = B.cp.seconds / B.orbax2reg.seconds;
+const pyRatio = B.python.seconds / B.orbax2reg.seconds;
+const o2rRss = peak("orbax2reg");
+const verdict = (ok) => (ok ? "met" : "**missed**");
+
+const lines = [];
+const out = (l = "") => lines.push(l);
+out(
+  `Source: ${info.arrays}-array fuji-7B-v2-shaped Orbax step (dim ${d.dim}, ${d.layers} layers, ffn ${d.ffn}, vocab ${d.vocab}; params + Adam mu/nu float32), ` +
+    `${fmt(mb(SOURCE_BYTES), 0)} MB on disk in ${sourceFiles.length} files, ${chunkObjects.length} chunks (${rangedChunks.length} out of line). ` +
+    `Machine: ${m.cpus.split(" ")[0]} cores, ${fmt(os.totalmem() / 2 ** 30, 0)} GiB RAM, ${m.disk.replace(/ \(.*/, "")} local ${(m.disk.match(/\((\w+) on/) ?? [])[1] ?? ""} disk; node ${m.node}, Python ${m.python.split(" ")[0]}. ` +
+    `Best of ${RUNS}, warm page cache (source read once before the runs, nothing dropped); MB/s = source bytes on disk / wall time.`,
+);
+out();
+out("| route | best wall time | all runs (s) | MB/s | CPU (user+sys) | peak RSS | throughput vs cp | best wall + flush |");
+out("|---|---:|---|---:|---:|---:|---:|---:|");
+for (const name of Object.keys(ROUTES)) {
+  const b = B[name];
+  out(
+    `| ${ROUTES[name].label} | ${fmt(b.seconds)} s | ${results[name].map((r) => fmt(r.seconds)).join(", ")} | ${fmt(mb(SOURCE_BYTES) / b.seconds, 0)} | ${fmt(b.cpu)} s | ` +
+      `${fmt(peak(name), 0)} MiB | ${fmt(B.cp.seconds / b.seconds)}x | ${fmt(Math.min(...results[name].map((r) => r.seconds + r.flush)))} s |`,
+  );
+}
+out();
+out(
+  '"flush" is the `sync` after a run: cp and orbax2reg leave their output in the page cache, TensorStore fsyncs each file. ' +
+    "CPU and wall time are those of the best run.",
+);
+out();
+out("| target | measured | goal | |");
+out("|---|---:|---|---|");
+out(
+  `| orbax2reg throughput / cp throughput | ${fmt(cpRatio)}x | >= ${TARGETS.cpRatio}x (aim ${TARGETS.cpRatioAim}x) | ${verdict(cpRatio >= TARGETS.cpRatio)}${cpRatio >= TARGETS.cpRatio && cpRatio < TARGETS.cpRatioAim ? " (below the aim)" : ""} |`,
+);
+out(
+  `| orbax2reg speed / Python route speed | ${fmt(pyRatio, 1)}x | >= ${TARGETS.pythonRatio}x | ${verdict(pyRatio >= TARGETS.pythonRatio)} |`,
+);
+out(
+  `| orbax2reg peak RSS (max of ${RUNS} runs) | ${fmt(o2rRss, 0)} MiB | <= ${TARGETS.rssMiB} MiB | ${verdict(o2rRss <= TARGETS.rssMiB)} |`,
+);
+out();
+const execReads = counted.source.rangeReads + counted.source.reads;
+const coalescedNote = execReads <= chunkObjects.length ? "1 ranged read per chunk or fewer (coalesced)" : "more than 1 read per chunk";
+out("| orbax2reg store operations (one run) | |");
+out("|---|---|");
+out(
+  `| plan (\`.orbax2reg/plan.json\`) | ${plan.objects.length} objects (${Object.entries(transforms)
+    .map(([k, v]) => `${v} ${k}`)
+    .join(
+      ", ",
+    )}: ${chunkObjects.length} chunks + ${plan.objects.length - chunkObjects.length} \`.zarray\`), ${plan.groups.length} group(s), ${plan.files.length} iterator files |`,
+);
+out(`| destination files | ${destFiles.length} (${plan.objects.length} objects + \`index\` + the plan) |`);
+out(
+  `| source reads while copying (CountingStore) | ${counted.source.rangeReads} ranged + ${counted.source.reads} whole reads for ${chunkObjects.length} chunks ` +
+    `(${rangedChunks.length} out of line, ${chunkObjects.length - rangedChunks.length} inline in the B+tree): ${fmt(execReads / chunkObjects.length)} per chunk, ${coalescedNote}; ${fmt(mb(counted.source.bytesRead), 0)} MB |`,
+);
+out(
+  `| destination writes (CountingStore) | ${counted.destination.writes} writes, ${fmt(mb(counted.destination.bytesWritten), 0)} MB, ${counted.destination.lists} list(s), ${counted.destination.stats} stat(s) |`,
+);
+if (sys) {
+  out(
+    `| syscalls (strace -f) | ${sys.srcOpens} opens of source data files (${fmt(sys.srcOpens / rangedChunks.length)} per out-of-line chunk), ` +
+      `${sys.srcReads} read syscalls on them (avg ${fmt(mib(sys.srcReadBytes / Math.max(sys.srcReads, 1)), 2)} MiB); ${sys.dstCreates} files created, ${sys.dstWrites} write syscalls (avg ${fmt(mib(sys.dstWriteBytes / Math.max(sys.dstWrites, 1)), 2)} MiB) |`,
+  );
+}
+const disturbed = Object.values(results)
+  .flat()
+  .filter((r) => r.background > BUSY_WARN).length;
+const bestDisturbed = Object.keys(results).filter((name) => best(name).background > BUSY_WARN);
+if (bestDisturbed.length > 0)
+  say(
+    `WARNING: other processes kept more than ${fmt(100 * BUSY_WARN, 0)} % of the CPUs busy just before the best run of ${bestDisturbed.join(", ")}; ` +
+      "the times are not reliable. Rerun on an idle machine.",
+  );
+else if (disturbed > 0)
+  say(`Note: ${disturbed} run(s) started while other processes were busy (see "others" above); every best run started on an idle machine.`);
+else say(`The machine was idle before every run (other processes below ${fmt(100 * BUSY_WARN, 0)} % CPU).`);
+say();
+say("## Results (markdown for bench/README.md)");
+say();
+for (const l of lines) say(l);
+say();
+
+// 6. Profile orbax2reg when it is below the aim (or with --profile): where its time goes, by src/ line.
+if (
+  flag("--profile") ||
+  (!flag("--no-profile") && (cpRatio < TARGETS.cpRatioAim || pyRatio < TARGETS.pythonRatio || o2rRss > TARGETS.rssMiB))
+) {
+  const dir = join(OUT, "profile");
+  rmSync(dir, { recursive: true, force: true });
+  const dest = join(OUT, "profiled");
+  freshDir(dest);
+  const t0 = performance.now();
+  must(sh(process.execPath, ["--cpu-prof", `--cpu-prof-dir=${dir}`, CLI, "convert", STEP, dest]), "profiled convert");
+  const wall = (performance.now() - t0) / 1000;
+  rmSync(dest, { recursive: true, force: true });
+  const file = readdirSync(dir).find((n) => n.endsWith(".cpuprofile"));
+  const keep = resolve(GEN, "convert.cpuprofile");
+  const prof = JSON.parse(readFileSync(join(dir, file), "utf8"));
+  rmSync(keep, { force: true });
+  sh("cp", [join(dir, file), keep]);
+  rmSync(dir, { recursive: true, force: true });
+  say(`## Profile of one \`orbax2reg convert\` (node --cpu-prof, ${fmt(wall)} s wall; saved to ${GEN}/convert.cpuprofile)`);
+  say();
+  for (const l of profileSummary(prof)) say(l);
+  say();
+}
+
+rmSync(OUT, { recursive: true, force: true });
+
+/** Main-thread time by category, top self time, and inclusive time of src/ frames (mapped through dist's source maps). */
+function profileSummary(p) {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const parent = new Map();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const maps = new Map();
+  const srcLine = (cf) => {
+    if (!cf.url.includes("/dist/src/")) return undefined;
+    const file = cf.url.startsWith("file:") ? fileURLToPath(cf.url) : cf.url;
+    if (!maps.has(file)) maps.set(file, existsSync(`${file}.map`) ? new SourceMap(JSON.parse(readFileSync(`${file}.map`, "utf8"))) : null);
+    const e = maps.get(file)?.findEntry(cf.lineNumber, cf.columnNumber);
+    const src = e?.originalSource ? e.originalSource.replace(/^.*?(src\/)/, "$1") : file;
+    return `${src}:${(e?.originalLine ?? cf.lineNumber) + 1} ${cf.functionName || "(anonymous)"}`;
+  };
+  const plain = (cf) =>
+    `${cf.functionName || "(anonymous)"} ${cf.url ? `${cf.url.replace(/^.*\/(dist\/src\/|node:)/, "$1")}:${cf.lineNumber + 1}` : ""}`.trim();
+  const self = new Map();
+  const incl = new Map();
+  let total = 0;
+  for (let i = 0; i < p.samples.length; i++) {
+    const us = p.timeDeltas[i] ?? 0;
+    total += us;
+    const leaf = byId.get(p.samples[i]);
+    const key = srcLine(leaf.callFrame) ?? plain(leaf.callFrame);
+    self.set(key, (self.get(key) ?? 0) + us);
+    const seen = new Set();
+    for (let id = leaf.id; id !== undefined; id = parent.get(id)) {
+      const l = srcLine(byId.get(id).callFrame);
+      if (l && !seen.has(l)) {
+        seen.add(l);
+        incl.set(l, (incl.get(l) ?? 0) + us);
+      }
+    }
+  }
+  const ms = (us) => `${fmt(us / 1000, 0).padStart(6)} ms ${fmt((100 * us) / total, 1).padStart(5)} %`;
+  const outl = [
+    `main thread sampled ${fmt(total / 1e6)} s (node's thread pool, where file I/O runs, is not sampled)`,
+    "",
+    "top self time:",
+  ];
+  for (const [k, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 12)) outl.push(`  ${ms(us)}  ${k}`);
+  outl.push("", "top src/ frames, inclusive (synchronous stacks only: stream callbacks run outside them):");
+  for (const [k, us] of [...incl].sort((a, b) => b[1] - a[1]).slice(0, 10)) outl.push(`  ${ms(us)}  ${k}`);
+  return outl;
+}

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Writes the conversion benchmark's source: one real Orbax step shaped like fuji-7B-v2, scaled down.
+
+Usage:
+    .venv/bin/python bench/gen_fuji.py [OUT_DIR]        # default bench/.generated/fuji-mini
+
+The tree has fuji-7B-v2's leaf paths (docs/axlearn-regular-format.md §8): float32 params under
+model/decoder/..., Adam mu/nu copies under learner/optimizer/1/0/{mu,nu}/..., int32 counts at
+learner/optimizer/1/{0,1,3}/count (1/2 is AddDecayedWeightsState(count=None): no leaf) and prng_key
+uint32 (4,). Dimensions are shrunk (see DIMS) so the step is about 2 GB on disk.
+
+It is written with the real orbax-checkpoint exactly as the project's fixture generator does
+(test/fixtures-gen/generate.py is imported for that: CheckpointManager with step_%08d names, items
+index + state, AXLearn's ArrayHandler override, 8 CPU devices). Arrays live on an (8,) "fsdp" mesh;
+the FFN, qkv and o_proj weights are sharded 8-way on their model-dim axis (chunk = shard), as under
+fuji's default mesh; token_emb and the norms are replicated (one chunk each). Values are seeded
+random normals times a small scale (params 0.02, mu 1e-3, nu = (1e-3 * normal)^2): float32 noise that
+zstd compresses by about 8 %, like real fp32 weights, and not all zeros.
+
+The step is cached: OUT_DIR/generated.json records VERSION; a rerun with the same VERSION does nothing.
+Change VERSION whenever the tree, the dimensions or the values change.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "test", "fixtures-gen"))
+
+# Importing the project's generator sets XLA_FLAGS (8 CPU devices) and JAX_PLATFORMS before jax is
+# imported, and registers AXLearn's ArrayHandler override: it must come before `import jax`.
+import generate as g  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+from typing import Any, NamedTuple  # noqa: E402
+
+# fuji-7B-v2: dim 4096, 32 layers, 32 heads x 128, FFN 11008, vocab 32768.
+DIMS = {"dim": 1024, "layers": 14, "heads": 8, "head_dim": 128, "ffn": 2816, "vocab": 8192}
+STEP = 1000
+VERSION = "fuji-mini-v1:" + ",".join(f"{k}={v}" for k, v in DIMS.items()) + f":step={STEP}"
+FSDP = 8
+
+
+class AddDecayedWeightsState(NamedTuple):
+    count: Any  # None in fuji: no leaf.
+
+
+def param_specs():
+    """{slash path under model/: (shape, partition spec)} of fuji-7B-v2's params, scaled down."""
+    d, n, h, hd, f, v = (DIMS[k] for k in ("dim", "layers", "heads", "head_dim", "ffn", "vocab"))
+    layer = "decoder/transformer/repeat/layer"
+    fs = "fsdp"
+    return {
+        "decoder/emb/token_emb/weight": ((v, d), P()),
+        "decoder/output_norm/scale": ((d,), P()),
+        f"{layer}/self_attention/norm/scale": ((n, d), P()),
+        f"{layer}/self_attention/attention/i_proj/i_proj/qkv_proj/weight": ((n, 3, d, h, hd), P(None, None, fs)),
+        f"{layer}/self_attention/attention/o_proj/weight": ((n, d, h, hd), P(None, fs)),
+        f"{layer}/feed_forward/norm/scale": ((n, d), P()),
+        f"{layer}/feed_forward/linear1_0/weight": ((n, d, f), P(None, fs)),
+        f"{layer}/feed_forward/linear1_1/weight": ((n, d, f), P(None, fs)),
+        f"{layer}/feed_forward/linear2/weight": ((n, f, d), P(None, None, fs)),
+    }
+
+
+def nest(flat: dict) -> dict:
+    out: dict = {}
+    for path, value in flat.items():
+        node = out
+        parts = path.split("/")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def values(path: str, shape: tuple, kind: str) -> np.ndarray:
+    seed = int.from_bytes(hashlib.sha256(f"{VERSION}:{kind}:{path}".encode()).digest()[:8], "little")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    if kind == "param":
+        x *= np.float32(0.02)
+    elif kind == "mu":
+        x *= np.float32(1e-3)
+    else:  # nu: second moment, positive
+        x *= np.float32(1e-3)
+        np.square(x, out=x)
+    if path.endswith("/scale") and kind == "param":
+        x += np.float32(1.0)  # norm scales sit near 1
+    return x
+
+
+def build_tree(mesh: Mesh):
+    def arrays(kind: str) -> dict:
+        out = {}
+        for path, (shape, spec) in param_specs().items():
+            host = values(path, shape, kind)
+            out[path] = jax.make_array_from_callback(shape, NamedSharding(mesh, spec), lambda idx, h=host: np.asarray(h[idx]))
+            del host
+        return nest(out)
+
+    def scalar(value, dtype):
+        return jax.device_put(np.array(value, dtype=dtype), NamedSharding(mesh, P()))
+
+    count = lambda: scalar(STEP, np.int32)  # noqa: E731
+    adam = g.ScaleByAdamState(count=count(), mu=arrays("mu"), nu=arrays("nu"))
+    adamw = (adam, g.ScaleByScheduleState(count=count()), AddDecayedWeightsState(count=None), g.ScaleByScheduleState(count=count()))
+    prng = jax.device_put(np.array([0, 42, 7, 1000], dtype=np.uint32), NamedSharding(mesh, P()))
+    return {
+        "learner": {"optimizer": (g.EmptyState(), adamw)},
+        "model": arrays("param"),
+        "prng_key": prng,
+    }
+
+
+def dir_size(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def main(argv) -> int:
+    out = os.path.abspath(argv[0] if argv else os.path.join(HERE, ".generated", "fuji-mini"))
+    stamp = os.path.join(out, "generated.json")
+    step_dir = os.path.join(out, "ckpt", f"step_{STEP:08d}")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            info = json.load(f)
+        if info.get("version") == VERSION and os.path.exists(os.path.join(step_dir, "commit_success.txt")):
+            print(json.dumps({**info, "cached": True}))
+            return 0
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    tmp = out + ".tmp"
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    t0 = time.monotonic()
+    mesh = Mesh(np.array(jax.devices()), ("fsdp",))
+    assert len(jax.devices()) == FSDP, jax.devices()
+    tree = build_tree(mesh)
+    t1 = time.monotonic()
+    g.save_axlearn(os.path.join(tmp, "ckpt"), STEP, tree)
+    t2 = time.monotonic()
+    leaves = jax.tree_util.tree_leaves(tree)
+    info = {
+        "version": VERSION,
+        "dims": DIMS,
+        "step": STEP,
+        "step_dir": os.path.relpath(step_dir, ROOT),
+        "arrays": len(leaves),
+        "raw_bytes": int(sum(x.nbytes for x in leaves)),
+        "stored_bytes": dir_size(os.path.join(tmp, "ckpt", f"step_{STEP:08d}")),
+        "values_seconds": round(t1 - t0, 1),
+        "save_seconds": round(t2 - t1, 1),
+        "seconds": round(t2 - t0, 1),
+    }
+    del tree, leaves
+    with open(os.path.join(tmp, "generated.json"), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+    os.rename(tmp, out)
+    print(json.dumps({**info, "cached": False}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
