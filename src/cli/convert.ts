@@ -1,4 +1,4 @@
-import { convert, finalizePhase, groupPhase, loadPlan, planPhase } from "../convert/convert.js";
+import { convert, finalizePhase, groupPhase, loadPlan, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
 import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
@@ -40,9 +40,8 @@ function planSummary(plan: Plan) {
   };
 }
 
-export async function runConvert(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
-  const started = Date.now();
-  const common = {
+function planOptions(o: ConvertCliOptions): PlanPhaseOptions {
+  return {
     groups: o.groups ?? 1,
     paramsOnly: o.paramsOnly ?? false,
     allowUncommitted: o.allowUncommitted ?? false,
@@ -50,6 +49,11 @@ export async function runConvert(source: string, dest: string, o: ConvertCliOpti
     dryRun: o.dryRun ?? false,
     ...(o.step === undefined ? {} : { step: o.step }),
   };
+}
+
+export async function runConvert(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+  const started = Date.now();
+  const common = planOptions(o);
   let progress: ConvertProgress | undefined;
   const result = await convert(source, dest, {
     ...common,
@@ -92,14 +96,7 @@ export async function runConvert(source: string, dest: string, o: ConvertCliOpti
 }
 
 export async function runPlan(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
-  const { plan, reused } = await planPhase(source, dest, {
-    groups: o.groups ?? 1,
-    paramsOnly: o.paramsOnly ?? false,
-    allowUncommitted: o.allowUncommitted ?? false,
-    force: o.force ?? false,
-    dryRun: o.dryRun ?? false,
-    ...(o.step === undefined ? {} : { step: o.step }),
-  });
+  const { plan, reused } = await planPhase(source, dest, planOptions(o));
   const summary = { ...planSummary(plan), reused };
   if (o.json) out.stdout(JSON.stringify(summary, null, 2));
   else {

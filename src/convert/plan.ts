@@ -41,7 +41,8 @@ export function stepDirName(step: number): string {
   return `step_${String(step).padStart(8, "0")}`;
 }
 
-const isParam = (path: string) => path === "model" || path.startsWith("model/");
+/** `--params-only` keeps these leaves: the model's parameters, for serving and evaluation. */
+export const isParam = (path: string) => path === "model" || path.startsWith("model/");
 
 /**
  * Reads the source once (tree, metadata, shard indexes of inline shards) and decides every object of the
@@ -92,7 +93,7 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
   }
 
   const files = options.paramsOnly ? [] : iteratorFiles(source, where);
-  const index = await planIndex(source, step, arrays, options.paramsOnly);
+  const index = await expectedIndexText(source, step, arrays, options.paramsOnly);
   const fingerprint = createHash("sha256")
     .update(pythonJsonDumps({ objects: objects.map((o) => [o.target, o.data, o.transform]), files, index, paramsOnly: options.paramsOnly }))
     .digest("hex");
@@ -228,8 +229,16 @@ function iteratorFiles(source: OrbaxStep, where: { url: string }): PlannedFile[]
   return out;
 }
 
-/** The index text: Orbax's `index` item verbatim when it exists (filtered for --params-only), else built. */
-async function planIndex(source: OrbaxStep, step: number, arrays: readonly PlannedArray[], paramsOnly: boolean): Promise<string> {
+/**
+ * The index text: Orbax's `index` item verbatim when it exists (filtered for --params-only), else built
+ * from the arrays (already filtered by the caller).
+ */
+export async function expectedIndexText(
+  source: OrbaxStep,
+  step: number,
+  arrays: readonly Pick<PlannedArray, "path" | "dtype" | "shape">[],
+  paramsOnly: boolean,
+): Promise<string> {
   if (source.indexKey !== undefined) {
     const text = decoder.decode(await source.store.read(source.indexKey));
     const path = describe(source.store, source.indexKey);

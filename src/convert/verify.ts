@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { Orbax2RegError } from "../errors.js";
 import { listArrays, type StoredArray } from "../orbax/arrays.js";
 import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
-import { arrayEntry, indexText, parseIndex, structureStrings } from "../regular/index-file.js";
+import { parseIndex, structureStrings } from "../regular/index-file.js";
 import { regularChunkKey } from "../regular/zarray.js";
 import { openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
@@ -10,6 +10,7 @@ import { Budget } from "../util/budget.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import { chunkGrid, chunkKey, parseZarrMetadata, product } from "../zarr/metadata.js";
 import { unravel } from "../zarr/read-array.js";
+import { expectedIndexText, isParam } from "./plan.js";
 
 const VERIFY_CONCURRENCY = 4;
 
@@ -26,7 +27,6 @@ export interface VerifyResult {
 }
 
 const text = new TextDecoder();
-const isParam = (path: string) => path === "model" || path.startsWith("model/");
 
 /**
  * Compares a regular checkpoint with the Orbax step it came from: the index (byte for byte, and AXLearn's
@@ -96,20 +96,12 @@ export async function verify(
   return { checks, passed: checks.length - failed, failed };
 }
 
+/** What the index must be, from the source, as the planner computes it. */
 async function expectedIndex(source: OrbaxStep, step: number, paramsOnly: boolean): Promise<string> {
-  if (source.indexKey !== undefined) {
-    const raw = text.decode(await source.store.read(source.indexKey));
-    if (!paramsOnly) return raw;
-    const parsed = parseIndex(raw, describe(source.store, source.indexKey));
-    return indexText(
-      parsed.step,
-      parsed.entries.filter(([p]) => isParam(p)),
-    );
-  }
-  const entries = [];
+  const arrays = [];
   for await (const a of listArrays(source))
-    if (!paramsOnly || isParam(a.leaf.path)) entries.push(arrayEntry(a.leaf.path, a.meta.dtype.name, a.meta.shape));
-  return indexText(step, entries);
+    if (!paramsOnly || isParam(a.leaf.path)) arrays.push({ path: a.leaf.path, dtype: a.meta.dtype.name, shape: a.meta.shape });
+  return expectedIndexText(source, step, arrays, paramsOnly);
 }
 
 async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store): Promise<string | undefined> {
