@@ -83,11 +83,14 @@ export async function executeObjects(
     }
     return m;
   };
-  const put = async (o: PlannedObject, data: Uint8Array | AsyncIterable<Uint8Array>, bytes: number) => {
-    await destination.write(joinKey(stepDir, o.target), data);
+  const written = (o: PlannedObject, bytes: number) => {
     report.written++;
     report.bytesWritten += bytes;
     options.onObject?.({ target: o.target, bytes: dataLength(o.data), skipped: false });
+  };
+  const put = async (o: PlannedObject, data: Uint8Array | AsyncIterable<Uint8Array>, bytes: number) => {
+    await destination.write(joinKey(stepDir, o.target), data);
+    written(o, bytes);
   };
   let failed = false;
   const withBudget = async (weight: number, work: () => Promise<void>) => {
@@ -142,9 +145,7 @@ export async function executeObjects(
             } finally {
               buffers.push(buffer);
             }
-            report.written++;
-            report.bytesWritten += d.length;
-            options.onObject?.({ target: o.target, bytes: d.length, skipped: false });
+            written(o, d.length);
           });
         }
         return withBudget(Math.min(d.length, STREAM_RESERVE), () => put(o, source.readStream(d.key, d.offset, d.length), d.length));

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { Orbax2RegError } from "../errors.js";
-import { listArrays, type StoredArray } from "../orbax/arrays.js";
+import { chunkKeyPattern, listArrays, type StoredArray } from "../orbax/arrays.js";
 import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
 import { parseIndex, structureStrings } from "../regular/index-file.js";
 import { regularChunkKey } from "../regular/zarray.js";
@@ -13,6 +13,8 @@ import { unravel } from "../zarr/read-array.js";
 import { expectedIndexText, isParam } from "./plan.js";
 
 const VERIFY_CONCURRENCY = 4;
+/** AXLearn's zarr v2 chunk keys: indices joined by ".". */
+const REGULAR_KEYS = { prefix: "", separator: "." } as const;
 
 export interface Check {
   readonly name: string;
@@ -87,8 +89,7 @@ export async function verify(
       const dir = o.key.slice(0, o.key.lastIndexOf("/") + 1);
       const name = o.key.slice(dir.length);
       const rank = ranks.get(dir);
-      const chunk = rank === 0 ? /^0$/ : new RegExp(`^\\d+(\\.\\d+){${Math.max((rank ?? 1) - 1, 0)}}$`);
-      if (rank === undefined || (name !== ".zarray" && !chunk.test(name))) extra.push(o.key);
+      if (rank === undefined || (name !== ".zarray" && !chunkKeyPattern(REGULAR_KEYS, rank).test(name))) extra.push(o.key);
     }
     return extra.length ? `not part of any source array: ${extra.slice(0, 5).join(", ")}` : undefined;
   });

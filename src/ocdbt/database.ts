@@ -213,7 +213,7 @@ async function readManifest(store: Store, key: string): Promise<Manifest> {
 async function newestNumberedManifest(store: Store, root: string): Promise<string> {
   const prefix = joinKey(root, "manifest.");
   let best: { key: string; n: bigint } | undefined;
-  for await (const o of store.list(root === "" ? "manifest." : `${prefix}`)) {
+  for await (const o of store.list(prefix)) {
     const hex = o.key.slice(o.key.lastIndexOf("manifest.") + "manifest.".length);
     if (!/^[0-9a-f]{16}$/.test(hex)) continue;
     const n = BigInt(`0x${hex}`);

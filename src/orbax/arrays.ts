@@ -47,7 +47,8 @@ export async function* listArrays(step: OrbaxStep): AsyncIterable<StoredArray> {
   }
 }
 
-function chunkKeyPattern(enc: ChunkKeyEncoding, rank: number): RegExp {
+/** Names of the chunk keys of an array of `rank` under key encoding `enc` (e.g. `0.1`, `c/0/1`, rank 0: `0`, `c`). */
+export function chunkKeyPattern(enc: ChunkKeyEncoding, rank: number): RegExp {
   const sep = enc.separator === "." ? "\\." : "/";
   if (enc.prefix === "c") return rank === 0 ? /^c$/ : new RegExp(`^c${sep}\\d+(${sep}\\d+){${rank - 1}}$`);
   return rank === 0 ? /^0$/ : new RegExp(`^\\d+(${sep}\\d+){${rank - 1}}$`);

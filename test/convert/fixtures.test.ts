@@ -25,6 +25,7 @@ import {
   WORK_DIR,
   zarrays,
 } from "../helpers/convert.js";
+import { UPSTREAM_NON_CRITICAL } from "../helpers/paths.js";
 
 afterAll(removeScratch);
 
@@ -33,16 +34,7 @@ const UPSTREAM_VARIANTS = [
   "checkpoint_metadata_missing/pytree_checkpointable_has_metadata",
   "checkpoint_metadata_missing/pytree_checkpointable_missing_metadata",
   "checkpoint_metadata_present/pytree_checkpointable_missing_metadata",
-  ...[
-    "missing_commit_timestamp_nsecs_metadata",
-    "missing_custom_metadata_metadata",
-    "missing_init_timestamp_nsecs_metadata",
-    "missing_item_handlers_metadata",
-    "missing_metrics_metadata",
-    "missing_performance_metrics_metadata",
-    "missing_pytree_data_dir_array_metadatas",
-    "missing_pytree_data_file__sharding",
-  ].map((v) => `non_critical_metadata_alterations/${v}`),
+  ...UPSTREAM_NON_CRITICAL,
 ].map((variant) => ({ variant, location: `${UPSTREAM}/${variant}`, hasMetadata: existsSync(`${UPSTREAM}/${variant}/state/_METADATA`) }));
 
 const out = scratch("fixtures");

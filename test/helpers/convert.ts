@@ -6,11 +6,11 @@ import { cpSync, existsSync, readdirSync, readFileSync, rmSync, statSync, writeF
 import { join, relative, resolve } from "node:path";
 import { type ConvertResult, convert, type PlanPhaseOptions } from "../../src/convert/convert.js";
 import type { ExecuteOptions } from "../../src/convert/execute.js";
-import { FIXTURES, GENERATED, PYTHON } from "./paths.js";
+import { FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
 import { tempDir } from "./tmp.js";
 
 export const SAMPLE = `${FIXTURES}/axlearn-regular-sample/step_00000100`;
-export const UPSTREAM = `${FIXTURES}/orbax-upstream/composite_checkpoint`;
+export { UPSTREAM } from "./paths.js";
 
 /** A real Orbax checkpoint and where its parts are. */
 export interface FixtureCase {

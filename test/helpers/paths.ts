@@ -5,3 +5,17 @@ export const GENERATED = "test/.generated/fixtures";
 export const GENERATOR_INPUTS = ["test/fixtures-gen/generate.py", "test/fixtures-gen/bigtree.py", "test/fixtures-gen/requirements.txt"];
 export const PYTHON = ".venv/bin/python";
 export const TOOLS = ".tools/bin";
+
+/** Orbax's own compatibility checkpoints (copied from the orbax repository). */
+export const UPSTREAM = `${FIXTURES}/orbax-upstream/composite_checkpoint`;
+/** Its variants with metadata the data does not need removed: all must still read and convert. */
+export const UPSTREAM_NON_CRITICAL = [
+  "missing_commit_timestamp_nsecs_metadata",
+  "missing_custom_metadata_metadata",
+  "missing_init_timestamp_nsecs_metadata",
+  "missing_item_handlers_metadata",
+  "missing_metrics_metadata",
+  "missing_performance_metrics_metadata",
+  "missing_pytree_data_dir_array_metadatas",
+  "missing_pytree_data_file__sharding",
+].map((v) => `non_critical_metadata_alterations/${v}`);
