@@ -2,10 +2,14 @@
 // It only reads its configuration from the environment (set per execution by the workflow through
 // container overrides) and calls the same engine the CLI uses; logs are single-line JSON for Cloud Logging.
 
+import { type FailureReport, failureKey, type JobPhase, type PlanSummary, SUMMARY_KEY } from "../src/cloud/job-reports.js";
 import { jsonLogger, type Logger } from "../src/cloud/log.js";
 import { finalizePhase, groupPhase, planPhase } from "../src/convert/convert.js";
+import { stepDirName } from "../src/convert/plan.js";
 import { dataLength } from "../src/convert/plan-format.js";
 import { Orbax2RegError } from "../src/errors.js";
+import { openStore } from "../src/store/open.js";
+import { joinKey } from "../src/store/store.js";
 
 export interface JobEnv {
   readonly [name: string]: string | undefined;
@@ -31,95 +35,154 @@ function integer(env: JobEnv, name: string, fallback?: number): number {
 
 const flag = (env: JobEnv, name: string) => /^(1|true|yes)$/i.test(env[name] ?? "");
 
-export class JobConfigError extends Error {}
+export class JobConfigError extends Error {
+  override readonly name = "JobConfigError";
+}
 
-/** Runs one phase; returns the process exit code. */
+const PHASES: readonly JobPhase[] = ["plan", "convert-group", "finalize"];
+const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as JobPhase);
+
+const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
+
+/** Where this job reports to the workflow, when the environment says enough to know. */
+function reportTarget(phase: JobPhase, env: JobEnv): { destination: string; stepDir: string; failure: string } | undefined {
+  const destination = env.ORBAX2REG_DESTINATION;
+  const step = env.ORBAX2REG_STEP;
+  if (!destination || !step || !/^\d+$/.test(step)) return undefined;
+  const group = env.ORBAX2REG_GROUP;
+  if (phase === "convert-group" && (!group || !/^\d+$/.test(group))) return undefined;
+  const stepDir = stepDirName(Number(step));
+  return { destination, stepDir, failure: joinKey(stepDir, failureKey(phase, Number(group))) };
+}
+
+/**
+ * Runs one phase; returns the process exit code. Around the phase it keeps the failure report the
+ * workflow reads (removed at start, written on failure), so a retry decision never sees a stale one.
+ */
 export async function runJob(
   phase: string | undefined,
   env: JobEnv,
   log: Logger = jsonLogger({ component: "orbax2reg-job" }),
 ): Promise<number> {
   const started = Date.now();
+  const target = isPhase(phase) ? reportTarget(phase, env) : undefined;
   try {
-    const destination = required(env, "ORBAX2REG_DESTINATION");
-    if (phase === "plan") {
-      const source = required(env, "ORBAX2REG_SOURCE");
-      const stepEnv = env.ORBAX2REG_STEP;
-      const { plan, reused } = await planPhase(source, destination, {
-        groups: integer(env, "ORBAX2REG_GROUPS", 1),
-        paramsOnly: flag(env, "ORBAX2REG_PARAMS_ONLY"),
-        force: flag(env, "ORBAX2REG_FORCE"),
-        allowUncommitted: flag(env, "ORBAX2REG_ALLOW_UNCOMMITTED"),
-        dryRun: false,
-        ...(stepEnv ? { step: integer(env, "ORBAX2REG_STEP") } : {}),
-      });
-      log.info(reused ? "reusing existing plan" : "plan written", {
-        phase,
-        step: plan.step,
-        arrays: plan.totals.arrays,
-        objects: plan.totals.objects,
-        bytes: plan.totals.bytes,
-        groups: plan.groups.length,
-        seconds: (Date.now() - started) / 1000,
-      });
-      return 0;
-    }
-    const step = integer(env, "ORBAX2REG_STEP");
-    if (phase === "convert-group") {
-      const group = integer(env, "ORBAX2REG_GROUP");
-      const taskIndex = integer(env, "CLOUD_RUN_TASK_INDEX", 0);
-      const taskCount = integer(env, "CLOUD_RUN_TASK_COUNT", 1);
-      const glog = log.with({ phase, step, group, task: taskIndex });
-      let bytes = 0;
-      let last = Date.now();
-      const report = await groupPhase(destination, step, group, {
-        concurrency: integer(env, "ORBAX2REG_CONCURRENCY", 32),
-        memoryBytes: integer(env, "ORBAX2REG_MEMORY_MIB", 1024) << 20,
-        taskIndex,
-        taskCount,
-        onObject: (e) => {
-          bytes += e.bytes;
-          const now = Date.now();
-          if (now - last >= PROGRESS_EVERY_MS) {
-            last = now;
-            const seconds = (now - started) / 1000;
-            glog.info("copying", { bytes, mbPerSecond: Number((bytes / 1e6 / seconds).toFixed(1)) });
-          }
-        },
-      });
-      glog.info("group done", {
-        objects: report.objects,
-        written: report.written,
-        skipped: report.skipped,
-        bytes: report.bytesWritten,
-        seconds: report.seconds,
-        mbPerSecond: Number((report.bytesWritten / 1e6 / Math.max(report.seconds, 1e-3)).toFixed(1)),
-      });
-      return 0;
-    }
-    if (phase === "finalize") {
-      const report = await finalizePhase(destination, step);
-      log.info("checkpoint committed", {
-        phase,
-        step,
-        objects: report.objects,
-        files: report.files,
-        indexWritten: report.indexWritten,
-        bytes: report.plan.objects.reduce((s, o) => s + dataLength(o.data), 0),
-        seconds: (Date.now() - started) / 1000,
-      });
-      return 0;
-    }
-    throw new JobConfigError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
+    if (!isPhase(phase)) throw new JobConfigError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
+    if (target) await (await openStore(target.destination)).delete(target.failure);
+    await runPhase(phase, env, log, started);
+    return 0;
   } catch (e) {
     // Bad input is permanent (exit 2: retrying cannot help); anything else may be transient (exit 1).
+    const err = e as Error;
     const permanent = e instanceof Orbax2RegError || e instanceof JobConfigError;
-    log.error((e as Error).message, { phase, permanent, errorType: (e as Error).name, seconds: (Date.now() - started) / 1000 });
+    log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000 });
+    if (target && isPhase(phase)) {
+      const report: FailureReport = {
+        phase,
+        group: phase === "convert-group" ? Number(env.ORBAX2REG_GROUP) : null,
+        task: phase === "convert-group" ? Number(env.CLOUD_RUN_TASK_INDEX ?? 0) : null,
+        permanent,
+        errorType: err.name,
+        message: err.message,
+        time: new Date().toISOString(),
+      };
+      try {
+        await (await openStore(target.destination)).write(target.failure, encodeJson(report));
+      } catch (w) {
+        // The destination itself may be what failed; the log line above still tells the story.
+        log.warn("could not write the failure report", { key: target.failure, error: (w as Error).message });
+      }
+    }
     return permanent ? 2 : 1;
+  }
+}
+
+async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: number): Promise<void> {
+  const destination = required(env, "ORBAX2REG_DESTINATION");
+  if (phase === "plan") {
+    const source = required(env, "ORBAX2REG_SOURCE");
+    const stepEnv = env.ORBAX2REG_STEP;
+    const { plan, reused, committed } = await planPhase(source, destination, {
+      groups: integer(env, "ORBAX2REG_GROUPS", 1),
+      paramsOnly: flag(env, "ORBAX2REG_PARAMS_ONLY"),
+      force: flag(env, "ORBAX2REG_FORCE"),
+      allowUncommitted: flag(env, "ORBAX2REG_ALLOW_UNCOMMITTED"),
+      dryRun: false,
+      acceptCommitted: true,
+      ...(stepEnv ? { step: integer(env, "ORBAX2REG_STEP") } : {}),
+    });
+    const summary: PlanSummary = {
+      step: plan.step,
+      stepDir: plan.destination.stepDir,
+      groups: plan.groups.length,
+      arrays: plan.totals.arrays,
+      objects: plan.totals.objects,
+      bytes: plan.totals.bytes,
+      reused,
+      committed,
+    };
+    await (await openStore(destination)).write(joinKey(plan.destination.stepDir, SUMMARY_KEY), encodeJson(summary));
+    log.info(committed ? "already converted; nothing to do" : reused ? "reusing existing plan" : "plan written", {
+      phase,
+      ...summary,
+      seconds: (Date.now() - started) / 1000,
+    });
+    return;
+  }
+  const step = integer(env, "ORBAX2REG_STEP");
+  if (phase === "convert-group") {
+    const group = integer(env, "ORBAX2REG_GROUP");
+    const taskIndex = integer(env, "CLOUD_RUN_TASK_INDEX", 0);
+    const taskCount = integer(env, "CLOUD_RUN_TASK_COUNT", 1);
+    const glog = log.with({ phase, step, group, task: taskIndex });
+    let bytes = 0;
+    let last = Date.now();
+    const report = await groupPhase(destination, step, group, {
+      concurrency: integer(env, "ORBAX2REG_CONCURRENCY", 32),
+      memoryBytes: integer(env, "ORBAX2REG_MEMORY_MIB", 1024) << 20,
+      taskIndex,
+      taskCount,
+      onObject: (e) => {
+        bytes += e.bytes;
+        const now = Date.now();
+        if (now - last >= PROGRESS_EVERY_MS) {
+          last = now;
+          const seconds = (now - started) / 1000;
+          glog.info("copying", { bytes, mbPerSecond: Number((bytes / 1e6 / seconds).toFixed(1)) });
+        }
+      },
+    });
+    glog.info("group done", {
+      objects: report.objects,
+      written: report.written,
+      skipped: report.skipped,
+      bytes: report.bytesWritten,
+      seconds: report.seconds,
+      mbPerSecond: Number((report.bytesWritten / 1e6 / Math.max(report.seconds, 1e-3)).toFixed(1)),
+    });
+    return;
+  }
+  if (phase === "finalize") {
+    const report = await finalizePhase(destination, step);
+    log.info("checkpoint committed", {
+      phase,
+      step,
+      objects: report.objects,
+      files: report.files,
+      indexWritten: report.indexWritten,
+      bytes: report.plan.objects.reduce((s, o) => s + dataLength(o.data), 0),
+      seconds: (Date.now() - started) / 1000,
+    });
   }
 }
 
 // Run when executed directly (not when imported by tests).
 if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
-  process.exitCode = await runJob(process.argv[2], process.env);
+  // The workflow passes its execution name so every log line of a conversion can be found from it.
+  const execution = process.env.ORBAX2REG_EXECUTION;
+  process.exitCode = await runJob(
+    process.argv[2],
+    process.env,
+    jsonLogger({ component: "orbax2reg-job", ...(execution ? { execution } : {}) }),
+  );
 }

@@ -1,5 +1,5 @@
 import { stepDirName } from "../convert/plan.js";
-import { WORK_DIR } from "../convert/plan-format.js";
+import { CLAIM_KEY } from "../convert/plan-format.js";
 import type { Store } from "../store/store.js";
 import type { ConversionEvent } from "./events.js";
 import type { Logger } from "./log.js";
@@ -34,7 +34,7 @@ export interface WorkflowArgument {
 export type TriggerOutcome = "ignored" | "waiting" | "duplicate" | "started";
 
 /** Where the claim lives: inside the destination step's work directory. Deleting it allows a re-run. */
-export const CLAIM = `${WORK_DIR}/claim.json`;
+export const CLAIM = CLAIM_KEY;
 
 /**
  * Handles one `google.cloud.storage.object.v1.finalized` event: decides whether it commits an Orbax step,

@@ -7,7 +7,7 @@ import { describe, joinKey, type Store } from "../store/store.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { type FinalizeReport, finalize } from "./finalize.js";
 import { buildPlan, stepDirName } from "./plan.js";
-import { PLAN_KEY, type Plan, parsePlan, WORK_DIR } from "./plan-format.js";
+import { CLAIM_KEY, PLAN_KEY, type Plan, parsePlan, WORK_DIR } from "./plan-format.js";
 
 export interface PlanPhaseOptions {
   readonly step?: number;
@@ -16,12 +16,19 @@ export interface PlanPhaseOptions {
   readonly allowUncommitted: boolean;
   readonly force: boolean;
   readonly dryRun: boolean;
+  /**
+   * A destination step already committed from this same source and options is a success with nothing to
+   * do (a re-run pipeline), instead of an error. The CLI keeps the error: there, a second run is a mistake.
+   */
+  readonly acceptCommitted?: boolean;
 }
 
 export interface PlanPhaseResult {
   readonly plan: Plan;
   /** An identical plan was already in the destination (a resumed conversion). */
   readonly reused: boolean;
+  /** That conversion was already committed (only with `acceptCommitted`). */
+  readonly committed: boolean;
 }
 
 /** A location as a comparable prefix: an absolute local path or gs://bucket/prefix, ending in "/". */
@@ -55,21 +62,24 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
   if (destStep.startsWith(sourceStep) || sourceStep.startsWith(destStep)) {
     throw new UsageError(`the destination step ${destStep} overlaps the source step ${sourceStep}`);
   }
-  if (options.dryRun) return { plan, reused: false };
+  if (options.dryRun) return { plan, reused: false, committed: false };
 
   const destination = await openStore(destinationRoot);
   const stepDir = plan.destination.stepDir;
   const committed = await destination.stat(joinKey(stepDir, "index"));
   const previous = await readPlanIfAny(destination, stepDir);
   if (committed !== undefined || previous !== undefined) {
+    const same = previous?.source.fingerprint === plan.source.fingerprint;
     if (options.force) {
       await wipe(destination, stepDir);
+    } else if (committed !== undefined && same && options.acceptCommitted) {
+      return { plan: previous, reused: true, committed: true };
     } else if (committed !== undefined) {
       throw new UsageError("the destination step is already committed (it has an index); --force replaces it", {
         path: describe(destination, joinKey(stepDir, "index")),
       });
-    } else if (previous?.source.fingerprint === plan.source.fingerprint) {
-      return { plan: previous, reused: true };
+    } else if (same && previous !== undefined) {
+      return { plan: previous, reused: true, committed: false };
     } else {
       throw new UsageError(
         "the destination step holds an unfinished conversion of another source or with other options; --force starts over",
@@ -80,7 +90,7 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
     }
   }
   await destination.write(joinKey(stepDir, PLAN_KEY), new TextEncoder().encode(JSON.stringify(plan)));
-  return { plan, reused: false };
+  return { plan, reused: false, committed: false };
 }
 
 async function readPlanIfAny(destination: Store, stepDir: string): Promise<Plan | undefined> {
@@ -89,11 +99,15 @@ async function readPlanIfAny(destination: Store, stepDir: string): Promise<Plan 
   return parsePlan(new TextDecoder().decode(await destination.read(key)), describe(destination, key));
 }
 
-/** Removes the index first (so the step is uncommitted at once), then everything else of the step. */
+/**
+ * Removes the index first (so the step is uncommitted at once), then everything else of the step except
+ * the trigger's claim: a forced re-conversion must not let a late duplicate event start yet another one.
+ */
 async function wipe(destination: Store, stepDir: string): Promise<void> {
   await destination.delete(joinKey(stepDir, "index"));
   const keys: string[] = [];
-  for await (const o of destination.list(`${stepDir}/`)) keys.push(o.key);
+  const claim = joinKey(stepDir, CLAIM_KEY);
+  for await (const o of destination.list(`${stepDir}/`)) if (o.key !== claim) keys.push(o.key);
   for (const k of keys) await destination.delete(k);
 }
 

@@ -10,6 +10,8 @@ export const PLAN_VERSION = 1;
 /** Hidden prefix inside the destination step for the plan and per-group reports. */
 export const WORK_DIR = ".orbax2reg";
 export const PLAN_KEY = `${WORK_DIR}/plan.json`;
+/** The trigger function's once-per-step claim (src/cloud/trigger-handler.ts); deleting it allows a re-run. */
+export const CLAIM_KEY = `${WORK_DIR}/claim.json`;
 
 /** Bytes to read: a literal (inline OCDBT values, synthesized metadata) or a range of a source object. */
 export type DataRef =
