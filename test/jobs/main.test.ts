@@ -15,7 +15,12 @@ const source = tiny.location;
 let destination: string;
 let lines: Record<string, unknown>[];
 const log = () => jsonLogger({}, (l) => lines.push(JSON.parse(l)));
-const env = (extra: Record<string, string> = {}) => ({ ORBAX2REG_SOURCE: source, ORBAX2REG_DESTINATION: destination, ORBAX2REG_STEP: "100", ...extra });
+const env = (extra: Record<string, string> = {}) => ({
+  ORBAX2REG_SOURCE: source,
+  ORBAX2REG_DESTINATION: destination,
+  ORBAX2REG_STEP: "100",
+  ...extra,
+});
 const readJson = <T>(key: string): T => JSON.parse(readFileSync(join(destination, tiny.stepDir, key), "utf8")) as T;
 
 beforeEach(() => {
