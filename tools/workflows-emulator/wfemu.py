@@ -75,6 +75,93 @@ text_utils.url_encode_plus = lambda source: _up.quote_plus(source, safe="-_.~")
 text_utils.url_decode = lambda source: _up.unquote_plus(source)
 # GCW default(a, b) returns b only when a is null; the package used `a or b` (wrong for 0, "", false).
 wf_render.STANDARD_LIBRARY["default"] = lambda value, fallback: fallback if value is None else value
+# GCW's json.encode / encode_to_string do not indent unless asked; the package indented by default.
+from workflows_emulator.lib import json_utils as _json_utils  # noqa: E402
+
+_json_encode = _json_utils.encode
+_json_utils.encode = lambda data, indent=False: _json_encode(data, indent)
+_json_utils.encode_to_string = lambda data, indent=False: _json_encode(data, indent).decode()
+
+
+def _get_type(value):
+    """get_type that also names the package's dict/list subclasses (variables are stored as those)."""
+    for py, name in ((bool, "bool"), (bytes, "bytes"), (float, "double"), (int, "int"), (str, "string"),
+                     (dict, "map"), (list, "list")):
+        if isinstance(value, py):
+            return name
+    if value is None:
+        return "null"
+    raise ValueError(f"unknown type {type(value)}")
+
+
+wf_render.STANDARD_LIBRARY["get_type"] = _get_type
+# The package's maps list Python context variables among their keys(); keys() must be the map's own.
+wf_render.STANDARD_LIBRARY["keys"] = lambda collection: list(dict.keys(collection))
+# Workflows literals are JSON's; expressions run as Python, so name them.
+wf_render.STANDARD_LIBRARY.update({"null": None, "true": True, "false": False})
+
+
+def _expressions(value: str):
+    """(start, end, code) of each ${...}, braces balanced and string literals respected (the package's
+    regex stopped at the first '}', so map literals and "}" in strings broke)."""
+    i = 0
+    while (i := value.find("${", i)) >= 0:
+        depth, j, quote = 1, i + 2, None
+        while j < len(value) and depth:
+            c = value[j]
+            if quote:
+                if c == "\\":
+                    j += 1
+                elif c == quote:
+                    quote = None
+            elif c in "\"'":
+                quote = c
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            j += 1
+        if depth:
+            raise SyntaxError(f"unterminated expression in {value!r}")
+        yield i, j, value[i + 2:j - 1]
+        i = j
+
+
+def _render_str(value, context):
+    """GCW semantics: a value that is one whole expression keeps the expression's type (null stays null;
+    the package turned it into the string "None" by re-parsing str() as YAML)."""
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    parts = list(_expressions(value))
+    if len(parts) == 1 and parts[0][0] == 0 and parts[0][1] == len(value):
+        return wf_render.run_code(parts[0][2], context)
+    out, last = [], 0
+    for start, end, code in parts:
+        v = wf_render.run_code(code, context)
+        out.append(value[last:start])
+        out.append(json.dumps(v) if isinstance(v, (list, dict)) or v is None or isinstance(v, bool) else str(v))
+        last = end
+    out.append(value[last:])
+    return "".join(out)
+
+
+wf_render.render_str = _render_str
+
+
+def _allow_expression(node, key):
+    """The package's schema types concurrency_limit as integer only; GCW also takes an expression."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key and isinstance(v, dict) and v.get("type") == "integer":
+                v["type"] = ["integer", "string"]
+            else:
+                _allow_expression(v, key)
+    elif isinstance(node, list):
+        for v in node:
+            _allow_expression(v, key)
+
+
+_allow_expression(wf.WORKFLOW_SCHEMA, "concurrency_limit")
 
 # ---------------------------------------------------------------- connector hooks
 _HOOKS: dict[str, dict] = {}
@@ -203,6 +290,8 @@ def _merge_shared(parent, before, after):
 def _execute_task_config(self, task_configs, concurrency_limit=None, index_var="__index", value_var="__value"):
     shared = list(dict.fromkeys(self.config["parallel"].get("shared", [])))
     snapshot = copy.deepcopy(self.context)
+    if isinstance(concurrency_limit, str):  # GCW accepts an expression here
+        concurrency_limit = render_config(concurrency_limit, self.context)
     limit = int(concurrency_limit) if concurrency_limit else 20
 
     def run_branch(index, task):
