@@ -1,0 +1,335 @@
+import { readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { PubSub } from "@google-cloud/pubsub";
+import { ExecutionsClient, type protos } from "@google-cloud/workflows";
+import { PassThroughClient } from "google-auth-library";
+import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import type { ConversionEvent } from "../../src/cloud/events.js";
+import { runBin } from "../helpers/cli.js";
+import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
+import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { type Running, startFunction, startPubsub, startWorkflows } from "./emulators.js";
+
+// The whole Google Cloud pipeline on loopback, no cloud project: a real Orbax checkpoint lands in a
+// fake-gcs-server bucket, its finalize events go to the trigger function served by the real
+// functions-framework, which claims the step and starts the real workflows/convert.yaml on the Workflows
+// emulator; the workflow's connector calls run the real job entry point as local processes against
+// fake-gcs-server (test/e2e/connector-hook.mjs) and publish to the Pub/Sub emulator.
+
+type Execution = protos.google.cloud.workflows.executions.v1.IExecution;
+
+const PROJECT = "test-project";
+const WORKFLOW = `projects/${PROJECT}/locations/us-central1/workflows/convert`;
+const TOPIC = "orbax2reg-events";
+const GROUPS = 3;
+const tiny = fixtureCase("tiny"); // 15 arrays: 3 groups of 5
+const STEP = "runs/exp/step_00000100";
+
+let work: string;
+let pubsub: Running;
+let workflows: Running;
+let fn: Running;
+let executions: ExecutionsClient;
+const events: { attributes: Record<string, string>; event: ConversionEvent }[] = [];
+let closeSubscription: () => Promise<void>;
+
+beforeAll(async () => {
+  work = scratch("e2e");
+  // No metadata server on loopback: keep the Google clients from probing for one (and warning).
+  process.env.METADATA_SERVER_DETECTION = "none";
+  const gcs = inject("gcsEndpoint");
+  pubsub = await startPubsub(join(work, "pubsub.log"));
+  process.env.PUBSUB_EMULATOR_HOST = `127.0.0.1:${pubsub.port}`;
+  const client = new PubSub({ projectId: PROJECT });
+  const [topic] = await client.createTopic(TOPIC);
+  const [subscription] = await topic.createSubscription("e2e-all");
+  subscription.on("message", (m) => {
+    events.push({ attributes: m.attributes, event: JSON.parse(m.data.toString()) });
+    m.ack();
+  });
+  closeSubscription = () => subscription.close();
+
+  const emulators = {
+    ORBAX2REG_GCS_ENDPOINT: gcs,
+    PUBSUB_EMULATOR_HOST: `127.0.0.1:${pubsub.port}`,
+    GOOGLE_CLOUD_PROJECT: PROJECT,
+    METADATA_SERVER_DETECTION: "none",
+  };
+  workflows = await startWorkflows(
+    {
+      workflowsDir: "workflows",
+      hooks: resolve("test/e2e/hooks.yaml"),
+      // What terraform/modules/orbax2reg/workflow.tf sets.
+      userEnv: {
+        ORBAX2REG_PROJECT: PROJECT,
+        ORBAX2REG_REGION: "us-central1",
+        ORBAX2REG_PLAN_JOB: "orbax2reg-plan",
+        ORBAX2REG_GROUP_JOB: "orbax2reg-convert-group",
+        ORBAX2REG_FINALIZE_JOB: "orbax2reg-finalize",
+        ORBAX2REG_EVENTS_TOPIC: `projects/${PROJECT}/topics/${TOPIC}`,
+        ORBAX2REG_CONCURRENCY: "2",
+        ORBAX2REG_GROUPS: String(GROUPS),
+      },
+      env: {
+        ...emulators,
+        E2E_HOOK_LOG: join(work, "hooks.jsonl"),
+        E2E_JOB_LOG: join(work, "jobs.jsonl"),
+        E2E_FAULTS: join(work, "faults.json"),
+      },
+    },
+    join(work, "workflows.log"),
+  );
+  // What terraform/modules/orbax2reg/function.tf sets, pointed at the emulators.
+  fn = await startFunction(
+    {
+      ...emulators,
+      ORBAX2REG_WORKFLOW: WORKFLOW,
+      ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
+      ORBAX2REG_ROOT_PREFIXES: "runs",
+      ORBAX2REG_DESTINATION_TEMPLATE: "gs://{bucket}/{root}/regular",
+      ORBAX2REG_GROUPS: String(GROUPS),
+      ORBAX2REG_EVENTS_TOPIC: `projects/${PROJECT}/topics/${TOPIC}`,
+    },
+    join(work, "function.log"),
+  );
+  executions = new ExecutionsClient({
+    fallback: true,
+    protocol: "http",
+    apiEndpoint: "127.0.0.1",
+    port: workflows.port,
+    authClient: new PassThroughClient(),
+  } as unknown as ConstructorParameters<typeof ExecutionsClient>[0]);
+}, 180_000);
+
+afterAll(async () => {
+  await closeSubscription?.();
+  await Promise.all([fn?.stop(), workflows?.stop(), pubsub?.stop()]);
+  removeScratch();
+});
+
+/** Uploads the tiny fixture as a step under `bucket`, its step-level commit marker last (as Orbax does). */
+async function writeCheckpoint(bucket: string): Promise<string[]> {
+  const marker = "commit_success.txt";
+  await uploadDir(tiny.location, bucket, STEP, (k) => k === marker);
+  await uploadDir(tiny.location, bucket, STEP, (k) => k !== marker);
+  const [files] = await emulatorStorage()
+    .bucket(bucket)
+    .getFiles({ prefix: `${STEP}/` });
+  const names = files.map((f) => f.name).filter((n) => n !== `${STEP}/${marker}`);
+  return [...names, `${STEP}/${marker}`];
+}
+
+/** Delivers a google.cloud.storage.object.v1.finalized CloudEvent (binary mode) for an existing object. */
+async function finalized(bucket: string, name: string): Promise<number> {
+  const [metadata] = await emulatorStorage().bucket(bucket).file(name).getMetadata();
+  const response = await fetch(fn.url, {
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      "ce-specversion": "1.0",
+      "ce-id": `${name}#${metadata.generation}`,
+      "ce-type": "google.cloud.storage.object.v1.finalized",
+      "ce-source": `//storage.googleapis.com/projects/_/buckets/${bucket}`,
+      "ce-subject": `objects/${name}`,
+      "ce-time": new Date().toISOString(),
+    },
+    body: JSON.stringify(metadata),
+  });
+  return response.status;
+}
+
+/** Delivers a finalize event for a name that need not exist (the function must not look at it). */
+async function finalizedName(bucket: string, name: string): Promise<number> {
+  const response = await fetch(fn.url, {
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      "ce-specversion": "1.0",
+      "ce-id": `${name}#1`,
+      "ce-type": "google.cloud.storage.object.v1.finalized",
+      "ce-source": `//storage.googleapis.com/projects/_/buckets/${bucket}`,
+      "ce-subject": `objects/${name}`,
+    },
+    body: JSON.stringify({ bucket, name, generation: "1" }),
+  });
+  return response.status;
+}
+
+async function executionsOf(bucket: string): Promise<Execution[]> {
+  const [all] = await executions.listExecutions({ parent: WORKFLOW });
+  return all.filter((e) => (JSON.parse(e.argument ?? "{}").source as string | undefined)?.startsWith(`gs://${bucket}/`));
+}
+
+async function startByHand(argument: unknown): Promise<Execution> {
+  const [created] = await executions.createExecution({ parent: WORKFLOW, execution: { argument: JSON.stringify(argument) } });
+  return created;
+}
+
+async function finished(execution: Execution): Promise<Execution> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const [e] = await executions.getExecution({ name: execution.name as string });
+    if (e.state !== "ACTIVE") return e;
+    if (Date.now() > deadline) throw new Error(`${execution.name} still ACTIVE after 120 s`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function eventsFor(destination: string, type: ConversionEvent["type"], count = 1) {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const found = events.filter((e) => e.event.destination === destination && e.event.type === type);
+    if (found.length >= count || Date.now() > deadline) return found;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const hookCalls = (destination: string) =>
+  readFileSync(join(work, "hooks.jsonl"), "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as { connector: string; phase?: string; group?: string | null; destination?: string })
+    .filter((c) => c.destination === destination);
+
+const jobLines = () =>
+  readFileSync(join(work, "jobs.jsonl"), "utf8")
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+/** Makes every job execution of `group` for `destination` fail the way a killed task does (no report). */
+const injectFault = (destination: string, group: number) =>
+  writeFileSync(join(work, "faults.json"), JSON.stringify([{ destination, group }]));
+const clearFaults = () => writeFileSync(join(work, "faults.json"), "[]");
+
+async function exists(bucket: string, name: string): Promise<boolean> {
+  const [found] = await emulatorStorage().bucket(bucket).file(name).exists();
+  return found;
+}
+
+describe("the pipeline on local emulators", () => {
+  test("a step committed to the bucket is converted, verified and announced", async () => {
+    const bucket = await newBucket("train");
+    const destination = `gs://${bucket}/runs/exp/regular`;
+    for (const name of await writeCheckpoint(bucket)) expect(await finalized(bucket, name)).toBe(204);
+
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect(started[0]?.labels).toEqual({ step: "100" });
+    const done = await finished(started[0] as Execution);
+    expect(done.state).toBe("SUCCEEDED");
+    expect(JSON.parse(done.result as string)).toMatchObject({
+      step: 100,
+      groups: GROUPS,
+      arrays: 15,
+      destination: `${destination}/step_00000100`,
+    });
+
+    const verify = runBin(["verify", `gs://${bucket}/${STEP}`, `${destination}/step_00000100`]);
+    expect(verify.stdout).toMatch(/\d+ passed, 0 failed/);
+    expect(verify.code).toBe(0);
+
+    const [requested] = await eventsFor(destination, "conversion.requested");
+    const [succeeded] = await eventsFor(destination, "conversion.succeeded");
+    expect(requested?.event).toMatchObject({ step: 100, source: `gs://${bucket}/${STEP}`, execution: started[0]?.name });
+    expect(succeeded?.attributes).toEqual({ type: "conversion.succeeded", step: "100" });
+    expect(succeeded?.event).toMatchObject({ step: 100, arrays: 15, error: null, execution: started[0]?.name });
+    expect(succeeded?.event.bytes).toBeGreaterThan(0);
+  });
+
+  test("the same commit event delivered twice starts one execution", async () => {
+    const bucket = await newBucket("train");
+    const names = await writeCheckpoint(bucket);
+    const marker = names.at(-1) as string;
+    expect(await Promise.all([finalized(bucket, marker), finalized(bucket, marker)])).toEqual([204, 204]);
+    expect(await finalized(bucket, marker)).toBe(204);
+
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
+  });
+
+  test("a group that keeps failing is retried, then conversion.failed names it and nothing is committed", async () => {
+    const bucket = await newBucket("train");
+    const destination = `gs://${bucket}/runs/exp/regular`;
+    injectFault(destination, 1);
+    try {
+      const names = await writeCheckpoint(bucket);
+      expect(await finalized(bucket, names.at(-1) as string)).toBe(204);
+      const [execution] = await executionsOf(bucket);
+      const done = await finished(execution as Execution);
+      expect(done.state).toBe("FAILED");
+      expect(JSON.parse(done.error?.payload as string)).toMatchObject({ tags: ["ConversionFailed"], groups: ["1"] });
+    } finally {
+      clearFaults();
+    }
+    const runs = hookCalls(destination).filter((c) => c.phase === "convert-group");
+    expect(runs.filter((c) => c.group === "1")).toHaveLength(3); // the first attempt and two retries
+    expect(runs.filter((c) => c.group !== "1")).toHaveLength(GROUPS - 1);
+    expect(hookCalls(destination).some((c) => c.phase === "finalize")).toBe(false);
+
+    const [failed] = await eventsFor(destination, "conversion.failed");
+    expect(failed?.attributes).toEqual({ type: "conversion.failed", step: "100" });
+    expect(failed?.event.error).toMatch(/1 of 3 groups failed; group 1 failed: .*terminated \(injected\)/);
+    expect(await exists(bucket, "runs/exp/regular/step_00000100/index")).toBe(false);
+  });
+
+  test("running the workflow again from the console resumes a failed conversion and commits it", async () => {
+    const bucket = await newBucket("train");
+    const destination = `gs://${bucket}/runs/exp/regular`;
+    const argument = { source: `gs://${bucket}/${STEP}`, destination };
+    await writeCheckpoint(bucket);
+    injectFault(destination, 2);
+    const first = await finished(await startByHand(argument)).finally(clearFaults);
+    expect(first.state).toBe("FAILED");
+
+    const second = await finished(await startByHand(argument));
+    expect(second.state).toBe("SUCCEEDED");
+    expect(JSON.parse(second.result as string)).toMatchObject({ resumed: true, already_converted: false });
+    // Only the failed group had anything left to write.
+    const groupsDone = jobLines().filter((l) => l.message === "group done" && l.execution === second.name);
+    expect(groupsDone.map((l) => [l.group, (l.written as number) > 0]).sort()).toEqual([
+      [0, false],
+      [1, false],
+      [2, true],
+    ]);
+    expect(runBin(["verify", argument.source, `${destination}/step_00000100`]).code).toBe(0);
+
+    const third = await finished(await startByHand(argument));
+    expect(JSON.parse(third.result as string)).toMatchObject({ already_converted: true });
+    expect(hookCalls(destination).filter((c) => c.phase === "finalize")).toHaveLength(1);
+  });
+
+  test("a job that fails on bad input is not retried, and conversion.failed says why", async () => {
+    const bucket = await newBucket("train");
+    const destination = `gs://${bucket}/regular`;
+    const done = await finished(await startByHand({ source: `gs://${bucket}/runs/exp/step_00000300`, destination }));
+    expect(done.state).toBe("FAILED");
+    expect(hookCalls(destination).filter((c) => c.phase === "plan")).toHaveLength(1);
+    const [failed] = await eventsFor(destination, "conversion.failed");
+    expect(failed?.event.error).toMatch(/^plan: gs:\/\/.*step_00000300: no Orbax checkpoint here/);
+    expect(failed?.event.step).toBe(300);
+  });
+
+  test("an argument without a destination fails at once with a message naming the field", async () => {
+    const done = await finished(await startByHand({ source: "gs://b/runs/exp/step_00000100" }));
+    expect(done.state).toBe("FAILED");
+    expect(JSON.parse(done.error?.payload as string).message).toMatch(/needs "source" .* and "destination"/);
+  });
+
+  test("events for chunk files, item-level markers and temporary directories start nothing", async () => {
+    const bucket = await newBucket("train");
+    for (const name of [
+      `${STEP}/state/d/0123456789abcdef`,
+      `${STEP}/state/commit_success.txt`,
+      `${STEP}/state/manifest.ocdbt`,
+      "runs/exp/step_00000200.orbax-checkpoint-tmp-1732900000/commit_success.txt",
+      "elsewhere/step_00000100/commit_success.txt",
+    ]) {
+      expect(await finalizedName(bucket, name)).toBe(204);
+    }
+    expect(await executionsOf(bucket)).toHaveLength(0);
+    const [objects] = await emulatorStorage().bucket(bucket).getFiles();
+    expect(objects).toHaveLength(0); // no claim either
+  });
+});
