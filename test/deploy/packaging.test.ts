@@ -1,0 +1,137 @@
+import { spawnSync } from "node:child_process";
+import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { builtinModules } from "node:module";
+import { join } from "node:path";
+import { parse } from "@cdktf/hcl2json";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { PYTHON } from "../helpers/paths.js";
+
+// What ships: the job image (Dockerfile; no Docker engine runs here, so its structure is checked) and the
+// function's source zip (built and loaded for real).
+
+const pkg = JSON.parse(readFileSync("package.json", "utf8")) as { dependencies: Record<string, string> };
+
+function stages(dockerfile: string): string[][] {
+  const lines = dockerfile
+    .replace(/\\\n/g, " ")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !l.startsWith("#"));
+  const out: string[][] = [];
+  for (const l of lines) {
+    if (l.startsWith("FROM ")) out.push([]);
+    out.at(-1)?.push(l);
+  }
+  return out;
+}
+
+function jsFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((n) => {
+    const p = join(dir, n);
+    return statSync(p).isDirectory() ? jsFiles(p) : p.endsWith(".js") ? [p] : [];
+  });
+}
+
+describe("the job image", () => {
+  const dockerfile = readFileSync("Dockerfile", "utf8");
+  const [build, runtime] = stages(dockerfile);
+
+  test("builds in one stage and runs from another", () => {
+    expect(stages(dockerfile)).toHaveLength(2);
+    expect(build?.[0]).toMatch(/^FROM \$\{NODE_IMAGE\} AS build$/);
+    expect(runtime?.[0]).toMatch(/^FROM \$\{NODE_IMAGE\}$/);
+  });
+
+  test("uses Node 22 or later", () => {
+    const image = /^ARG NODE_IMAGE=node:(\d+)/m.exec(dockerfile);
+    expect(Number(image?.[1])).toBeGreaterThanOrEqual(22);
+  });
+
+  test("keeps only production dependencies and compiled code", () => {
+    expect(build?.some((l) => /npm prune --omit=dev/.test(l))).toBe(true);
+    const copied = runtime?.filter((l) => l.startsWith("COPY")).map((l) => l.split(" ").at(-2));
+    expect(copied).toEqual(["/app/package.json", "/app/node_modules", "/app/dist"]);
+  });
+
+  test("runs as a non-root user", () => {
+    const user = runtime?.filter((l) => l.startsWith("USER ")).at(-1);
+    expect(user).toBeDefined();
+    expect(user).not.toMatch(/^USER (root|0)(:|$)/);
+  });
+
+  test("provides the entry point the Cloud Run jobs run", async () => {
+    const hcl = await parse("jobs.tf", readFileSync("terraform/modules/orbax2reg/jobs.tf", "utf8"));
+    const jobs = Object.values(hcl.resource.google_cloud_run_v2_job) as {
+      template: { template: { containers: { command: string[]; args: string[] }[] }[] }[];
+    }[][];
+    for (const [job] of jobs) {
+      const container = job?.template[0]?.template[0]?.containers[0];
+      expect(container?.command).toEqual(["node"]);
+      expect(container?.args[0]).toBe("dist/jobs/main.js");
+    }
+    expect(runtime).toContain('CMD ["dist/jobs/main.js"]');
+  });
+
+  test("every package the compiled code imports is a production dependency", () => {
+    const builtins = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
+    const imported = new Set<string>();
+    for (const file of ["dist/src", "dist/jobs", "dist/functions"].flatMap(jsFiles)) {
+      for (const m of readFileSync(file, "utf8").matchAll(/(?:from\s+|import\()\s*["']([^"'.][^"']*)["']/g)) {
+        const spec = m[1] as string;
+        if (builtins.has(spec)) continue;
+        imported.add(spec.startsWith("@") ? spec.split("/").slice(0, 2).join("/") : (spec.split("/")[0] as string));
+      }
+    }
+    expect([...imported].filter((p) => !(p in pkg.dependencies))).toEqual([]);
+  });
+});
+
+describe("the function's source zip", () => {
+  const packageFunction = () => {
+    const r = spawnSync(process.execPath, ["scripts/package-function.mjs", "--json"], { encoding: "utf8" });
+    expect(r.status).toBe(0);
+    return JSON.parse(r.stdout.trim().split("\n").at(-1) as string) as { zip: string; object: string; sha256: string };
+  };
+  let first: ReturnType<typeof packageFunction>;
+  let second: ReturnType<typeof packageFunction>;
+  const dir = ".cache/function-zip";
+
+  beforeAll(() => {
+    first = packageFunction();
+    // Extracted inside the repository so that node_modules resolves as `npm ci` would provide it.
+    rmSync(dir, { recursive: true, force: true });
+    expect(spawnSync(PYTHON, ["-m", "zipfile", "-e", first.zip, dir]).status).toBe(0);
+    second = packageFunction();
+  }, 120_000);
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  test("is reproducible and named by its content", () => {
+    expect(second.sha256).toBe(first.sha256);
+    expect(first.object).toBe(`orbax2reg/function-${first.sha256.slice(0, 16)}.zip`);
+  });
+
+  test("holds a package.json whose main registers the function, with everything it imports", () => {
+    const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+    expect(manifest.main).toBe("dist/functions/index.js");
+    expect(manifest.scripts).toEqual({});
+    const load = spawnSync(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `import { getFunction } from "@google-cloud/functions-framework/testing";
+         await import(${JSON.stringify(`./${dir}/${manifest.main}`)});
+         console.log(typeof getFunction("onCheckpointFinalized"));`,
+      ],
+      { encoding: "utf8" },
+    );
+    expect(load.stderr).toBe("");
+    expect(load.stdout.trim()).toBe("function");
+  });
+
+  test("leaves out tests, sources and the job entry point", () => {
+    const names = readdirSync(join(dir, "dist"));
+    expect(names.sort()).toEqual(["functions", "src"]);
+    expect(jsFiles(dir).some((f) => f.includes("/test/"))).toBe(false);
+  });
+});
