@@ -218,6 +218,7 @@ describe("Workflow", () => {
       ORBAX2REG_FINALIZE_JOB: ex("google_cloud_run_v2_job.finalize.name"),
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
       ORBAX2REG_CONCURRENCY: ex("tostring(var.max_parallel_groups)"),
+      ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
     });
   });
 

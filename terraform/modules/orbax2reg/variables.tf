@@ -114,7 +114,7 @@ variable "destination_template" {
 }
 
 variable "groups" {
-  description = "Number of groups the plan splits a checkpoint into (ORBAX2REG_GROUPS for the function, which passes it to the workflow). Each group is one execution of the convert-group job."
+  description = "Number of groups the plan splits a checkpoint into (ORBAX2REG_GROUPS: the function passes it to the workflow, which also uses it when an execution started by hand names none). Each group is one execution of the convert-group job."
   type        = number
   default     = 8
 

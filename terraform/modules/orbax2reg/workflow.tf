@@ -25,6 +25,7 @@ resource "google_workflows_workflow" "convert" {
     ORBAX2REG_FINALIZE_JOB = google_cloud_run_v2_job.finalize.name
     ORBAX2REG_EVENTS_TOPIC = google_pubsub_topic.events.id
     ORBAX2REG_CONCURRENCY  = tostring(var.max_parallel_groups)
+    ORBAX2REG_GROUPS       = tostring(var.groups)
   }
 
   deletion_protection = var.deletion_protection
