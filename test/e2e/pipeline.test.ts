@@ -188,7 +188,7 @@ const hookCalls = (destination: string) =>
   readFileSync(join(work, "hooks.jsonl"), "utf8")
     .split("\n")
     .filter(Boolean)
-    .map((l) => JSON.parse(l) as { connector: string; phase?: string; group?: string | null; destination?: string })
+    .map((l) => JSON.parse(l) as { connector: string; phase?: string; group?: string | null; destination?: string; taskCount?: number })
     .filter((c) => c.destination === destination);
 
 const jobLines = () =>
@@ -315,6 +315,40 @@ describe("the pipeline on local emulators", () => {
     const done = await finished(await startByHand({ source: "gs://b/runs/exp/step_00000100" }));
     expect(done.state).toBe("FAILED");
     expect(JSON.parse(done.error?.payload as string).message).toMatch(/needs "source" .* and "destination"/);
+  });
+
+  test("an emergency-checkpointer step starts when its second half lands, and converts", async () => {
+    const bucket = await newBucket("train");
+    const emergency = fixtureCase("emergency");
+    const root = "runs/emergency";
+    const destination = `gs://${bucket}/${root}/regular`;
+    // The tensors half first (its commit marker last), then the non-tensors half with its index.
+    const tensors = `${root}/tensors/step_00000100`;
+    const marker = (k: string) => k === "commit_success.txt";
+    await uploadDir(join(emergency.location, "tensors/step_00000100"), bucket, tensors, marker);
+    await uploadDir(join(emergency.location, "tensors/step_00000100"), bucket, tensors, (k) => !marker(k));
+    expect(await finalized(bucket, `${tensors}/commit_success.txt`)).toBe(204);
+    expect(await executionsOf(bucket)).toHaveLength(0); // the other half is not there yet
+    await uploadDir(join(emergency.location, "non-tensors/step_00000100"), bucket, `${root}/non-tensors/step_00000100`);
+    expect(await finalized(bucket, `${root}/non-tensors/step_00000100/index`)).toBe(204);
+
+    const [execution] = await executionsOf(bucket);
+    expect(JSON.parse(execution?.argument as string)).toMatchObject({ source: `gs://${bucket}/${tensors}`, destination, step: 100 });
+    expect((await finished(execution as Execution)).state).toBe("SUCCEEDED");
+    expect(runBin(["verify", `gs://${bucket}/${tensors}`, `${destination}/step_00000100`]).code).toBe(0);
+  });
+
+  test("tasks_per_group splits every group between Cloud Run tasks", async () => {
+    const bucket = await newBucket("train");
+    const destination = `gs://${bucket}/runs/exp/regular`;
+    await writeCheckpoint(bucket);
+    const done = await finished(await startByHand({ source: `gs://${bucket}/${STEP}`, destination, groups: 2, tasks_per_group: 3 }));
+    expect(done.state).toBe("SUCCEEDED");
+    const runs = hookCalls(destination).filter((c) => c.phase === "convert-group");
+    expect(runs.map((c) => c.taskCount)).toEqual([3, 3]);
+    const tasks = jobLines().filter((l) => l.message === "group done" && l.execution === done.name);
+    expect(tasks.map((l) => `${l.group}/${l.task}`).sort()).toEqual(["0/0", "0/1", "0/2", "1/0", "1/1", "1/2"]);
+    expect(runBin(["verify", `gs://${bucket}/${STEP}`, `${destination}/step_00000100`]).code).toBe(0);
   });
 
   test("events for chunk files, item-level markers and temporary directories start nothing", async () => {
