@@ -24,6 +24,8 @@ mkdir -p "$GOBIN"
 if [ ! -x "$GOBIN/fake-gcs-server" ]; then go install "$FAKE_GCS_SERVER"; fi
 # Google's in-memory Pub/Sub server (pstest), wrapped as a binary; versions pinned in its go.mod.
 if [ ! -x "$GOBIN/pubsub-emulator" ]; then (cd tools/pubsub-emulator && go build -trimpath -o "$GOBIN/pubsub-emulator" .); fi
+# `terraform fmt -check` offline: hclwrite.Format over terraform/ (no terraform binary is obtainable).
+if [ ! -x "$GOBIN/hclfmt" ]; then (cd tools/hclfmt && go build -trimpath -o "$GOBIN/hclfmt" .); fi
 
 step "Python venv with the real orbax-checkpoint -> .venv"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
