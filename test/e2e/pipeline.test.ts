@@ -311,6 +311,27 @@ describe("the pipeline on local emulators", () => {
     expect(failed?.event.step).toBe(300);
   });
 
+  test("a group that finds damaged data is not retried, and conversion.failed names the file", async () => {
+    const bucket = await newBucket("train");
+    const destination = `gs://${bucket}/runs/exp/regular`;
+    await writeCheckpoint(bucket);
+    // The data file holding the chunks, cut short after the checkpoint was committed.
+    const damaged = `${STEP}/state/ocdbt.process_0/d/b2a63ebe4de088f4101b266b4099e05d`;
+    const file = emulatorStorage().bucket(bucket).file(damaged);
+    const [bytes] = await file.download();
+    await file.save(bytes.subarray(0, 1000), { resumable: false });
+
+    const done = await finished(await startByHand({ source: `gs://${bucket}/${STEP}`, destination }));
+    expect(done.state).toBe("FAILED");
+    const failedGroups = JSON.parse(done.error?.payload as string).groups as string[];
+    expect(failedGroups.length).toBeGreaterThan(0);
+    const runs = hookCalls(destination).filter((c) => c.phase === "convert-group");
+    for (const g of failedGroups) expect(runs.filter((c) => c.group === g)).toHaveLength(1);
+    const [failed] = await eventsFor(destination, "conversion.failed");
+    expect(failed?.event.error).toMatch(new RegExp(`group \\d+: gs://${bucket}/${damaged}, offset \\d+: short read`));
+    expect(await exists(bucket, "runs/exp/regular/step_00000100/index")).toBe(false);
+  });
+
   test("an argument without a destination fails at once with a message naming the field", async () => {
     const done = await finished(await startByHand({ source: "gs://b/runs/exp/step_00000100" }));
     expect(done.state).toBe("FAILED");
