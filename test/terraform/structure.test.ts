@@ -150,8 +150,17 @@ describe("Cloud Function", () => {
     expect(at(fn(), "build_config", 0, "entry_point")).toBe("onCheckpointFinalized");
     expect(at(fn(), "build_config", 0, "source", 0, "storage_source", 0)).toEqual({
       bucket: ex("var.function_source_bucket"),
-      object: ex("var.function_source_object"),
+      object: ex("local.function_source_object"),
     });
+  });
+
+  test("uploads a local source zip under a content-hash name, or uses an object uploaded before", () => {
+    const upload = resource(mod, "google_storage_bucket_object", "function_source");
+    expect(upload.count).toBe(ex("var.function_source_zip == null ? 0 : 1"));
+    expect(upload.bucket).toBe(ex("var.function_source_bucket"));
+    expect(upload.name).toBe(`orbax2reg/function-${ex("substr(filesha256(var.function_source_zip), 0, 16)")}.zip`);
+    expect(upload.source).toBe(ex("var.function_source_zip"));
+    expect(at(fn(), "lifecycle", 0, "precondition", 0, "condition")).toBe(ex("local.function_source_given"));
   });
 
   test("gets the workflow, prefixes, destination template, topic and group count as environment variables", () => {

@@ -43,10 +43,10 @@ describe.skipIf(!HAVE_TOFU)("tofu (skipped when .tools/bin/tofu is absent)", () 
     };
 
     /** Applies variables.tf + main.tf (variables and locals only) with these values; returns the locals or the error. */
-    function evaluate(vars: Record<string, string>): { code: number; out: string; locals: Record<string, unknown> } {
+    function evaluate(vars: Record<string, string | undefined>): { code: number; out: string; locals: Record<string, unknown> } {
       const state = join(tempDir("tofu-state"), "s.tfstate");
       const args = ["apply", "-input=false", "-auto-approve", "-no-color", `-state=${state}`];
-      for (const [k, v] of Object.entries({ ...REQUIRED, ...vars })) args.push("-var", `${k}=${v}`);
+      for (const [k, v] of Object.entries({ ...REQUIRED, ...vars })) if (v !== undefined) args.push("-var", `${k}=${v}`);
       const r = tofu(args, dir);
       if (r.code !== 0) return { ...r, locals: {} };
       const o = tofu(["output", "-json", "-no-color", `-state=${state}`], dir);
@@ -60,7 +60,7 @@ describe.skipIf(!HAVE_TOFU)("tofu (skipped when .tools/bin/tofu is absent)", () 
       copyFileSync(join(MODULE, "main.tf"), join(dir, "main.tf"));
       writeFileSync(
         join(dir, "probe.tf"),
-        ["destination_bucket", "destination_matches_template", "job_shape_ok", "names"]
+        ["destination_bucket", "destination_matches_template", "function_source_given", "job_shape_ok", "names"]
           .map((l) => `output "${l}" {\n  value = local.${l}\n}\n`)
           .join("\n"),
       );
@@ -105,6 +105,13 @@ describe.skipIf(!HAVE_TOFU)("tofu (skipped when .tools/bin/tofu is absent)", () 
       const r = evaluate({ group_cpu: "6" });
       expect(r.code, r.out).toBe(0);
       expect(r.locals.job_shape_ok).toEqual({ plan: true, "convert-group": false, finalize: true });
+    });
+
+    test("the function's source must be exactly one of a local zip and an uploaded object", () => {
+      expect(evaluate({}).locals.function_source_given).toBe(true);
+      expect(evaluate({ function_source_zip: "dist/function-source.zip" }).locals.function_source_given).toBe(false);
+      expect(evaluate({ function_source_object: undefined }).locals.function_source_given).toBe(false);
+      expect(evaluate({ function_source_object: undefined, function_source_zip: "f.zip" }).locals.function_source_given).toBe(true);
     });
 
     test("a destination template naming another bucket than destination_bucket is flagged", () => {

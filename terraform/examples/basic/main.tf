@@ -37,6 +37,8 @@ module "orbax2reg" {
   destination_template = var.destination_template
 
   function_source_bucket = var.function_source_bucket
+  # One of the two: a CI-uploaded object wins over the local zip.
+  function_source_zip    = var.function_source_object == null ? var.function_source_zip : null
   function_source_object = var.function_source_object
 
   image_tag = var.image_tag

@@ -33,13 +33,20 @@ variable "destination_template" {
 }
 
 variable "function_source_bucket" {
-  description = "Bucket holding the function's source zip (uploaded by CI)."
+  description = "Existing bucket for the function's source zip."
   type        = string
 }
 
-variable "function_source_object" {
-  description = "Object name of the function's source zip, named by content hash so code changes redeploy."
+variable "function_source_zip" {
+  description = "Local path of the zip `npm run package:function` writes; the module uploads it under a content-hash name."
   type        = string
+  default     = "../../../dist/function-source.zip"
+}
+
+variable "function_source_object" {
+  description = "Instead of function_source_zip: an object already in function_source_bucket (e.g. uploaded by CI), named by content hash."
+  type        = string
+  default     = null
 }
 
 variable "image_tag" {

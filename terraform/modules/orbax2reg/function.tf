@@ -15,9 +15,23 @@ locals {
 # Cloud Function (2nd gen) on every object finalized in the checkpoint bucket. It keeps only Orbax commit markers
 # under checkpoint_prefixes, claims the step once and starts one workflow execution for it.
 #
-# Source: a zip the build uploads before `terraform apply` (function_source_bucket / function_source_object).
-# The module does not zip a directory itself: the function is TypeScript compiled by the repository's build, and
-# naming the object by its content hash makes every code change a new object, hence a redeploy.
+# Source: the zip `npm run package:function` builds (the function is TypeScript compiled by the repository's build,
+# so the module does not zip a directory itself). Either the module uploads it (function_source_zip) or it was
+# uploaded before (function_source_object). Either way its name carries its content hash: every code change is a
+# new object, hence a redeploy, and nothing else is.
+resource "google_storage_bucket_object" "function_source" {
+  count = var.function_source_zip == null ? 0 : 1
+
+  bucket       = var.function_source_bucket
+  name         = "orbax2reg/function-${substr(filesha256(var.function_source_zip), 0, 16)}.zip"
+  source       = var.function_source_zip
+  content_type = "application/zip"
+}
+
+locals {
+  function_source_object = var.function_source_zip == null ? var.function_source_object : one(google_storage_bucket_object.function_source[*].name)
+}
+
 resource "google_cloudfunctions2_function" "on_checkpoint" {
   project     = var.project_id
   name        = local.names.function
@@ -33,7 +47,7 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
     source {
       storage_source {
         bucket = var.function_source_bucket
-        object = var.function_source_object
+        object = local.function_source_object
       }
     }
   }
@@ -76,4 +90,11 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
     google_project_iam_member.gcs_agent_pubsub_publisher,
     google_project_iam_member.trigger_event_receiver,
   ]
+
+  lifecycle {
+    precondition {
+      condition     = local.function_source_given
+      error_message = "Give exactly one of function_source_zip (a local zip the module uploads) and function_source_object (an object already in function_source_bucket)."
+    }
+  }
 }

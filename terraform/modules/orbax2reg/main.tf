@@ -24,6 +24,9 @@ locals {
   template_bucket              = regex("^gs://([^/]+)", var.destination_template)[0]
   destination_matches_template = local.template_bucket == "{bucket}" ? local.destination_bucket == var.checkpoint_bucket : local.template_bucket == local.destination_bucket
 
+  # The function's source comes either as a local zip the module uploads or as an object uploaded before.
+  function_source_given = (var.function_source_zip == null) != (var.function_source_object == null)
+
   # Cloud Run jobs: >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi.
   job_shapes = {
     plan            = { cpu = var.plan_cpu, memory = var.plan_memory }

@@ -140,7 +140,7 @@ variable "max_parallel_groups" {
 # ---------------------------------------------------------------------------------------------------------------------
 
 variable "function_source_bucket" {
-  description = "Bucket holding the function's source zip (built and uploaded by CI before apply; it is not created by this module)."
+  description = "Bucket holding the function's source zip (the module uploads function_source_zip into it, or finds function_source_object there; the bucket itself is not created by this module)."
   type        = string
 
   validation {
@@ -153,12 +153,24 @@ variable "function_source_bucket" {
 }
 
 variable "function_source_object" {
-  description = "Object name of the function's source zip in function_source_bucket. Name it by content (e.g. functions/orbax2reg-<sha256>.zip): the function is rebuilt only when this name changes."
+  description = "Object name of an already uploaded source zip in function_source_bucket. Name it by content (e.g. orbax2reg/function-<sha256>.zip, as `npm run package:function` prints): the function is rebuilt only when this name changes. Give this or function_source_zip."
   type        = string
+  default     = null
 
   validation {
-    condition     = endswith(var.function_source_object, ".zip") && !startswith(var.function_source_object, "/") && !startswith(var.function_source_object, "gs://")
+    condition     = var.function_source_object == null || try(endswith(var.function_source_object, ".zip") && !startswith(var.function_source_object, "/") && !startswith(var.function_source_object, "gs://"), false)
     error_message = "function_source_object must be an object name ending in .zip, without gs:// or a leading '/'."
+  }
+}
+
+variable "function_source_zip" {
+  description = "Local path of the function's source zip (`npm run package:function` writes dist/function-source.zip). The module uploads it to function_source_bucket as orbax2reg/function-<sha256 prefix>.zip, so any code change is a new object and a redeploy. Give this or function_source_object."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.function_source_zip == null || try(endswith(var.function_source_zip, ".zip"), false)
+    error_message = "function_source_zip must be the path of a .zip file."
   }
 }
 
