@@ -8,7 +8,7 @@ import type { ConversionEvent } from "../../src/cloud/events.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
-import { type Running, startFunction, startPubsub, startWorkflows } from "./emulators.js";
+import { freePort, type Running, startFunction, startPubsub, startWorkflows } from "./emulators.js";
 
 // The whole Google Cloud pipeline on loopback, no cloud project: a real Orbax checkpoint lands in a
 // fake-gcs-server bucket, its finalize events go to the trigger function served by the real
@@ -29,6 +29,7 @@ let work: string;
 let pubsub: Running;
 let workflows: Running;
 let fn: Running;
+let functionEnv: NodeJS.ProcessEnv;
 let executions: ExecutionsClient;
 const events: { attributes: Record<string, string>; event: ConversionEvent }[] = [];
 let closeSubscription: () => Promise<void>;
@@ -80,18 +81,16 @@ beforeAll(async () => {
     join(work, "workflows.log"),
   );
   // What terraform/modules/orbax2reg/function.tf sets, pointed at the emulators.
-  fn = await startFunction(
-    {
-      ...emulators,
-      ORBAX2REG_WORKFLOW: WORKFLOW,
-      ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
-      ORBAX2REG_ROOT_PREFIXES: "runs",
-      ORBAX2REG_DESTINATION_TEMPLATE: "gs://{bucket}/{root}/regular",
-      ORBAX2REG_GROUPS: String(GROUPS),
-      ORBAX2REG_EVENTS_TOPIC: `projects/${PROJECT}/topics/${TOPIC}`,
-    },
-    join(work, "function.log"),
-  );
+  functionEnv = {
+    ...emulators,
+    ORBAX2REG_WORKFLOW: WORKFLOW,
+    ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
+    ORBAX2REG_ROOT_PREFIXES: "runs",
+    ORBAX2REG_DESTINATION_TEMPLATE: "gs://{bucket}/{root}/regular",
+    ORBAX2REG_GROUPS: String(GROUPS),
+    ORBAX2REG_EVENTS_TOPIC: `projects/${PROJECT}/topics/${TOPIC}`,
+  };
+  fn = await startFunction(functionEnv, join(work, "function.log"));
   executions = new ExecutionsClient({
     fallback: true,
     protocol: "http",
@@ -120,9 +119,9 @@ async function writeCheckpoint(bucket: string): Promise<string[]> {
 }
 
 /** Delivers a google.cloud.storage.object.v1.finalized CloudEvent (binary mode) for an existing object. */
-async function finalized(bucket: string, name: string): Promise<number> {
+async function finalized(bucket: string, name: string, url = fn.url): Promise<number> {
   const [metadata] = await emulatorStorage().bucket(bucket).file(name).getMetadata();
-  const response = await fetch(fn.url, {
+  const response = await fetch(url, {
     method: "POST",
     headers: {
       "content-type": "application/json",
@@ -370,6 +369,52 @@ describe("the pipeline on local emulators", () => {
     const tasks = jobLines().filter((l) => l.message === "group done" && l.execution === done.name);
     expect(tasks.map((l) => `${l.group}/${l.task}`).sort()).toEqual(["0/0", "0/1", "0/2", "1/0", "1/1", "1/2"]);
     expect(runBin(["verify", `gs://${bucket}/${STEP}`, `${destination}/step_00000100`]).code).toBe(0);
+  });
+
+  test("a malformed event is acknowledged, not retried, and starts nothing", async () => {
+    const response = await fetch(fn.url, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "ce-specversion": "1.0",
+        "ce-id": "malformed-1",
+        "ce-type": "google.cloud.storage.object.v1.finalized",
+        "ce-source": "//storage.googleapis.com/projects/_/buckets/x",
+      },
+      body: JSON.stringify({ kind: "storage#object" }),
+    });
+    expect(response.status).toBe(204);
+    const logged = async () => {
+      for (let i = 0; i < 50; i++) {
+        const line = readFileSync(join(work, "function.log"), "utf8")
+          .split("\n")
+          .find((l) => l.includes('"malformed-1"'));
+        if (line) return JSON.parse(line);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    expect(await logged()).toMatchObject({ severity: "WARNING", message: "malformed storage event ignored", eventId: "malformed-1" });
+  });
+
+  test("when the workflow cannot be started the event fails, for the platform to redeliver, and the claim is released", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    const unreachable = await freePort(); // nothing listens there: the Workflows API is "down"
+    const broken = await startFunction(
+      { ...functionEnv, ORBAX2REG_WORKFLOWS_ENDPOINT: `http://127.0.0.1:${unreachable}` },
+      join(work, "function-broken.log"),
+    );
+    try {
+      expect(await finalized(bucket, marker, broken.url)).toBe(500);
+    } finally {
+      await broken.stop();
+    }
+    expect(await exists(bucket, "runs/exp/regular/step_00000100/.orbax2reg/claim.json")).toBe(false);
+
+    expect(await finalized(bucket, marker)).toBe(204); // the redelivery
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
   });
 
   test("events for chunk files, item-level markers and temporary directories start nothing", async () => {
