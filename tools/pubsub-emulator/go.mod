@@ -1,6 +1,6 @@
 module orbax2reg.local/pubsub-emulator
 
-go 1.26.8
+go 1.26.0
 
 require cloud.google.com/go/pubsub/v2 v2.9.0
 
