@@ -2,27 +2,14 @@
 // emulator and the trigger function under the real functions-framework. (fake-gcs-server is started by the
 // global setup for every test file.) All are installed by scripts/install.sh.
 import { type ChildProcess, spawn } from "node:child_process";
-import { createWriteStream, existsSync } from "node:fs";
-import { createServer, Socket } from "node:net";
+import { createWriteStream } from "node:fs";
+import { Socket } from "node:net";
+import { freePort, need } from "../helpers/servers.js";
 
 export interface Running {
   readonly url: string;
   readonly port: number;
   stop(): Promise<void>;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
-    });
-  });
-}
-
-function need(path: string): void {
-  if (!existsSync(path)) throw new Error(`${path} is missing: run scripts/install.sh first`);
 }
 
 const listening = (port: number) =>

@@ -8,7 +8,8 @@ import type { ConversionEvent } from "../../src/cloud/events.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
-import { freePort, type Running, startFunction, startPubsub, startWorkflows } from "./emulators.js";
+import { freePort } from "../helpers/servers.js";
+import { type Running, startFunction, startPubsub, startWorkflows } from "./emulators.js";
 
 // The whole Google Cloud pipeline on loopback, no cloud project: a real Orbax checkpoint lands in a
 // fake-gcs-server bucket, its finalize events go to the trigger function served by the real
@@ -118,41 +119,32 @@ async function writeCheckpoint(bucket: string): Promise<string[]> {
   return [...names, `${STEP}/${marker}`];
 }
 
-/** Delivers a google.cloud.storage.object.v1.finalized CloudEvent (binary mode) for an existing object. */
-async function finalized(bucket: string, name: string, url = fn.url): Promise<number> {
-  const [metadata] = await emulatorStorage().bucket(bucket).file(name).getMetadata();
+/** POSTs a google.cloud.storage.object.v1.finalized CloudEvent (binary mode), as Eventarc does; returns the status. */
+async function deliver(data: { bucket: string; name: string; generation?: unknown }, url = fn.url): Promise<number> {
   const response = await fetch(url, {
     method: "POST",
     headers: {
       "content-type": "application/json",
       "ce-specversion": "1.0",
-      "ce-id": `${name}#${metadata.generation}`,
+      "ce-id": `${data.name}#${data.generation}`,
       "ce-type": "google.cloud.storage.object.v1.finalized",
-      "ce-source": `//storage.googleapis.com/projects/_/buckets/${bucket}`,
-      "ce-subject": `objects/${name}`,
+      "ce-source": `//storage.googleapis.com/projects/_/buckets/${data.bucket}`,
+      "ce-subject": `objects/${data.name}`,
       "ce-time": new Date().toISOString(),
     },
-    body: JSON.stringify(metadata),
+    body: JSON.stringify(data),
   });
   return response.status;
 }
 
-/** Delivers a finalize event for a name that need not exist (the function must not look at it). */
-async function finalizedName(bucket: string, name: string): Promise<number> {
-  const response = await fetch(fn.url, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      "ce-specversion": "1.0",
-      "ce-id": `${name}#1`,
-      "ce-type": "google.cloud.storage.object.v1.finalized",
-      "ce-source": `//storage.googleapis.com/projects/_/buckets/${bucket}`,
-      "ce-subject": `objects/${name}`,
-    },
-    body: JSON.stringify({ bucket, name, generation: "1" }),
-  });
-  return response.status;
+/** The event for an object in the bucket, with its real metadata. */
+async function finalized(bucket: string, name: string, url = fn.url): Promise<number> {
+  const [metadata] = await emulatorStorage().bucket(bucket).file(name).getMetadata();
+  return deliver({ ...metadata, bucket, name }, url);
 }
+
+/** The event for a name that need not exist (the function must decide without looking). */
+const finalizedName = (bucket: string, name: string) => deliver({ bucket, name, generation: "1" });
 
 async function executionsOf(bucket: string): Promise<Execution[]> {
   const [all] = await executions.listExecutions({ parent: WORKFLOW });

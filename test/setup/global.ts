@@ -3,9 +3,9 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import type { TestProject } from "vitest/node";
 import { GENERATED, GENERATOR_INPUTS, PYTHON, TOOLS } from "../helpers/paths.js";
+import { freePort, need } from "../helpers/servers.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -30,10 +30,6 @@ function buildCli(): void {
   if (r.status !== 0) throw new Error("tsc -p tsconfig.build.json failed");
 }
 
-function need(path: string): void {
-  if (!existsSync(path)) throw new Error(`${path} is missing: run scripts/install.sh first`);
-}
-
 /** Runs test/fixtures-gen/generate.py with the real orbax library unless its output is up to date. */
 function generateFixtures(): void {
   need(PYTHON);
@@ -50,16 +46,6 @@ function generateFixtures(): void {
     if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
   }
   writeFileSync(stampFile, stamp);
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
-    });
-  });
 }
 
 async function startFakeGcs(): Promise<{ endpoint: string; process: ChildProcess }> {
