@@ -239,6 +239,12 @@ describe("Workflow", () => {
     expect(condition).toContain("var.max_parallel_groups <= 20");
   });
 
+  test("refuses a job timeout the workflow would not wait for", () => {
+    expect(at(wf(), "lifecycle", 0, "precondition", 0, "condition")).toBe(ex("local.job_wait_fits"));
+    expect(readFileSync("workflows/convert.yaml", "utf8")).toMatch(/timeout: 604800\n/);
+    expect(String(mod.locals.job_wait_fits)).toContain("<= 604800");
+  });
+
   test("runs as the workflow service account", () => {
     expect(wf().service_account).toBe(ex("google_service_account.workflow.id"));
   });

@@ -60,7 +60,7 @@ describe.skipIf(!HAVE_TOFU)("tofu (skipped when .tools/bin/tofu is absent)", () 
       copyFileSync(join(MODULE, "main.tf"), join(dir, "main.tf"));
       writeFileSync(
         join(dir, "probe.tf"),
-        ["destination_bucket", "destination_matches_template", "function_source_given", "job_shape_ok", "names"]
+        ["destination_bucket", "destination_matches_template", "function_source_given", "job_shape_ok", "job_wait_fits", "names"]
           .map((l) => `output "${l}" {\n  value = local.${l}\n}\n`)
           .join("\n"),
       );
@@ -112,6 +112,11 @@ describe.skipIf(!HAVE_TOFU)("tofu (skipped when .tools/bin/tofu is absent)", () 
       expect(evaluate({ function_source_zip: "dist/function-source.zip" }).locals.function_source_given).toBe(false);
       expect(evaluate({ function_source_object: undefined }).locals.function_source_given).toBe(false);
       expect(evaluate({ function_source_object: undefined, function_source_zip: "f.zip" }).locals.function_source_given).toBe(true);
+    });
+
+    test("a task timeout the workflow would not wait for is flagged", () => {
+      expect(evaluate({}).locals.job_wait_fits).toBe(true);
+      expect(evaluate({ task_timeout: "604800s", max_retries: "1" }).locals.job_wait_fits).toBe(false);
     });
 
     test("a destination template naming another bucket than destination_bucket is flagged", () => {

@@ -27,6 +27,9 @@ locals {
   # The function's source comes either as a local zip the module uploads or as an object uploaded before.
   function_source_given = (var.function_source_zip == null) != (var.function_source_object == null)
 
+  # workflows/convert.yaml waits up to 7 days (604800 s) for one job execution, every task retry included.
+  job_wait_fits = tonumber(trimsuffix(var.task_timeout, "s")) * (var.max_retries + 1) <= 604800
+
   # Cloud Run jobs: >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi.
   job_shapes = {
     plan            = { cpu = var.plan_cpu, memory = var.plan_memory }

@@ -31,4 +31,11 @@ resource "google_workflows_workflow" "convert" {
   deletion_protection = var.deletion_protection
 
   depends_on = [google_project_service.required]
+
+  lifecycle {
+    precondition {
+      condition     = local.job_wait_fits
+      error_message = "task_timeout x (max_retries + 1) exceeds the 7 days workflows/convert.yaml waits for one job execution: lower task_timeout or max_retries."
+    }
+  }
 }
