@@ -45,14 +45,13 @@ const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as J
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 
 /** Where this job reports to the workflow, when the environment says enough to know. */
-function reportTarget(phase: JobPhase, env: JobEnv): { destination: string; stepDir: string; failure: string } | undefined {
+function reportTarget(phase: JobPhase, env: JobEnv): { destination: string; failure: string } | undefined {
   const destination = env.ORBAX2REG_DESTINATION;
   const step = env.ORBAX2REG_STEP;
   if (!destination || !step || !/^\d+$/.test(step)) return undefined;
   const group = env.ORBAX2REG_GROUP;
   if (phase === "convert-group" && (!group || !/^\d+$/.test(group))) return undefined;
-  const stepDir = stepDirName(Number(step));
-  return { destination, stepDir, failure: joinKey(stepDir, failureKey(phase, Number(group))) };
+  return { destination, failure: joinKey(stepDirName(Number(step)), failureKey(phase, Number(group))) };
 }
 
 /**

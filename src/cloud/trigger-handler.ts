@@ -33,9 +33,6 @@ export interface WorkflowArgument {
 
 export type TriggerOutcome = "ignored" | "waiting" | "duplicate" | "started";
 
-/** Where the claim lives: inside the destination step's work directory. Deleting it allows a re-run. */
-export const CLAIM = CLAIM_KEY;
-
 /**
  * Handles one `google.cloud.storage.object.v1.finalized` event: decides whether it commits an Orbax step,
  * claims the step exactly once (a create-if-absent object in the destination), starts the workflow and
@@ -61,7 +58,7 @@ export async function handleFinalized(event: { id?: string; data?: unknown }, de
   }
 
   const destination = await deps.openStore(decision.destination);
-  const claimKey = `${stepDirName(decision.step)}/${CLAIM}`;
+  const claimKey = `${stepDirName(decision.step)}/${CLAIM_KEY}`;
   const claim = {
     source: decision.source,
     step: decision.step,

@@ -1,7 +1,8 @@
 import { beforeEach, describe, expect, test } from "vitest";
 import type { ConversionEvent } from "../../src/cloud/events.js";
 import { jsonLogger } from "../../src/cloud/log.js";
-import { CLAIM, handleFinalized, type TriggerDeps, type WorkflowArgument } from "../../src/cloud/trigger-handler.js";
+import { handleFinalized, type TriggerDeps, type WorkflowArgument } from "../../src/cloud/trigger-handler.js";
+import { CLAIM_KEY } from "../../src/convert/plan-format.js";
 import { openStore } from "../../src/store/open.js";
 import { emulatorStorage, newBucket } from "../helpers/gcs.js";
 
@@ -69,7 +70,7 @@ describe("the trigger function's handler", () => {
   test("the claim object records the execution, so a re-run knows what ran", async () => {
     await handleFinalized(commit(bucket), deps(bucket, recorded));
     const store = await openStore(`gs://${bucket}/runs/exp/regular`);
-    const claim = JSON.parse(new TextDecoder().decode(await store.read(`step_00000100/${CLAIM}`)));
+    const claim = JSON.parse(new TextDecoder().decode(await store.read(`step_00000100/${CLAIM_KEY}`)));
     expect(claim).toMatchObject({ step: 100, execution: expect.stringMatching(/executions\/e1$/) });
   });
 
