@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { builtinModules } from "node:module";
 import { join } from "node:path";
 import { parse } from "@cdktf/hcl2json";
@@ -25,12 +25,11 @@ function stages(dockerfile: string): string[][] {
   return out;
 }
 
-function jsFiles(dir: string): string[] {
-  return readdirSync(dir).flatMap((n) => {
-    const p = join(dir, n);
-    return statSync(p).isDirectory() ? jsFiles(p) : p.endsWith(".js") ? [p] : [];
-  });
-}
+/** Every .js file under `dir`, as paths joined to it. */
+const jsFiles = (dir: string): string[] =>
+  readdirSync(dir, { recursive: true, encoding: "utf8" })
+    .filter((f) => f.endsWith(".js"))
+    .map((f) => join(dir, f));
 
 describe("the job image", () => {
   const dockerfile = readFileSync("Dockerfile", "utf8");
