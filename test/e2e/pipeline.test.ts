@@ -8,8 +8,8 @@ import type { ConversionEvent } from "../../src/cloud/events.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
-import { freePort } from "../helpers/servers.js";
-import { type Running, startFunction, startPubsub, startWorkflows } from "./emulators.js";
+import { freePort, type Running } from "../helpers/servers.js";
+import { startFunction, startPubsub, startWorkflows } from "./emulators.js";
 
 // The whole Google Cloud pipeline on loopback, no cloud project: a real Orbax checkpoint lands in a
 // fake-gcs-server bucket, its finalize events go to the trigger function served by the real

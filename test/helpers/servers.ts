@@ -1,6 +1,8 @@
-// Small helpers for the tests' local servers (fake-gcs-server, emulators): free ports, installed binaries.
-import { existsSync } from "node:fs";
-import { createServer } from "node:net";
+// The tests' local servers (fake-gcs-server, the emulators, the function): free ports, installed binaries,
+// and one way to start a server and wait until it answers.
+import { spawn } from "node:child_process";
+import { createWriteStream, existsSync } from "node:fs";
+import { createServer, Socket } from "node:net";
 
 /** A TCP port on loopback nobody listens on right now. */
 export async function freePort(): Promise<number> {
@@ -16,4 +18,74 @@ export async function freePort(): Promise<number> {
 /** Fails with the fix when something scripts/install.sh installs is missing. */
 export function need(path: string): void {
   if (!existsSync(path)) throw new Error(`${path} is missing: run scripts/install.sh first`);
+}
+
+export interface Running {
+  readonly url: string;
+  readonly port: number;
+  stop(): Promise<void>;
+}
+
+export interface ServeOptions {
+  readonly env?: NodeJS.ProcessEnv;
+  /** Where its stdout and stderr go; without one, stdout is dropped and stderr shows in the test output. */
+  readonly logFile?: string;
+  /** When it is ready; by default, when its port accepts connections. */
+  readonly ready?: (url: string) => Promise<boolean>;
+  readonly timeoutMs?: number;
+}
+
+const listening = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const s = new Socket();
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+    s.connect(port, "127.0.0.1");
+  });
+
+/** Spawns a server listening on `port` of loopback and waits until it is ready. */
+export async function serve(name: string, command: string, args: string[], port: number, o: ServeOptions = {}): Promise<Running> {
+  const url = `http://127.0.0.1:${port}`;
+  const child = spawn(command, args, {
+    env: { ...process.env, ...o.env },
+    stdio: ["ignore", o.logFile ? "pipe" : "ignore", o.logFile ? "pipe" : "inherit"],
+  });
+  if (o.logFile) {
+    const log = createWriteStream(o.logFile, { flags: "a" });
+    child.stdout?.pipe(log);
+    child.stderr?.pipe(log);
+  }
+  let exited: number | null | undefined;
+  child.once("exit", (code) => {
+    exited = code;
+  });
+  const see = o.logFile ? `; see ${o.logFile}` : "";
+  const ready = o.ready ?? (() => listening(port));
+  const timeoutMs = o.timeoutMs ?? 60_000;
+  const deadline = Date.now() + timeoutMs;
+  while (!(await ready(url))) {
+    if (exited !== undefined) throw new Error(`${name} exited with ${exited} before it was ready${see}`);
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`${name} was not ready on port ${port} within ${timeoutMs / 1000} s${see}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    url,
+    port,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (exited !== undefined) return resolve();
+        const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
+        child.once("exit", () => {
+          clearTimeout(timer);
+          resolve();
+        });
+        child.kill("SIGTERM");
+      }),
+  };
 }

@@ -1,11 +1,11 @@
 // Vitest global setup: generates the real Orbax fixtures (once, cached) and starts fake-gcs-server on
 // loopback for the whole run; both are installed by scripts/install.sh.
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { TestProject } from "vitest/node";
 import { GENERATED, GENERATOR_INPUTS, PYTHON, TOOLS } from "../helpers/paths.js";
-import { freePort, need } from "../helpers/servers.js";
+import { freePort, need, type Running, serve } from "../helpers/servers.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -17,11 +17,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
   buildCli();
   generateFixtures();
   const gcs = await startFakeGcs();
-  project.provide("gcsEndpoint", gcs.endpoint);
-  process.env.ORBAX2REG_GCS_ENDPOINT = gcs.endpoint; // inherited by the test workers
-  return async () => {
-    gcs.process.kill("SIGTERM");
-  };
+  project.provide("gcsEndpoint", gcs.url);
+  process.env.ORBAX2REG_GCS_ENDPOINT = gcs.url; // inherited by the test workers
+  return gcs.stop;
 }
 
 /** The CLI tests run the real `bin/orbax2reg.js`, which loads the compiled dist/. */
@@ -48,24 +46,18 @@ function generateFixtures(): void {
   writeFileSync(stampFile, stamp);
 }
 
-async function startFakeGcs(): Promise<{ endpoint: string; process: ChildProcess }> {
+/** fake-gcs-server in memory; ready when its JSON API answers. */
+async function startFakeGcs(): Promise<Running> {
   const bin = `${TOOLS}/fake-gcs-server`;
   need(bin);
   const port = await freePort();
-  const child = spawn(bin, ["-scheme", "http", "-host", "127.0.0.1", "-port", String(port), "-backend", "memory", "-log-level", "error"], {
-    stdio: ["ignore", "ignore", "inherit"],
-  });
-  const endpoint = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
+  const args = ["-scheme", "http", "-host", "127.0.0.1", "-port", String(port), "-backend", "memory", "-log-level", "error"];
+  const answers = async (url: string) => {
     try {
-      const r = await fetch(`${endpoint}/storage/v1/b`);
-      if (r.ok) return { endpoint, process: child };
+      return (await fetch(`${url}/storage/v1/b`)).ok;
     } catch {
-      // not listening yet
+      return false; // not listening yet
     }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill();
-  throw new Error("fake-gcs-server did not start within 30 s");
+  };
+  return serve("fake-gcs-server", bin, args, port, { ready: answers, timeoutMs: 30_000 });
 }
