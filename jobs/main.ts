@@ -2,7 +2,7 @@
 // It only reads its configuration from the environment (set per execution by the workflow through
 // container overrides) and calls the same engine the CLI uses; logs are single-line JSON for Cloud Logging.
 
-import { type FailureReport, failureKey, type JobPhase, type PlanSummary, SUMMARY_KEY } from "../src/cloud/job-reports.js";
+import { ATTEMPT_PATTERN, type FailureReport, failureKey, type JobPhase, type PlanSummary, SUMMARY_KEY } from "../src/cloud/job-reports.js";
 import { jsonLogger, type Logger } from "../src/cloud/log.js";
 import { finalizePhase, groupPhase, planPhase } from "../src/convert/convert.js";
 import { stepDirName } from "../src/convert/plan.js";
@@ -44,19 +44,25 @@ const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as J
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 
-/** Where this job reports to the workflow, when the environment says enough to know. */
-function reportTarget(phase: JobPhase, env: JobEnv): { destination: string; failure: string } | undefined {
+/** Cloud Run's task index and attempt (container contract), 0 outside Cloud Run. */
+const taskNumber = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : 0);
+
+/**
+ * Where this job reports a failure to the workflow, when the environment says enough to know: the destination
+ * step, and the id of this job execution (ORBAX2REG_ATTEMPT from the workflow, else CLOUD_RUN_EXECUTION).
+ */
+function reportTarget(env: JobEnv): { destination: string; stepDir: string; attempt: string } | undefined {
   const destination = env.ORBAX2REG_DESTINATION;
   const step = env.ORBAX2REG_STEP;
-  if (!destination || !step || !/^\d+$/.test(step)) return undefined;
-  const group = env.ORBAX2REG_GROUP;
-  if (phase === "convert-group" && (!group || !/^\d+$/.test(group))) return undefined;
-  return { destination, failure: joinKey(stepDirName(Number(step)), failureKey(phase, Number(group))) };
+  const attempt = env.ORBAX2REG_ATTEMPT || env.CLOUD_RUN_EXECUTION;
+  if (!destination || !step || !/^\d+$/.test(step) || !attempt || !ATTEMPT_PATTERN.test(attempt)) return undefined;
+  return { destination, stepDir: stepDirName(Number(step)), attempt };
 }
 
 /**
- * Runs one phase; returns the process exit code. Around the phase it keeps the failure report the
- * workflow reads (removed at start, written on failure), so a retry decision never sees a stale one.
+ * Runs one phase; returns the process exit code. On failure it leaves a report the workflow reads to decide
+ * whether a retry can help, under a key of its own (this execution, this task, this task attempt): reports are
+ * never shared, so none is deleted or overwritten by another task or a later run.
  */
 export async function runJob(
   phase: string | undefined,
@@ -64,10 +70,8 @@ export async function runJob(
   log: Logger = jsonLogger({ component: "orbax2reg-job" }),
 ): Promise<number> {
   const started = Date.now();
-  const target = isPhase(phase) ? reportTarget(phase, env) : undefined;
   try {
     if (!isPhase(phase)) throw new JobConfigError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
-    if (target) await (await openStore(target.destination)).delete(target.failure);
     await runPhase(phase, env, log, started);
     return 0;
   } catch (e) {
@@ -75,22 +79,33 @@ export async function runJob(
     const err = e as Error;
     const permanent = e instanceof Orbax2RegError || e instanceof JobConfigError;
     log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000 });
+    const target = reportTarget(env);
     if (target && isPhase(phase)) {
+      const group = env.ORBAX2REG_GROUP;
       const report: FailureReport = {
         phase,
-        group: phase === "convert-group" ? Number(env.ORBAX2REG_GROUP) : null,
-        task: phase === "convert-group" ? Number(env.CLOUD_RUN_TASK_INDEX ?? 0) : null,
+        group: phase === "convert-group" && group !== undefined && /^\d+$/.test(group) ? Number(group) : null,
+        task: taskNumber(env.CLOUD_RUN_TASK_INDEX),
+        taskAttempt: taskNumber(env.CLOUD_RUN_TASK_ATTEMPT),
+        attempt: target.attempt,
+        execution: env.CLOUD_RUN_EXECUTION || null,
         permanent,
         errorType: err.name,
         message: err.message,
         time: new Date().toISOString(),
       };
+      const key = joinKey(target.stepDir, failureKey(target.attempt, report));
       try {
-        await (await openStore(target.destination)).write(target.failure, encodeJson(report));
+        await (await openStore(target.destination)).write(key, encodeJson(report));
       } catch (w) {
-        // The destination itself may be what failed; the log line above still tells the story.
-        log.warn("could not write the failure report", { key: target.failure, error: (w as Error).message });
+        // The destination itself may be what failed; the log line above still tells the story, and the
+        // workflow treats a failure without a report as transient (retried a bounded number of times).
+        log.warn("could not write the failure report", { key, error: (w as Error).message });
       }
+    } else if (isPhase(phase)) {
+      log.warn("no failure report written: ORBAX2REG_DESTINATION, ORBAX2REG_STEP or the execution id is missing or invalid", {
+        phase,
+      });
     }
     return permanent ? 2 : 1;
   }
@@ -177,11 +192,13 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
 
 // Run when executed directly (not when imported by tests).
 if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
-  // The workflow passes its execution name so every log line of a conversion can be found from it.
+  // The workflow passes its execution name so every log line of a conversion can be found from it, and the
+  // id of this job execution (the failure reports' key) so its lines can be told from a retry's.
   const execution = process.env.ORBAX2REG_EXECUTION;
+  const attempt = process.env.ORBAX2REG_ATTEMPT;
   process.exitCode = await runJob(
     process.argv[2],
     process.env,
-    jsonLogger({ component: "orbax2reg-job", ...(execution ? { execution } : {}) }),
+    jsonLogger({ component: "orbax2reg-job", ...(execution ? { execution } : {}), ...(attempt ? { attempt } : {}) }),
   );
 }

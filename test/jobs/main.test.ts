@@ -1,13 +1,13 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
-import { type FailureReport, failureKey, type PlanSummary, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
+import { type FailureReport, failureKey, failuresPrefix, type PlanSummary, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
 import { jsonLogger } from "../../src/cloud/log.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 
 // The job entry point the workflow runs, phase by phase, against local directories. What it leaves for
-// the workflow (summary.json, failures/*.json) is the contract workflows/convert.yaml reads.
+// the workflow (summary.json, failures/<attempt>/*.json) is the contract workflows/convert.yaml reads.
 
 const tiny = fixtureCase("tiny");
 const source = tiny.location;
@@ -22,6 +22,11 @@ const env = (extra: Record<string, string> = {}) => ({
   ...extra,
 });
 const readJson = <T>(key: string): T => JSON.parse(readFileSync(join(destination, tiny.stepDir, key), "utf8")) as T;
+/** The names of the failure reports of one job execution, as the workflow lists them. */
+const reportsOf = (attempt: string): string[] => {
+  const dir = join(destination, tiny.stepDir, failuresPrefix(attempt));
+  return existsSync(dir) ? readdirSync(dir).sort() : [];
+};
 
 beforeEach(() => {
   destination = scratch("job");
@@ -48,27 +53,84 @@ describe("the job entry point", () => {
     expect(readJson<PlanSummary>(SUMMARY_KEY)).toMatchObject({ reused: true, committed: true });
   });
 
-  test("a permanent failure exits 2 and leaves a report naming the problem", async () => {
+  test("a permanent failure exits 2 and leaves a report, keyed by execution and task, naming the problem", async () => {
     expect(await runJob("plan", env(), log())).toBe(0);
-    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "7" }), log())).toBe(2);
-    const report = readJson<FailureReport>(failureKey("convert-group", 7));
-    expect(report).toMatchObject({ phase: "convert-group", group: 7, task: 0, permanent: true, errorType: "UsageError" });
+    const failing = env({ ORBAX2REG_GROUP: "7", ORBAX2REG_ATTEMPT: "a1", CLOUD_RUN_EXECUTION: "orbax2reg-convert-group-x1" });
+    expect(await runJob("convert-group", failing, log())).toBe(2);
+    expect(reportsOf("a1")).toEqual(["permanent.task-0.attempt-0.json"]);
+    const report = readJson<FailureReport>(failureKey("a1", { permanent: true, task: 0, taskAttempt: 0 }));
+    expect(report).toMatchObject({
+      phase: "convert-group",
+      group: 7,
+      task: 0,
+      taskAttempt: 0,
+      attempt: "a1",
+      execution: "orbax2reg-convert-group-x1",
+      permanent: true,
+      errorType: "UsageError",
+    });
     expect(report.message).toMatch(/group 7 does not exist/);
     expect(lines.at(-1)).toMatchObject({ severity: "ERROR", permanent: true });
   });
 
-  test("a phase that succeeds removes its earlier failure report", async () => {
-    expect(await runJob("finalize", env(), log())).toBe(2); // no plan yet
-    expect(existsSync(join(destination, tiny.stepDir, failureKey("finalize")))).toBe(true);
+  test("every task and task attempt of an execution keeps its own report; other executions' reports are untouched", async () => {
     expect(await runJob("plan", env(), log())).toBe(0);
-    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0" }), log())).toBe(0);
-    expect(await runJob("finalize", env(), log())).toBe(0);
-    expect(existsSync(join(destination, tiny.stepDir, failureKey("finalize")))).toBe(false);
+    const task = (index: number, attempt: number, extra: Record<string, string> = {}) =>
+      env({ ORBAX2REG_GROUP: "9", CLOUD_RUN_TASK_INDEX: String(index), CLOUD_RUN_TASK_ATTEMPT: String(attempt), ...extra });
+    // An older run of the same group failed; its report must never be read as this run's.
+    expect(await runJob("convert-group", task(0, 0, { ORBAX2REG_ATTEMPT: "old" }), log())).toBe(2);
+    for (const [index, attempt] of [
+      [0, 0],
+      [1, 0],
+      [1, 1],
+    ] as const) {
+      expect(await runJob("convert-group", task(index, attempt, { ORBAX2REG_ATTEMPT: "new" }), log())).toBe(2);
+    }
+    // A later, successful run of the group removes nothing.
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0", ORBAX2REG_ATTEMPT: "later" }), log())).toBe(0);
+    expect(reportsOf("new")).toEqual([
+      "permanent.task-0.attempt-0.json",
+      "permanent.task-1.attempt-0.json",
+      "permanent.task-1.attempt-1.json",
+    ]);
+    expect(reportsOf("old")).toEqual(["permanent.task-0.attempt-0.json"]);
+    expect(reportsOf("later")).toEqual([]);
   });
 
-  test("missing configuration is a permanent error that names the variable", async () => {
-    expect(await runJob("convert-group", env(), log())).toBe(2);
-    expect(lines.at(-1)?.message).toMatch(/ORBAX2REG_GROUP is required/);
+  test("a failure that may be transient exits 1 and says so in the report's name", async () => {
+    // The plan succeeds but its summary cannot be written (a directory is in the way): not the input's fault.
+    mkdirSync(join(destination, tiny.stepDir, SUMMARY_KEY, "blocker"), { recursive: true });
+    writeFileSync(join(destination, tiny.stepDir, SUMMARY_KEY, "blocker", "x"), "");
+    expect(await runJob("plan", env({ ORBAX2REG_ATTEMPT: "t1" }), log())).toBe(1);
+    expect(reportsOf("t1")).toEqual(["transient.task-0.attempt-0.json"]);
+    expect(readJson<FailureReport>(failureKey("t1", { permanent: false, task: 0, taskAttempt: 0 }))).toMatchObject({
+      phase: "plan",
+      group: null,
+      permanent: false,
+    });
+  });
+
+  test("without the workflow's attempt id the report is keyed by Cloud Run's execution name", async () => {
+    expect(await runJob("finalize", env({ CLOUD_RUN_EXECUTION: "orbax2reg-finalize-abc12", CLOUD_RUN_TASK_ATTEMPT: "2" }), log())).toBe(2);
+    expect(reportsOf("orbax2reg-finalize-abc12")).toEqual(["permanent.task-0.attempt-2.json"]);
+  });
+
+  test("with no execution id at all (a local run) no report is written, and the log says why", async () => {
+    expect(await runJob("finalize", env(), log())).toBe(2);
+    expect(existsSync(join(destination, tiny.stepDir, ".orbax2reg", "failures"))).toBe(false);
+    expect(lines.at(-1)).toMatchObject({ severity: "WARNING", message: expect.stringMatching(/no failure report written/) });
+  });
+
+  test("an attempt id that is not a plain name is refused as a key", () => {
+    expect(() => failuresPrefix("../x")).toThrow(/invalid attempt id/);
+    expect(() => failuresPrefix("a/b")).toThrow(/invalid attempt id/);
+    expect(failuresPrefix("0f8c1a2e-9b7d-4c1e-8f00-123456789abc")).toBe(".orbax2reg/failures/0f8c1a2e-9b7d-4c1e-8f00-123456789abc/");
+  });
+
+  test("missing configuration is a permanent error that names the variable, and is reported as such", async () => {
+    expect(await runJob("convert-group", env({ ORBAX2REG_ATTEMPT: "c1" }), log())).toBe(2);
+    expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/ORBAX2REG_GROUP is required/);
+    expect(reportsOf("c1")).toEqual(["permanent.task-0.attempt-0.json"]);
   });
 
   test("an unknown phase is refused", async () => {

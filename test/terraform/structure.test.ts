@@ -28,6 +28,8 @@ interface TfDir {
 
 /** How hcl2json renders a Terraform expression: `ex("var.region")` is the string "${var.region}". */
 const ex = (expression: string): string => `\${${expression}}`;
+/** The inverse: "${var.region}" is "var.region". */
+const bare = (expr: unknown) => String(expr).replace(/^\$\{(.*)\}$/s, "$1");
 
 const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
 
@@ -145,6 +147,26 @@ describe("Cloud Function", () => {
     expect(at(fn(), "event_trigger", 0, "service_account_email")).toBe(ex("google_service_account.trigger.email"));
   });
 
+  test("is built by the dedicated build account (or the one given) into the module's own repository", () => {
+    expect(at(fn(), "build_config", 0, "service_account")).toBe(ex("local.build_service_account"));
+    expect(String(mod.locals.build_service_account)).toBe(
+      ex("var.function_build_service_account != null ? var.function_build_service_account : one(google_service_account.build[*].id)"),
+    );
+    expect(at(fn(), "build_config", 0, "docker_repository")).toBe(ex("google_artifact_registry_repository.function_builds.id"));
+    const repo = resource(mod, "google_artifact_registry_repository", "function_builds");
+    expect(repo.format).toBe("DOCKER");
+    expect(repo.repository_id).toBe(ex("local.names.function_repository"));
+    expect(at(mod.locals.names, "function_repository")).toBe(`${ex("var.name_prefix")}-function-builds`);
+    // The build's roles exist before the function (and its first build) is created.
+    const deps = (fn().depends_on ?? []) as string[];
+    for (const d of [
+      "google_project_iam_member.build_log_writer",
+      "google_artifact_registry_repository_iam_member.build_writes_function_images",
+      "google_project_iam_member.build_reads_function_source",
+    ])
+      expect(deps.map(bare), d).toContain(d);
+  });
+
   test("runs onCheckpointFinalized on nodejs22 from the uploaded source zip", () => {
     expect(at(fn(), "build_config", 0, "runtime")).toBe("nodejs22");
     expect(at(fn(), "build_config", 0, "entry_point")).toBe("onCheckpointFinalized");
@@ -163,13 +185,14 @@ describe("Cloud Function", () => {
     expect(at(fn(), "lifecycle", 0, "precondition", 0, "condition")).toBe(ex("local.function_source_given"));
   });
 
-  test("gets the workflow, prefixes, destination template, topic and group count as environment variables", () => {
+  test("gets the workflow, prefixes, destination template, topic, group count and claim lease as environment variables", () => {
     expect(at(fn(), "service_config", 0, "environment_variables")).toEqual({
       ORBAX2REG_WORKFLOW: ex("google_workflows_workflow.convert.id"),
       ORBAX2REG_ROOT_PREFIXES: ex('join(",", var.checkpoint_prefixes)'),
       ORBAX2REG_DESTINATION_TEMPLATE: ex("var.destination_template"),
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
+      ORBAX2REG_CLAIM_LEASE_SECONDS: ex("tostring(var.function_timeout_seconds + 60)"),
     });
   });
 
@@ -226,9 +249,14 @@ describe("Workflow", () => {
       ORBAX2REG_GROUP_JOB: ex("google_cloud_run_v2_job.convert_group.name"),
       ORBAX2REG_FINALIZE_JOB: ex("google_cloud_run_v2_job.finalize.name"),
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
-      ORBAX2REG_CONCURRENCY: ex("tostring(var.max_parallel_groups)"),
+      ORBAX2REG_MAX_PARALLEL_GROUPS: ex("tostring(var.max_parallel_groups)"),
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
     });
+  });
+
+  test("sets exactly the ORBAX2REG_* variables workflows/convert.yaml reads", () => {
+    const read = new Set([...readFileSync("workflows/convert.yaml", "utf8").matchAll(/sys\.get_env\("(ORBAX2REG_\w+)"/g)].map((m) => m[1]));
+    expect(Object.keys(wf().user_env_vars as Obj).sort()).toEqual([...read].sort());
   });
 
   test("max_parallel_groups defaults to 8 and is validated to 1..20", () => {
@@ -241,7 +269,7 @@ describe("Workflow", () => {
 
   test("refuses a job timeout the workflow would not wait for", () => {
     expect(at(wf(), "lifecycle", 0, "precondition", 0, "condition")).toBe(ex("local.job_wait_fits"));
-    expect(readFileSync("workflows/convert.yaml", "utf8")).toMatch(/timeout: 604800\n/);
+    expect(readFileSync("workflows/convert.yaml", "utf8")).toContain("604800");
     expect(String(mod.locals.job_wait_fits)).toContain("<= 604800");
   });
 
@@ -314,26 +342,43 @@ describe("Pub/Sub", () => {
 });
 
 describe("IAM", () => {
-  /** principal -> "role @ scope" for every binding the module makes; the documented least-privilege set. */
+  /** Condition expressions, as hcl2json renders them. */
+  const CLAIMS_ONLY =
+    `resource.name.startsWith("projects/_/buckets/${ex("local.destination_bucket")}/objects/") && ` +
+    `resource.name.endsWith("/.orbax2reg/claim.json")`;
+  const FUNCTION_SOURCE_ONLY =
+    `resource.name.startsWith("projects/_/buckets/gcf-v2-sources-${ex("data.google_project.this.number")}-${ex("var.region")}` +
+    `/objects/${ex("local.names.function")}/")`;
+
+  /**
+   * principal -> "role @ scope" (plus " if <condition>" for a conditional grant) for every binding the module makes:
+   * the documented least-privilege set (terraform/README.md, "Roles").
+   */
   const EXPECTED: Record<string, string[]> = {
     "gcs-agent": ["roles/pubsub.publisher @ project"],
+    "pubsub-agent": ["roles/iam.serviceAccountTokenCreator @ project"],
     trigger: ["roles/eventarc.eventReceiver @ project", "roles/run.invoker @ service google_cloudfunctions2_function.on_checkpoint"],
     function: [
       "roles/pubsub.publisher @ topic google_pubsub_topic.events",
-      "roles/storage.objectUser @ bucket local.destination_bucket",
+      `roles/storage.objectUser @ bucket local.destination_bucket if ${CLAIMS_ONLY}`,
       "roles/storage.objectViewer @ bucket var.checkpoint_bucket",
       "roles/workflows.invoker @ project",
     ],
     workflow: [
-      "roles/iam.serviceAccountUser @ serviceAccount google_service_account.jobs",
       "roles/logging.logWriter @ project",
       "roles/pubsub.publisher @ topic google_pubsub_topic.events",
-      "roles/run.developer @ job google_cloud_run_v2_job.convert_group",
-      "roles/run.developer @ job google_cloud_run_v2_job.finalize",
-      "roles/run.developer @ job google_cloud_run_v2_job.plan",
+      "roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.convert_group",
+      "roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.finalize",
+      "roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.plan",
+      "roles/run.viewer @ project",
       "roles/storage.objectViewer @ bucket local.destination_bucket",
     ],
-    jobs: ["roles/storage.objectAdmin @ bucket local.destination_bucket", "roles/storage.objectViewer @ bucket var.checkpoint_bucket"],
+    jobs: ["roles/storage.objectUser @ bucket local.destination_bucket", "roles/storage.objectViewer @ bucket var.checkpoint_bucket"],
+    build: [
+      "roles/artifactregistry.writer @ repository google_artifact_registry_repository.function_builds",
+      "roles/logging.logWriter @ project",
+      `roles/storage.objectViewer @ project if ${FUNCTION_SOURCE_ONLY}`,
+    ],
   };
 
   const MEMBER_TYPES = [
@@ -343,15 +388,17 @@ describe("IAM", () => {
     "google_cloud_run_v2_job_iam_member",
     "google_cloud_run_v2_service_iam_member",
     "google_service_account_iam_member",
+    "google_artifact_registry_repository_iam_member",
   ];
 
-  const bare = (expr: unknown) => String(expr).replace(/^\$\{(.*)\}$/s, "$1");
   const resourceOf = (expr: unknown) => bare(expr).replace(/\.(name|id|email|service_config\[0\]\.service)$/, "");
 
   function principal(member: unknown): string {
-    const m = /^serviceAccount:\$\{google_service_account\.(\w+)\.email\}$/.exec(String(member));
+    const m = /^serviceAccount:\$\{google_service_account\.(\w+)(\[0\])?\.email\}$/.exec(String(member));
     if (m?.[1]) return m[1];
     if (member === `serviceAccount:${ex("data.google_storage_project_service_account.gcs.email_address")}`) return "gcs-agent";
+    if (member === `serviceAccount:service-${ex("data.google_project.this.number")}@gcp-sa-pubsub.iam.gserviceaccount.com`)
+      return "pubsub-agent";
     throw new Error(`unexpected IAM member ${String(member)}`);
   }
 
@@ -373,9 +420,19 @@ describe("IAM", () => {
         return target(b.name).map((t) => `service ${t}`);
       case "google_service_account_iam_member":
         return target(b.service_account_id).map((t) => `serviceAccount ${t}`);
+      case "google_artifact_registry_repository_iam_member":
+        expect(b.location).toBe(ex("var.region"));
+        return target(b.repository).map((t) => `repository ${t}`);
       default:
         throw new Error(type);
     }
+  }
+
+  function condition(b: Obj): string {
+    const c = at(b, "condition", 0);
+    if (c === undefined) return "";
+    expect(String(at(c, "title")).length).toBeGreaterThan(5);
+    return ` if ${String(at(c, "expression"))}`;
   }
 
   function granted(): Record<string, string[]> {
@@ -384,12 +441,16 @@ describe("IAM", () => {
       for (const b of Object.values(mod.resource[type] ?? {})) {
         const who = principal(b.member);
         out[who] ??= [];
-        for (const s of scopes(type, b)) out[who].push(`${String(b.role)} @ ${s}`);
+        for (const s of scopes(type, b)) out[who].push(`${String(b.role)} @ ${s}${condition(b)}`);
       }
     }
     for (const list of Object.values(out)) list.sort();
     return out;
   }
+
+  /** The address of every IAM binding with its block, e.g. "google_project_iam_member.build_log_writer". */
+  const bindings = () =>
+    MEMBER_TYPES.flatMap((type) => Object.entries(mod.resource[type] ?? {}).map(([name, b]) => [`${type}.${name}`, b] as const));
 
   test("IAM is additive only (no authoritative *_iam_binding / *_iam_policy) and uses known binding types", () => {
     const iamTypes = Object.keys(mod.resource).filter((t) => /_iam_(member|binding|policy)$/.test(t));
@@ -397,8 +458,10 @@ describe("IAM", () => {
     expect(iamTypes.filter((t) => !MEMBER_TYPES.includes(t))).toEqual([]);
   });
 
-  test("the module creates exactly the four dedicated service accounts", () => {
-    expect(Object.keys(mod.resource.google_service_account ?? {}).sort()).toEqual(["function", "jobs", "trigger", "workflow"]);
+  test("the module creates the five dedicated service accounts, the build one only when none is given", () => {
+    expect(Object.keys(mod.resource.google_service_account ?? {}).sort()).toEqual(["build", "function", "jobs", "trigger", "workflow"]);
+    expect(resource(mod, "google_service_account", "build").count).toBe(ex("var.function_build_service_account == null ? 1 : 0"));
+    expect(at(mod.locals.names, "build_sa")).toBe(`${ex("var.name_prefix")}-build`);
   });
 
   for (const [who, roles] of Object.entries(EXPECTED)) {
@@ -411,6 +474,47 @@ describe("IAM", () => {
     expect(Object.keys(granted()).sort()).toEqual(Object.keys(EXPECTED).sort());
   });
 
+  test("the workflow can neither update the jobs (no run.developer) nor act as their service account", () => {
+    const roles = Object.values(granted()).flat();
+    expect(roles.filter((r) => r.startsWith("roles/run.developer") || r.startsWith("roles/run.admin"))).toEqual([]);
+    expect(roles.filter((r) => r.startsWith("roles/iam.serviceAccountUser"))).toEqual([]);
+    expect(mod.resource.google_service_account_iam_member ?? {}).toEqual({});
+  });
+
+  test("the build account's grants exist only when the module creates the account; the Pub/Sub agent's only on request", () => {
+    const conditional = bindings().filter(([, b]) => "count" in b);
+    expect(Object.fromEntries(conditional.map(([address, b]) => [address, b.count]))).toEqual({
+      "google_project_iam_member.build_log_writer": ex("var.function_build_service_account == null ? 1 : 0"),
+      "google_project_iam_member.build_reads_function_source": ex("var.function_build_service_account == null ? 1 : 0"),
+      "google_project_iam_member.pubsub_agent_token_creator": ex("var.pubsub_agent_token_creator ? 1 : 0"),
+      "google_artifact_registry_repository_iam_member.build_writes_function_images": ex(
+        "var.function_build_service_account == null ? 1 : 0",
+      ),
+    });
+    const v = mod.variable.pubsub_agent_token_creator;
+    expect(v?.default).toBe(false);
+    expect(v?.type).toBe(ex("bool"));
+  });
+
+  test("the claim grant checks uniform bucket-level access on the destination first", () => {
+    const claims = resource(mod, "google_storage_bucket_iam_member", "function_destination_claims");
+    expect(at(claims, "lifecycle", 0, "precondition", 0, "condition")).toBe(
+      ex("data.google_storage_bucket.destination.uniform_bucket_level_access"),
+    );
+    const dest = mod.data.google_storage_bucket?.destination;
+    expect(dest?.name).toBe(ex("local.destination_bucket"));
+    // Read after the APIs are enabled, so a first plan needs no API call (and the offline plan test works).
+    expect(dest?.depends_on).toEqual([ex("google_project_service.required")]);
+    expect(String(mod.variable.destination_bucket?.description)).toContain("uniform bucket-level access");
+  });
+
+  test("every grant in iam.tf cites the Google documentation it rests on", () => {
+    const text = readFileSync(`${MODULE}/iam.tf`, "utf8");
+    const blocks = [...text.matchAll(/((?:^#.*\n)*)resource "(\w+_iam_member)" "(\w+)"/gm)];
+    expect(blocks.length).toBe(bindings().length);
+    for (const [, comment, type, name] of blocks) expect(comment, `${type}.${name}`).toMatch(/# https:\/\/cloud\.google\.com\/\S+/);
+  });
+
   test("no roles/owner or roles/editor anywhere", () => {
     for (const f of tfFiles(TERRAFORM)) expect(readFileSync(f, "utf8"), f).not.toMatch(/roles\/(owner|editor)\b/);
   });
@@ -419,16 +523,21 @@ describe("IAM", () => {
     const fn = resource(mod, "google_cloudfunctions2_function", "on_checkpoint");
     expect(at(fn, "service_config", 0, "service_account_email")).toBe(ex("google_service_account.function.email"));
     expect(at(fn, "event_trigger", 0, "service_account_email")).toBe(ex("google_service_account.trigger.email"));
+    expect(at(fn, "build_config", 0, "service_account")).toBe(ex("local.build_service_account"));
     expect(resource(mod, "google_workflows_workflow", "convert").service_account).toBe(ex("google_service_account.workflow.id"));
     for (const job of Object.values(mod.resource.google_cloud_run_v2_job ?? {})) {
       expect(at(job, "template", 0, "template", 0, "service_account")).toBe(ex("google_service_account.jobs.email"));
     }
   });
 
-  test("terraform/README.md explains every granted role", () => {
+  test("terraform/README.md explains every granted role, with its documentation", () => {
     const readme = readFileSync(`${TERRAFORM}/README.md`, "utf8");
     const roles = new Set(Object.values(EXPECTED).flatMap((list) => list.map((r) => r.split(" @ ")[0] ?? "")));
     for (const role of roles) expect(readme, role).toContain(`\`${role}\``);
+    const section = readme.slice(readme.indexOf("## Roles"), readme.indexOf("## Deploy"));
+    const rows = section.split("\n").filter((l) => /^\| .*`roles\//.test(l));
+    expect(rows.length).toBe(Object.values(EXPECTED).flat().length - 2); // the three job grants share one row
+    for (const row of rows) expect(row, row).toMatch(/https:\/\/cloud\.google\.com\//);
   });
 });
 

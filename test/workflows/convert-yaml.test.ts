@@ -2,10 +2,11 @@ import { readFileSync } from "node:fs";
 import { parse as parseHcl } from "@cdktf/hcl2json";
 import { describe, expect, test } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { failureKey, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
+import { failureKey, failuresPrefix, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
 
 // workflows/convert.yaml against the code around it: what terraform configures, what the jobs read and
-// write, and Workflows' own rules. (Its behaviour is tested by running it: test/e2e/pipeline.test.ts.)
+// write, Workflows' own rules, and the documented standard library (docs/workflows-reference.md). Its
+// behaviour is tested by running it: test/e2e/pipeline.test.ts and test/workflows/faults.test.ts.
 
 const SOURCE = "workflows/convert.yaml";
 const text = readFileSync(SOURCE, "utf8");
@@ -23,6 +24,34 @@ function* nodes(v: unknown): Generator<Record<string, unknown>> {
 /** A Workflows expression as written in the YAML. */
 const expression = (code: string) => `\${${code}}`;
 const calls = [...nodes(workflow)].filter((n) => typeof n.call === "string");
+/** The code of every `${...}` expression in the definition (braces balanced, string literals respected). */
+function* expressions(v: unknown): Generator<string> {
+  if (typeof v === "string") {
+    for (let i = v.indexOf("${"); i >= 0; i = v.indexOf("${", i)) {
+      let depth = 1;
+      let j = i + 2;
+      let quote: string | undefined;
+      for (; j < v.length && depth > 0; j++) {
+        const c = v[j] as string;
+        if (quote) {
+          if (c === "\\") j++;
+          else if (c === quote) quote = undefined;
+        } else if (c === '"' || c === "'") quote = c;
+        else if (c === "{") depth++;
+        else if (c === "}") depth--;
+      }
+      yield v.slice(i + 2, j - 1);
+      i = j;
+    }
+  } else if (Array.isArray(v)) for (const x of v) yield* expressions(x);
+  else if (v !== null && typeof v === "object") for (const [k, x] of Object.entries(v)) yield* [...expressions(k), ...expressions(x)];
+}
+/** Function names called in an expression, string literals removed first (operators like `and (` are not calls). */
+const calledIn = (code: string) =>
+  [...code.replace(/"(\\.|[^"\\])*"/g, '""').matchAll(/([A-Za-z_][A-Za-z0-9_.]*)\s*\(/g)]
+    .map((m) => m[1] as string)
+    .filter((f) => !["and", "or", "in"].includes(f));
+const reference = readFileSync("docs/workflows-reference.md", "utf8");
 
 describe("workflows/convert.yaml", () => {
   test("takes one argument, as an execution's argument JSON", () => {
@@ -33,17 +62,53 @@ describe("workflows/convert.yaml", () => {
     expect(Buffer.byteLength(text)).toBeLessThan(128 * 1024);
   });
 
-  test("calls only subworkflows it defines, the standard library and the three connectors", () => {
+  test("calls only subworkflows it defines, sys.log / sys.sleep and the connectors docs/workflows-reference.md lists", () => {
     const connectors = new Set([
       "googleapis.run.v2.projects.locations.jobs.run",
+      "googleapis.run.v2.projects.locations.operations.get",
+      "googleapis.run.v2.projects.locations.jobs.executions.cancel",
       "googleapis.storage.v1.objects.get",
+      "googleapis.storage.v1.objects.list",
       "googleapis.pubsub.v1.projects.topics.publish",
     ]);
     for (const { call } of calls) {
       const name = call as string;
       if (name.startsWith("googleapis.")) expect(connectors).toContain(name);
-      else if (!name.startsWith("sys.")) expect(Object.keys(workflow)).toContain(name);
+      else if (name.startsWith("sys.")) expect(["sys.log", "sys.sleep"]).toContain(name);
+      else expect(Object.keys(workflow)).toContain(name);
+      if (!Object.keys(workflow).includes(name)) expect(reference).toContain(`\`${name}\``);
     }
+  });
+
+  test("uses in expressions only standard-library functions docs/workflows-reference.md documents", () => {
+    const documented = new Set([
+      "default",
+      "int",
+      "keys",
+      "len",
+      "not",
+      "string",
+      "base64.encode",
+      "json.decode",
+      "json.encode",
+      "json.encode_to_string",
+      "list.concat",
+      "map.get",
+      "sys.get_env",
+      "sys.now",
+      "text.match_regex",
+      "text.replace_all",
+      "text.replace_all_regex",
+      "text.split",
+      "text.url_encode",
+      "time.format",
+      "uuid.generate",
+    ]);
+    const used = new Set([...expressions(workflow)].flatMap(calledIn));
+    expect([...used].filter((f) => !documented.has(f))).toEqual([]);
+    for (const f of used) if (f !== "not") expect(reference).toContain(`\`${f}(`);
+    // get_type() is not on Google's expression-helpers page as stored here: decide types without it.
+    expect(used.has("get_type")).toBe(false);
   });
 
   test("reads only the settings terraform gives it", async () => {
@@ -61,11 +126,15 @@ describe("workflows/convert.yaml", () => {
     expect(passed.filter((name) => !job.includes(`"${name}"`) && !job.includes(`.${name}`))).toEqual([]);
   });
 
-  test("waits for jobs far longer than the connector's 30-minute default", () => {
+  test("starts jobs without waiting in the connector, then polls, and cancels what it stops waiting for", () => {
     const runs = calls.filter((c) => c.call === "googleapis.run.v2.projects.locations.jobs.run");
     expect(runs).toHaveLength(1); // one place runs every phase
-    const args = runs[0]?.args as { connector_params: { timeout: number } };
-    expect(args.connector_params.timeout).toBeGreaterThanOrEqual(24 * 3600);
+    const args = runs[0]?.args as { connector_params: Record<string, unknown> };
+    expect(args.connector_params).toEqual({ skip_polling: true });
+    expect(calls.filter((c) => c.call === "googleapis.run.v2.projects.locations.operations.get").length).toBeGreaterThan(0);
+    expect(calls.filter((c) => c.call === "googleapis.run.v2.projects.locations.jobs.executions.cancel")).toHaveLength(1);
+    // The default wait is far longer than the connector's 30 minutes: 7 days, what terraform checks the jobs fit in.
+    expect(text).toContain('default(map.get(args, "job_timeout"), 604800)');
   });
 
   test("fans out over the groups in parallel with a concurrency limit", () => {
@@ -79,16 +148,20 @@ describe("workflows/convert.yaml", () => {
     const retries = [...nodes(workflow)].filter((n) => n.retry !== undefined).map((n) => n.retry as Record<string, unknown>);
     expect(retries.length).toBeGreaterThan(0);
     for (const r of retries) expect(r.predicate).toBe(expression("retryable"));
-    expect(JSON.stringify(workflow.retryable)).toContain('\\"PermanentError\\" in e.tags');
+    expect(JSON.stringify(workflow.retryable)).toContain('\\"PermanentError\\" in tags');
   });
 
   test("reads the objects the jobs write, where they write them", () => {
     expect(SUMMARY_KEY).toBe(".orbax2reg/summary.json");
     expect(text).toContain('"/.orbax2reg/"');
     expect(text).toContain('ctx.work + "summary.json"');
-    expect(failureKey("plan")).toBe(".orbax2reg/failures/plan.json");
-    expect(failureKey("convert-group", 3)).toBe(".orbax2reg/failures/group-3.json");
-    expect(text).toContain('ctx.work + "failures/" + phase + ".json"');
-    expect(text).toContain('ctx.work + "failures/group-" + string(group) + ".json"');
+    // Failure reports: one prefix per job execution (the workflow's attempt id), the verdict first in the name.
+    expect(failuresPrefix("a1")).toBe(".orbax2reg/failures/a1/");
+    expect(failureKey("a1", { permanent: true, task: 2, taskAttempt: 1 })).toBe(".orbax2reg/failures/a1/permanent.task-2.attempt-1.json");
+    expect(failureKey("a1", { permanent: false, task: 0, taskAttempt: 0 })).toBe(".orbax2reg/failures/a1/transient.task-0.attempt-0.json");
+    expect(text).toContain('ctx.work + "failures/" + attempt + "/"');
+    expect(text).toContain('reports + "permanent."');
+    expect(text).toContain("name: ORBAX2REG_ATTEMPT");
+    expect(text).toContain(expression("uuid.generate()"));
   });
 });

@@ -15,7 +15,10 @@ requirements.txt) and adds what that package lacks for this project:
 * `retry` backoff that honours initial_delay/max_delay/multiplier, scaled by
   --backoff-scale (0 in tests = no sleeping);
 * per-execution GOOGLE_CLOUD_* built-in variables and `--env KEY=VALUE` user variables
-  for `sys.get_env`.
+  for `sys.get_env`;
+* a strict standard library: only the functions and argument types Google documents (int(5)
+  raises TypeError, as in the cloud), documented connector_params only; sys.sleep is scaled by
+  --backoff-scale like retry delays.
 
 Usage:
   wfemu.py --host 127.0.0.1 --port 8787 --workflows-dir DIR --project P --location L \
@@ -70,7 +73,8 @@ sys_utils.get_env = _get_env
 # ---------------------------------------------------------------- stdlib gaps / fixes
 import urllib.parse as _up  # noqa: E402
 
-text_utils.url_encode = lambda source: _up.quote(source, safe="-_.~")
+# text.url_encode leaves letters, digits and .-_ alone (https://cloud.google.com/workflows/docs/reference/stdlib/text/url_encode).
+text_utils.url_encode = lambda source: _up.quote(source, safe="-_.")
 text_utils.url_encode_plus = lambda source: _up.quote_plus(source, safe="-_.~")
 text_utils.url_decode = lambda source: _up.unquote_plus(source)
 # GCW default(a, b) returns b only when a is null; the package used `a or b` (wrong for 0, "", false).
@@ -163,6 +167,168 @@ def _allow_expression(node, key):
 
 _allow_expression(wf.WORKFLOW_SCHEMA, "concurrency_limit")
 
+# ---------------------------------------------------------------- strict standard library
+# Expressions run as Python, and the package's functions accept whatever Python does (int(5), string("x"),
+# len(b"..."), text.substring with negative indexes, text.re / sys.os as "functions"). Google accepts only
+# the documented names and argument types, so a workflow that works here could fail in the cloud. Every
+# function below checks its arguments against Google's reference and raises TypeError (a catchable error
+# tagged TypeError, as Google raises) otherwise; modules expose only documented names, and an unknown name
+# fails the execution. References: https://cloud.google.com/workflows/docs/reference/stdlib/overview and
+# .../stdlib/expression-helpers (conversion: int() takes a string or double, double() a string or integer,
+# string() an integer, double or boolean; keys() a map; len() a list, map or string).
+import types as _types  # noqa: E402
+
+_TYPE_NAMES = {"int": "integer", "double": "double", "string": "string", "bool": "boolean", "bytes": "bytes",
+               "list": "list", "map": "map", "null": "null"}
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    for py, name in ((int, "int"), (float, "double"), (str, "string"), (bytes, "bytes"), (dict, "map"), (list, "list")):
+        if isinstance(value, py):
+            return name
+    return type(value).__name__
+
+
+def _strict(name: str, fn, *allowed, optional: int = 0):
+    """fn(*args) after checking each positional/keyword argument's kind against allowed[i] (a set of kinds,
+    or None for any). The last `optional` parameters may be omitted."""
+    params = list(fn.__code__.co_varnames[: fn.__code__.co_argcount]) if hasattr(fn, "__code__") else []
+
+    def call(*args, **kwargs):
+        values = list(args)
+        for p in params[len(args):]:
+            if p in kwargs:
+                values.append(kwargs[p])
+        if len(values) < len(allowed) - optional or len(values) > len(allowed) or len(values) != len(args) + len(kwargs):
+            raise TypeError(f"{name}: expected {len(allowed) - optional}..{len(allowed)} arguments, got {len(args) + len(kwargs)}")
+        for i, (v, kinds) in enumerate(zip(values, allowed)):
+            if kinds is not None and _kind(v) not in kinds:
+                want = " or ".join(_TYPE_NAMES[k] for k in sorted(kinds))
+                raise TypeError(f"{name}: argument {i + 1} must be {want}, got {_TYPE_NAMES.get(_kind(v), _kind(v))}")
+        return fn(*args, **kwargs)
+
+    return call
+
+
+_NUM, _STR = {"int", "double"}, {"string"}
+
+
+def _substring(source, start, end):
+    if start < 0 or end < 0:  # Python would count from the end; Google has no such meaning
+        raise ValueError(f"text.substring: negative index ({start}, {end})")
+    return source[start:end]
+
+
+def _map_get(obj, keys):
+    for key in [keys] if isinstance(keys, str) else keys:
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def _sleep(seconds):
+    if seconds < 0:
+        raise ValueError("sys.sleep: negative duration")
+    time.sleep(seconds * BACKOFF_SCALE)  # like retry backoff: --backoff-scale 0 makes polling loops instant
+
+
+def _namespace(**functions):
+    return _types.SimpleNamespace(**functions)
+
+
+_lib = wf_render.STANDARD_LIBRARY
+_pkg_text, _pkg_json, _pkg_b64, _pkg_map, _pkg_list, _pkg_time, _pkg_sys, _pkg_math = (
+    _lib["text"], _lib["json"], _lib["base64"], _lib["map"], _lib["list"], _lib["time"], _lib["sys"], _lib["math"])
+_lib.update({
+    # expression helpers
+    "int": _strict("int", lambda value: int(value), {"string", "double"}),
+    "double": _strict("double", lambda value: float(value), {"string", "int"}),
+    "string": _strict("string", lambda value: ("true" if value else "false") if isinstance(value, bool) else str(value),
+                      {"int", "double", "bool"}),
+    "keys": _strict("keys", lambda value: list(dict.keys(value)), {"map"}),
+    "len": _strict("len", lambda value: len(value), {"list", "map", "string"}),
+    "text": _namespace(
+        decode=_strict("text.decode", lambda data, charset="UTF-8": data.decode(charset), {"bytes"}, _STR, optional=1),
+        encode=_strict("text.encode", lambda text, charset="UTF-8": text.encode(charset), _STR, _STR, optional=1),
+        find_all=_strict("text.find_all", lambda source, substr: [i for i in range(len(source)) if source.startswith(substr, i)],
+                         _STR, _STR),
+        find_all_regex=_strict("text.find_all_regex", _pkg_text.find_all_regex, _STR, _STR),
+        match_regex=_strict("text.match_regex", _pkg_text.match_regex, _STR, _STR),
+        replace_all=_strict("text.replace_all", _pkg_text.replace_all, _STR, _STR, _STR),
+        replace_all_regex=_strict("text.replace_all_regex", _pkg_text.replace_all_regex, _STR, _STR, _STR),
+        split=_strict("text.split", _pkg_text.split, _STR, _STR),
+        substring=_strict("text.substring", _substring, _STR, {"int"}, {"int"}),
+        to_lower=_strict("text.to_lower", _pkg_text.to_lower, _STR),
+        to_upper=_strict("text.to_upper", _pkg_text.to_upper, _STR),
+        url_decode=_strict("text.url_decode", lambda source: text_utils.url_decode(source), _STR),
+        url_encode=_strict("text.url_encode", lambda source: text_utils.url_encode(source), _STR),
+        url_encode_plus=_strict("text.url_encode_plus", lambda source: text_utils.url_encode_plus(source), _STR),
+    ),
+    "json": _namespace(
+        decode=_strict("json.decode", lambda data: _pkg_json.decode(data), {"bytes", "string"}),
+        encode=_strict("json.encode", lambda data, indent=False: _pkg_json.encode(data, indent), None, {"bool", "map"}, optional=1),
+        encode_to_string=_strict("json.encode_to_string", lambda data, indent=False: _pkg_json.encode_to_string(data, indent),
+                                 None, {"bool", "map"}, optional=1),
+    ),
+    "base64": _namespace(
+        decode=_strict("base64.decode", lambda data, padding=True: _pkg_b64.decode(data, padding), _STR, {"bool"}, optional=1),
+        encode=_strict("base64.encode", lambda data, padding=True: _pkg_b64.encode(data, padding), {"bytes"}, {"bool"}, optional=1),
+    ),
+    "map": _namespace(
+        # map.get of a non-map, or of a missing key at any depth, is null (map.get reference); only the keys are typed.
+        get=_strict("map.get", _map_get, None, {"string", "list"}),
+        delete=_strict("map.delete", _pkg_map.delete, {"map"}, _STR),
+        merge=_strict("map.merge", _pkg_map.merge, {"map"}, {"map"}),
+        merge_nested=_strict("map.merge_nested", _pkg_map.merge_nested, {"map"}, {"map"}),
+    ),
+    "list": _namespace(
+        concat=_strict("list.concat", _pkg_list.concat, {"list"}, None),
+        prepend=_strict("list.prepend", _pkg_list.prepend, {"list"}, None),
+    ),
+    "math": _namespace(
+        abs=_strict("math.abs", _pkg_math.abs, _NUM),
+        floor=_strict("math.floor", lambda x: int(_pkg_math.floor(x)), _NUM),
+        max=_strict("math.max", _pkg_math.max, _NUM, _NUM),
+        min=_strict("math.min", _pkg_math.min, _NUM, _NUM),
+    ),
+    "time": _namespace(
+        format=_strict("time.format", lambda seconds, timezone="UTC": _pkg_time.format(seconds, timezone), _NUM, _STR, optional=1),
+        parse=_strict("time.parse", _pkg_time.parse, _STR),
+    ),
+    "sys": _namespace(
+        get_env=_strict("sys.get_env", lambda name, default=None: sys_utils.get_env(name, default), _STR, {"string", "null"},
+                        optional=1),
+        log=lambda *args, **kwargs: _sys_log(*args, **kwargs),
+        now=_pkg_sys.now,
+        sleep=_strict("sys.sleep", _sleep, _NUM),
+        sleep_until=_strict("sys.sleep_until", _pkg_sys.sleep_until, _STR),
+    ),
+    "uuid": _namespace(generate=_lib["uuid"].generate),
+})
+for _k in ("set", "not"):  # Python helpers the package added; Google has neither
+    _lib.pop(_k, None)
+
+
+_JSON = json
+
+
+def _sys_log(data=None, severity="DEFAULT", text=None, json=None, timeout=None):  # noqa: A002 - Google's names, in its order
+    given = [v for v in (text, json, data) if v is not None]
+    if len(given) != 1:
+        raise TypeError("sys.log: pass exactly one of text, json, data")
+    if json is not None and not isinstance(json, dict):
+        raise TypeError("sys.log: json must be a map")
+    if severity not in ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY"):
+        raise ValueError(f"sys.log: unknown severity {severity!r}")
+    level = {"DEFAULT": "INFO", "NOTICE": "INFO", "ALERT": "CRITICAL", "EMERGENCY": "CRITICAL"}.get(severity, severity)
+    message = given[0] if isinstance(given[0], str) else _JSON.dumps(_plain(given[0]))
+    logging.getLogger("workflows").log(logging.getLevelName(level), message)
+
 # ---------------------------------------------------------------- connector hooks
 _HOOKS: dict[str, dict] = {}
 _HOOKS_DIR = os.getcwd()
@@ -191,11 +357,36 @@ def _plain(value):
     return json.loads(json.dumps(value, default=lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o)))
 
 
+_CONNECTOR_PARAMS = {"timeout", "polling_policy", "skip_polling", "scopes"}
+_POLLING_POLICY = {"initial_delay", "multiplier", "max_delay"}
+
+
+def _check_connector_params(name, params):
+    """connector_params as Google documents them (https://cloud.google.com/workflows/docs/reference/googleapis,
+    "Invoke a connector call"): timeout in seconds (at most one year), polling_policy {initial_delay,
+    multiplier, max_delay}, skip_polling (boolean), scopes. Anything else is a mistake Google would not ignore
+    silently either, so it fails here."""
+    if params is None:
+        return
+    if not isinstance(params, dict) or set(params) - _CONNECTOR_PARAMS:
+        _raise(f"{name}: unknown connector_params {sorted(set(params) - _CONNECTOR_PARAMS) if isinstance(params, dict) else params}",
+               ["ValueError"])
+    timeout = params.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 31536000):
+        _raise(f"{name}: connector_params.timeout must be a number of seconds in (0, 31536000], got {timeout!r}", ["ValueError"])
+    policy = params.get("polling_policy")
+    if policy is not None and (not isinstance(policy, dict) or set(policy) - _POLLING_POLICY):
+        _raise(f"{name}: connector_params.polling_policy takes only {sorted(_POLLING_POLICY)}, got {policy!r}", ["ValueError"])
+    if "skip_polling" in params and not isinstance(params["skip_polling"], bool):
+        _raise(f"{name}: connector_params.skip_polling must be a boolean", ["TypeError"])
+
+
 def run_connector(rendered_step):
     name = rendered_step["call"]
     spec = _HOOKS.get(name)
     if spec is None:
         _raise(f"wfemu: no connector hook configured for {name}", ["SystemError"])
+    _check_connector_params(name, (rendered_step.get("args") or {}).get("connector_params"))
     env = dict(os.environ)
     env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
     env.update(_EXEC_ENV.get())
@@ -322,12 +513,73 @@ def _execute_task_config(self, task_configs, concurrency_limit=None, index_var="
 
 wf.StepParallel.execute_task_config = _execute_task_config
 
+
+# ---------------------------------------------------------------- switch: the first true condition only
+def _switch_execute(self):
+    """Google runs the first condition that is true and no other; the package went on evaluating (and
+    running) every later condition that was also true."""
+    for condition in self.config["switch"]:
+        evaluated = render_config(condition["condition"], self.context)
+        if not isinstance(evaluated, bool):
+            _raise(f"switch condition must be a boolean, got {evaluated!r}: {condition['condition']}", ["TypeError"])
+        if evaluated:
+            branch = {k: v for k, v in condition.items() if k != "condition"}
+            context, next_step, ret_value = wf.execute_step(self.step_id, branch, self.context)
+            return context, next_step if next_step is not None else self.config.get("next"), ret_value
+    return self.context, self.config.get("next"), None
+
+
+wf.StepSwitch.execute = _switch_execute
+
+
+# ---------------------------------------------------------------- assign: an error must not hang the emulator
+def _assign_execute(self):
+    """The package took a global lock around every assign step and released it only on success: the first
+    expression error inside an assign (a catchable TypeError in Google) hung every later assign forever."""
+    context = self.context
+    with wf.LOCK:
+        for var in self.config["assign"]:
+            name = list(var.keys())[0]
+            value = render_config(var[name], context)
+            root, new_value = wf.assign_var(name, value, context)
+            context[root] = new_value
+    return context, self.config.get("next"), None
+
+
+wf.StepAssign.execute = _assign_execute
+
 # ---------------------------------------------------------------- executions store + REST API
 PROJECT = "test-project"
 LOCATION = "us-central1"
 WORKFLOWS_DIR = "."
 _EXECUTIONS: dict[str, dict] = {}
 _LOCK = threading.Lock()
+# Faults for the next createExecution calls (POST /_emulator/faults), for the trigger's crash tests:
+# "fail-before-create" answers 503 and creates nothing; "fail-after-create" creates the execution and
+# answers 503 (the answer was lost); "hang-then-fail:S" holds the call S seconds (default 30), then answers
+# 503, creating nothing.
+_CREATE_FAULTS: list[str] = []
+
+# executions.list `filter` (AIP-160), the subset Google documents and this project uses: comparisons
+# `labels.KEY="VALUE"` and `state="STATE"` joined by AND. Anything else is refused, as an unknown filter is
+# by Google (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/list).
+_FILTER_TERM = re.compile(r'^\s*(labels\.([a-z][a-z0-9_-]{0,62})|state)\s*=\s*"([^"]*)"\s*$')
+
+
+def _parse_filter(text: str):
+    if not text.strip():
+        return lambda e: True
+    tests = []
+    for term in re.split(r"\s+AND\s+", text.strip()):
+        m = _FILTER_TERM.match(term)
+        if not m:
+            raise ValueError(f"invalid filter term {term!r} in {text!r}")
+        field, label, value = m.group(1), m.group(2), m.group(3)
+        if label is not None:
+            tests.append(lambda e, k=label, v=value: (e.get("labels") or {}).get(k) == v)
+        else:
+            tests.append(lambda e, v=value: e.get("state") == v)
+    return lambda e: all(t(e) for t in tests)
 
 
 def _now():
@@ -378,6 +630,16 @@ def create_execution(project, location, wid, body):
     except Exception as err:  # noqa: BLE001
         return 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": f"invalid workflow {wid}: {err}"}}
     argument = body.get("argument") or "null"
+    # Google's limits on what an execution carries (Execution resource reference): labels as keys and
+    # values of lowercase letters, digits, '_' and '-' up to 63 characters, keys starting with a letter,
+    # at most 64 of them; the argument at most 32 KiB.
+    labels = body.get("labels") or {}
+    bad = [f"{k}={v}" for k, v in labels.items()
+           if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", str(k)) or not re.fullmatch(r"[a-z0-9_-]{0,63}", str(v))]
+    if bad or len(labels) > 64:
+        return 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": f"invalid labels: {bad or len(labels)}"}}
+    if len(argument.encode()) > 32 * 1024:
+        return 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "argument exceeds 32 KiB"}}
     try:
         arg_value = json.loads(argument)
     except ValueError:
@@ -431,6 +693,9 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path in ("/", "/healthz"):
             return self._send(200, {"status": "ok"})
+        if path == "/_emulator/faults":  # test control: faults not yet consumed
+            with _LOCK:
+                return self._send(200, {"createExecution": list(_CREATE_FAULTS)})
         m = _RE_EXEC.match(path)
         if m and not m.group(2):
             with _LOCK:
@@ -439,8 +704,13 @@ class Handler(BaseHTTPRequestHandler):
         m = _RE_EXECS.match(path)
         if m:
             prefix = f"projects/{m.group(1)}/locations/{m.group(2)}/workflows/{m.group(3)}/executions/"
+            query = _up.parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
+            try:
+                keep = _parse_filter((query.get("filter") or [""])[0])
+            except ValueError as err:
+                return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": str(err)}})
             with _LOCK:
-                items = [copy.deepcopy(e) for n, e in _EXECUTIONS.items() if n.startswith(prefix)]
+                items = [copy.deepcopy(e) for n, e in _EXECUTIONS.items() if n.startswith(prefix) and keep(e)]
             items.sort(key=lambda e: e["startTime"], reverse=True)
             return self._send(200, {"executions": items})
         m = _RE_WF.match(path)
@@ -454,9 +724,23 @@ class Handler(BaseHTTPRequestHandler):
             body = self._body()
         except ValueError:
             return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "body is not JSON"}})
+        if path == "/_emulator/faults":  # test control: queue faults for the next createExecution calls
+            with _LOCK:
+                _CREATE_FAULTS.extend(body.get("createExecution") or [])
+            return self._send(200, {"queued": len(_CREATE_FAULTS)})
         m = _RE_EXECS.match(path)
         if m:
-            return self._send(*create_execution(m.group(1), m.group(2), m.group(3), body))
+            with _LOCK:
+                fault = _CREATE_FAULTS.pop(0) if _CREATE_FAULTS else None
+            if fault == "fail-before-create":
+                return self._send(503, {"error": {"code": 503, "status": "UNAVAILABLE", "message": "injected: no execution created"}})
+            if fault and fault.startswith("hang-then-fail"):  # "hang-then-fail:SECONDS": nothing is created
+                time.sleep(float(fault.partition(":")[2] or 30))
+                return self._send(503, {"error": {"code": 503, "status": "UNAVAILABLE", "message": "injected: no execution created"}})
+            code, created = create_execution(m.group(1), m.group(2), m.group(3), body)
+            if fault == "fail-after-create" and code == 200:
+                return self._send(503, {"error": {"code": 503, "status": "UNAVAILABLE", "message": "injected: execution created, answer lost"}})
+            return self._send(code, created)
         m = _RE_EXEC.match(path)
         if m and m.group(2):  # best effort: the worker thread keeps running, the state says CANCELLED
             with _LOCK:

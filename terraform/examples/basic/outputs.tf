@@ -23,12 +23,13 @@ output "events_topic_id" {
 }
 
 output "service_account_emails" {
-  description = "The four service accounts the module created, by component."
+  description = "The service accounts the pipeline runs as, by component (the function's build account as projects/<p>/serviceAccounts/<email>)."
   value = {
     function = module.orbax2reg.function_service_account_email
     trigger  = module.orbax2reg.trigger_service_account_email
     workflow = module.orbax2reg.workflow_service_account_email
     jobs     = module.orbax2reg.jobs_service_account_email
+    build    = module.orbax2reg.build_service_account
   }
 }
 

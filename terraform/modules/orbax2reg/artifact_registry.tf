@@ -9,3 +9,18 @@ resource "google_artifact_registry_repository" "images" {
 
   depends_on = [google_project_service.required]
 }
+
+# Images Cloud Build makes of the trigger function (build_config.docker_repository). The module's own repository
+# rather than the gcf-artifacts one Cloud Functions creates on first use: the build service account is granted
+# Artifact Registry Writer on exactly this repository, so it can neither push to the jobs' repository above nor
+# anywhere else in the project. https://cloud.google.com/functions/docs/securing/build-custom-sa
+resource "google_artifact_registry_repository" "function_builds" {
+  project       = var.project_id
+  location      = var.region
+  repository_id = local.names.function_repository
+  format        = "DOCKER"
+  description   = "orbax2reg: images Cloud Build makes of the trigger function (written by the function's build only)"
+  labels        = var.labels
+
+  depends_on = [google_project_service.required]
+}

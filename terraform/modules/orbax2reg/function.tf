@@ -30,6 +30,9 @@ resource "google_storage_bucket_object" "function_source" {
 
 locals {
   function_source_object = var.function_source_zip == null ? var.function_source_object : one(google_storage_bucket_object.function_source[*].name)
+
+  # The build runs as function_build_service_account when given, else as the <prefix>-build account iam.tf creates.
+  build_service_account = var.function_build_service_account != null ? var.function_build_service_account : one(google_service_account.build[*].id)
 }
 
 resource "google_cloudfunctions2_function" "on_checkpoint" {
@@ -40,9 +43,12 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
   labels      = var.labels
 
   build_config {
-    runtime         = "nodejs22"
-    entry_point     = "onCheckpointFinalized"
-    service_account = var.function_build_service_account
+    runtime     = "nodejs22"
+    entry_point = "onCheckpointFinalized"
+    # A dedicated build identity (new projects' default one lacks the permissions to build a function) that pushes
+    # only to the module's own repository: https://cloud.google.com/functions/docs/securing/build-custom-sa
+    service_account   = local.build_service_account
+    docker_repository = google_artifact_registry_repository.function_builds.id
 
     source {
       storage_source {
@@ -67,6 +73,9 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
       ORBAX2REG_DESTINATION_TEMPLATE = var.destination_template
       ORBAX2REG_EVENTS_TOPIC         = google_pubsub_topic.events.id
       ORBAX2REG_GROUPS               = tostring(var.groups)
+      # A claim whose delivery died (no execution recorded in it) may be taken over after this long; it must exceed
+      # the function's timeout, so that a live delivery never loses its claim.
+      ORBAX2REG_CLAIM_LEASE_SECONDS = tostring(var.function_timeout_seconds + 60)
     }
   }
 
@@ -84,11 +93,16 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
   }
 
   # The trigger is created with the function: the GCS agent must be able to publish and the trigger identity to
-  # receive events before that (IAM can still take a few minutes to propagate on a fresh project).
+  # receive events before that, and the build account needs its roles before the build starts (IAM can still take a
+  # few minutes to propagate on a fresh project).
   depends_on = [
     google_project_service.required,
     google_project_iam_member.gcs_agent_pubsub_publisher,
     google_project_iam_member.trigger_event_receiver,
+    google_project_iam_member.pubsub_agent_token_creator,
+    google_project_iam_member.build_log_writer,
+    google_artifact_registry_repository_iam_member.build_writes_function_images,
+    google_project_iam_member.build_reads_function_source,
   ]
 
   lifecycle {

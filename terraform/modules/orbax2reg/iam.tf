@@ -1,6 +1,11 @@
-# Four dedicated service accounts, each granted only what its component does, at the narrowest scope the role
-# can be granted on (bucket, topic, job, service, service account; project only where no smaller scope exists).
-# The table in terraform/README.md lists every binding below with its reason; test/terraform checks they match.
+# Dedicated service accounts, each granted only what its component does, with the narrowest predefined role at the
+# narrowest scope it can be granted on (job, topic, bucket, repository; project only where the resource the API checks
+# is not one the module owns, each said below). Every grant cites the Google documentation it rests on.
+# terraform/README.md lists every binding in its roles table; test/terraform/structure.test.ts checks they match.
+#
+# Role contents: https://cloud.google.com/iam/docs/roles-permissions/run, .../workflows, .../storage,
+# .../pubsub, .../logging, .../artifactregistry (the "Lowest-level resources where you can grant this role" lines
+# give the scopes).
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Service accounts
@@ -42,9 +47,32 @@ resource "google_service_account" "jobs" {
   depends_on = [google_project_service.required]
 }
 
+# Cloud Build builds the function as this account (build_config.service_account), unless the caller names its own in
+# function_build_service_account (then the module creates no account and grants it nothing). Projects created since
+# July 2024 build with a default account that lacks the permissions to build a function:
+# https://cloud.google.com/functions/docs/securing/build-custom-sa
+resource "google_service_account" "build" {
+  count = var.function_build_service_account == null ? 1 : 0
+
+  project      = var.project_id
+  account_id   = local.names.build_sa
+  display_name = "orbax2reg function build"
+  description  = "Cloud Build runs the trigger function's build as this account (logs, image push, source read)."
+
+  depends_on = [google_project_service.required]
+}
+
+# The project number names two things below: the Pub/Sub service agent and the bucket Cloud Functions copies the
+# function's source into (gcf-v2-sources-<number>-<region>). Read after the APIs are enabled (deferred to apply on a
+# first deployment).
+data "google_project" "this" {
+  project_id = var.project_id
+
+  depends_on = [google_project_service.required]
+}
+
 # ---------------------------------------------------------------------------------------------------------------------
-# Cloud Storage service agent: publishes the bucket's events to the Pub/Sub transport topic Eventarc creates.
-# That topic is made by Eventarc and unknown here, hence the project scope.
+# Service agents
 # ---------------------------------------------------------------------------------------------------------------------
 
 data "google_storage_project_service_account" "gcs" {
@@ -53,17 +81,32 @@ data "google_storage_project_service_account" "gcs" {
   depends_on = [google_project_service.required]
 }
 
+# Cloud Storage events reach Eventarc through a Pub/Sub topic Eventarc creates; the Cloud Storage service agent
+# publishes to it. That topic is made by Eventarc and unknown here, hence the project scope (as in Google's guide).
+# https://cloud.google.com/eventarc/standard/docs/functions/roles-permissions
 resource "google_project_iam_member" "gcs_agent_pubsub_publisher" {
   project = var.project_id
   role    = "roles/pubsub.publisher"
   member  = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
 }
 
+# Opt-in (pubsub_agent_token_creator): projects whose Pub/Sub service agent was created on or before 8 April 2021
+# need it to mint the tokens of Eventarc's authenticated push. Granted on the project, as the documentation does.
+# https://cloud.google.com/eventarc/standard/docs/functions/roles-permissions
+resource "google_project_iam_member" "pubsub_agent_token_creator" {
+  count = var.pubsub_agent_token_creator ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/iam.serviceAccountTokenCreator"
+  member  = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Trigger service account
 # ---------------------------------------------------------------------------------------------------------------------
 
-# Receive events from Eventarc (only grantable on the project).
+# Receive events from Eventarc; Eventarc Event Receiver can only be granted on the project.
+# https://cloud.google.com/eventarc/standard/docs/functions/roles-permissions
 resource "google_project_iam_member" "trigger_event_receiver" {
   project = var.project_id
   role    = "roles/eventarc.eventReceiver"
@@ -72,6 +115,7 @@ resource "google_project_iam_member" "trigger_event_receiver" {
 
 # Invoke the function, scoped to the function's own Cloud Run service (what `gcloud functions
 # add-invoker-policy-binding` grants), not to every service and job in the project.
+# https://cloud.google.com/eventarc/standard/docs/functions/roles-permissions
 resource "google_cloud_run_v2_service_iam_member" "trigger_invokes_function" {
   project  = var.project_id
   location = var.region
@@ -84,8 +128,11 @@ resource "google_cloud_run_v2_service_iam_member" "trigger_invokes_function" {
 # Function runtime service account
 # ---------------------------------------------------------------------------------------------------------------------
 
-# Create executions of the workflow. There is no workflow-level IAM resource (google_workflows_workflow has none),
-# so this is project scope.
+# The function creates an execution of the workflow (workflows.executions.create) and looks executions up by label
+# before starting one and after an error (workflows.executions.list, .get). Workflows Invoker is the one predefined
+# role with all three (Workflows Viewer has list/get but not create, and reads the workflow's source too); Workflows
+# roles can only be granted on the project (google_workflows_workflow has no IAM resource either).
+# https://cloud.google.com/workflows/docs/access-control
 resource "google_project_iam_member" "function_workflows_invoker" {
   project = var.project_id
   role    = "roles/workflows.invoker"
@@ -93,6 +140,7 @@ resource "google_project_iam_member" "function_workflows_invoker" {
 }
 
 # Publish conversion.requested events (docs/events.md).
+# https://cloud.google.com/pubsub/docs/access-control
 resource "google_pubsub_topic_iam_member" "function_events_publisher" {
   project = var.project_id
   topic   = google_pubsub_topic.events.name
@@ -100,31 +148,64 @@ resource "google_pubsub_topic_iam_member" "function_events_publisher" {
   member  = "serviceAccount:${google_service_account.function.email}"
 }
 
-# Emergency-checkpointer steps commit in two halves (tensors/step_X/commit_success.txt, non-tensors/step_X/index);
-# the function checks that the other half exists (object metadata get) before converting.
+# Read only: emergency-checkpointer steps commit in two halves (tensors/step_X/commit_success.txt,
+# non-tensors/step_X/index); the function stats the other half before converting.
+# https://cloud.google.com/storage/docs/access-control/iam-roles
 resource "google_storage_bucket_iam_member" "function_checkpoint_object_viewer" {
   bucket = var.checkpoint_bucket
   role   = "roles/storage.objectViewer"
   member = "serviceAccount:${google_service_account.function.email}"
 }
 
-# Claim a step exactly once: <destination>/step_XXXXXXXX/.orbax2reg/claim.json is created only if absent
-# (ifGenerationMatch=0), rewritten with the execution name, deleted again if starting the workflow fails.
-# objectUser = create/read/overwrite/delete objects, without objectAdmin's object-ACL rights.
-resource "google_storage_bucket_iam_member" "function_destination_object_user" {
+# Write its claims, and nothing else: <destination root>/step_XXXXXXXX/.orbax2reg/claim.json, created with
+# ifGenerationMatch=0, read, rewritten with ifGenerationMatch=<generation>, deleted with ifGenerationMatch.
+# Storage Object User (create, get, update, delete objects; no ACL or IAM rights) limited by an IAM condition to
+# objects whose name ends with /.orbax2reg/claim.json. Cloud Storage evaluates resource.name as
+# projects/_/buckets/BUCKET/objects/OBJECT and supports startsWith()/endsWith() on it; conditions need uniform
+# bucket-level access on the bucket (checked below).
+# https://cloud.google.com/storage/docs/access-control/iam (IAM Conditions)
+# https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name
+# https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
+resource "google_storage_bucket_iam_member" "function_destination_claims" {
   bucket = local.destination_bucket
   role   = "roles/storage.objectUser"
   member = "serviceAccount:${google_service_account.function.email}"
+
+  condition {
+    title       = "orbax2reg claims only"
+    description = "Objects named <destination>/step_XXXXXXXX/.orbax2reg/claim.json: the function's claim on a step."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${local.destination_bucket}/objects/\") && resource.name.endsWith(\"/.orbax2reg/claim.json\")"
+  }
+
+  lifecycle {
+    precondition {
+      condition     = data.google_storage_bucket.destination.uniform_bucket_level_access
+      error_message = "Bucket \"${local.destination_bucket}\" (the destination) must have uniform bucket-level access enabled: the function's claim grant is an IAM condition, which Cloud Storage only honours on such buckets (https://cloud.google.com/storage/docs/uniform-bucket-level-access)."
+    }
+  }
+}
+
+# The destination bucket, read for the uniform bucket-level access precondition above (deferred to apply on a first
+# deployment, like the other data sources that wait for the APIs).
+data "google_storage_bucket" "destination" {
+  name = local.destination_bucket
+  # Only fills the data source's `project` attribute; saves it a Compute API lookup.
+  project = var.project_id
+
+  depends_on = [google_project_service.required]
 }
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Workflow service account
 # ---------------------------------------------------------------------------------------------------------------------
 
-# Run the three jobs with container overrides (args/env/taskCount per execution) and poll their executions.
-# roles/run.developer is what Cloud Run documents for "execute with overrides"; granted on each job only, so the
-# workflow cannot touch any other Cloud Run resource. (A custom role with run.jobs.run + run.jobs.runWithOverrides
-# would be narrower still, but needs iam.roleAdmin to deploy and does not obviously cover polling the execution.)
+# Run the three jobs with container overrides (args/env/taskCount per execution: run.jobs.run +
+# run.jobs.runWithOverrides) and cancel their executions (run.executions.cancel, when the wait for one times out).
+# Cloud Run Jobs Executor With Overrides "can execute and cancel Cloud Run jobs with overrides" and nothing else: no
+# run.jobs.update, so the workflow cannot change a job's image and run code as the jobs' account, which
+# roles/run.developer allowed. Granted on each job, not the project.
+# https://cloud.google.com/iam/docs/roles-permissions/run#run.jobsExecutorWithOverrides
+# https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs/run
 resource "google_cloud_run_v2_job_iam_member" "workflow_runs_jobs" {
   for_each = {
     plan            = google_cloud_run_v2_job.plan.name
@@ -135,18 +216,33 @@ resource "google_cloud_run_v2_job_iam_member" "workflow_runs_jobs" {
   project  = var.project_id
   location = var.region
   name     = each.value
-  role     = "roles/run.developer"
+  role     = "roles/run.jobsExecutorWithOverrides"
   member   = "serviceAccount:${google_service_account.workflow.email}"
 }
 
-# Executions run as the jobs' service account; act as it when starting them with overrides.
-resource "google_service_account_iam_member" "workflow_acts_as_jobs" {
-  service_account_id = google_service_account.jobs.name
-  role               = "roles/iam.serviceAccountUser"
-  member             = "serviceAccount:${google_service_account.workflow.email}"
+# jobs.run returns a long-running operation, which the Run v2 connector polls (or the workflow itself, with
+# googleapis.run.v2.projects.locations.operations.get) until the execution ends: run.operations.get on
+# projects/P/locations/L/operations/ID, a project-level name no job-level grant covers. The workflow may also read
+# an execution (...jobs.executions.get: run.executions.get). Cloud Run Viewer is the narrowest
+# predefined role with run.operations.get; read-only, it adds no way to run, change or invoke anything.
+# https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.operations/get
+# https://cloud.google.com/iam/docs/roles-permissions/run#run.viewer
+# https://cloud.google.com/workflows/docs/connectors#long-running_operations
+resource "google_project_iam_member" "workflow_run_viewer" {
+  project = var.project_id
+  role    = "roles/run.viewer"
+  member  = "serviceAccount:${google_service_account.workflow.email}"
 }
 
-# Read the plan (group list) the plan job writes under the destination.
+# No roles/iam.serviceAccountUser on the jobs' account: executing a job, with or without overrides, needs only
+# run.jobs.run / run.jobs.runWithOverrides on the job (the overrides cannot change the service account); actAs is
+# needed to deploy a job with a service account, which the workflow never does.
+# https://cloud.google.com/run/docs/reference/rest/v1/namespaces.jobs/run
+# https://cloud.google.com/run/docs/configuring/jobs/service-identity
+
+# Read what the jobs report: the plan summary (<destination>/step_XXXXXXXX/.orbax2reg/summary.json) and a failed
+# job's failures/<attempt>/ reports (listed, then read).
+# https://cloud.google.com/storage/docs/access-control/iam-roles
 resource "google_storage_bucket_iam_member" "workflow_destination_object_viewer" {
   bucket = local.destination_bucket
   role   = "roles/storage.objectViewer"
@@ -154,6 +250,7 @@ resource "google_storage_bucket_iam_member" "workflow_destination_object_viewer"
 }
 
 # Publish conversion.succeeded / conversion.failed events.
+# https://cloud.google.com/pubsub/docs/access-control
 resource "google_pubsub_topic_iam_member" "workflow_events_publisher" {
   project = var.project_id
   topic   = google_pubsub_topic.events.name
@@ -161,7 +258,9 @@ resource "google_pubsub_topic_iam_member" "workflow_events_publisher" {
   member  = "serviceAccount:${google_service_account.workflow.email}"
 }
 
-# sys.log and call logging (only grantable on the project).
+# sys.log and call logging (Logs Writer is granted on the project).
+# https://cloud.google.com/workflows/docs/log-workflow
+# https://cloud.google.com/iam/docs/roles-permissions/logging
 resource "google_project_iam_member" "workflow_log_writer" {
   project = var.project_id
   role    = "roles/logging.logWriter"
@@ -172,17 +271,21 @@ resource "google_project_iam_member" "workflow_log_writer" {
 # Jobs service account
 # ---------------------------------------------------------------------------------------------------------------------
 
-# Read the Orbax checkpoints.
+# Read the Orbax checkpoints (read only: the source is never modified).
+# https://cloud.google.com/storage/docs/access-control/iam-roles
 resource "google_storage_bucket_iam_member" "jobs_checkpoint_object_viewer" {
   bucket = var.checkpoint_bucket
   role   = "roles/storage.objectViewer"
   member = "serviceAccount:${google_service_account.jobs.email}"
 }
 
-# Write, overwrite (resume, --force) and delete (leftovers) objects of the regular checkpoints.
-resource "google_storage_bucket_iam_member" "jobs_destination_object_admin" {
+# Create, overwrite (resume, --force: overwriting needs storage.objects.delete too), read, list and delete (leftovers)
+# the objects of the regular checkpoints. Storage Object User does all that without Storage Object Admin's rights on
+# object ACLs; Storage Object Creator could neither read, overwrite nor delete.
+# https://cloud.google.com/storage/docs/access-control/iam-roles
+resource "google_storage_bucket_iam_member" "jobs_destination_object_user" {
   bucket = local.destination_bucket
-  role   = "roles/storage.objectAdmin"
+  role   = "roles/storage.objectUser"
   member = "serviceAccount:${google_service_account.jobs.email}"
 
   lifecycle {
@@ -190,5 +293,59 @@ resource "google_storage_bucket_iam_member" "jobs_destination_object_admin" {
       condition     = local.destination_matches_template
       error_message = "destination_template writes to bucket \"${local.template_bucket}\" but destination_bucket is \"${local.destination_bucket}\": set destination_bucket to the template's bucket (or leave it null with a gs://{bucket}/... template)."
     }
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Build service account (only when the module creates it)
+# ---------------------------------------------------------------------------------------------------------------------
+# Google lists what a custom build service account needs: Logs Writer (build logs), Artifact Registry Writer (the
+# built image) and Storage Object Viewer (the function's source).
+# https://cloud.google.com/functions/docs/securing/build-custom-sa
+# https://cloud.google.com/run/docs/configuring/services/build-service-account
+
+# Store build logs in Cloud Logging (Logs Writer is granted on the project).
+# https://cloud.google.com/functions/docs/securing/build-custom-sa
+resource "google_project_iam_member" "build_log_writer" {
+  count = var.function_build_service_account == null ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = "serviceAccount:${google_service_account.build[0].email}"
+}
+
+# Push the built image, only to the repository the function builds into (build_config.docker_repository), not to the
+# jobs' image repository and not project-wide. Artifact Registry roles can be granted on a repository.
+# https://cloud.google.com/functions/docs/securing/build-custom-sa
+# https://cloud.google.com/artifact-registry/docs/access-control
+resource "google_artifact_registry_repository_iam_member" "build_writes_function_images" {
+  count = var.function_build_service_account == null ? 1 : 0
+
+  project    = var.project_id
+  location   = var.region
+  repository = google_artifact_registry_repository.function_builds.name
+  role       = "roles/artifactregistry.writer"
+  member     = "serviceAccount:${google_service_account.build[0].email}"
+}
+
+# Read the function's source. Cloud Functions copies the uploaded zip into its own bucket,
+# gcf-v2-sources-<project number>-<region>, under <function name>/, and the build fetches it from there ("Access to
+# bucket gcf-v2-sources-... denied. You must grant Storage Object Viewer permission to <build account>"). That bucket
+# is created by Cloud Functions on first use, so it cannot be granted on: Storage Object Viewer on the project,
+# limited by an IAM condition to this function's objects in it, as Google's build-custom-sa page suggests.
+# https://cloud.google.com/functions/docs/securing/build-custom-sa
+# https://cloud.google.com/functions/docs/building
+# https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
+resource "google_project_iam_member" "build_reads_function_source" {
+  count = var.function_build_service_account == null ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/storage.objectViewer"
+  member  = "serviceAccount:${google_service_account.build[0].email}"
+
+  condition {
+    title       = "orbax2reg function source only"
+    description = "The function's source as Cloud Functions stages it for the build: gs://gcf-v2-sources-<number>-<region>/<function>/."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/objects/${local.names.function}/\")"
   }
 }

@@ -13,7 +13,10 @@ locals {
     trigger_sa    = "${var.name_prefix}-trigger"
     workflow_sa   = "${var.name_prefix}-workflow"
     jobs_sa       = "${var.name_prefix}-jobs"
+    build_sa      = "${var.name_prefix}-build"
     image_package = "orbax2reg"
+    # Artifact Registry repository the function's build pushes its image to (build_config.docker_repository).
+    function_repository = "${var.name_prefix}-function-builds"
   }
 
   # The regular checkpoints land in destination_bucket; by default that is the checkpoint bucket itself.

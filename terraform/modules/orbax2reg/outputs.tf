@@ -91,3 +91,13 @@ output "trigger_region" {
   description = "Region of the function's Eventarc trigger (the checkpoint bucket's location)."
   value       = local.trigger_region
 }
+
+output "build_service_account" {
+  description = "Service account the function's Cloud Build runs as (projects/<p>/serviceAccounts/<email>): function_build_service_account, or the <name_prefix>-build account the module created. Whoever applies needs Service Account User on it."
+  value       = local.build_service_account
+}
+
+output "function_build_repository_id" {
+  description = "Artifact Registry repository the function's build pushes its image to (projects/<p>/locations/<r>/repositories/<name>)."
+  value       = google_artifact_registry_repository.function_builds.id
+}

@@ -52,6 +52,13 @@ variable "deletion_protection" {
   default     = true
 }
 
+variable "pubsub_agent_token_creator" {
+  description = "Grant the project's Pub/Sub service agent (service-<number>@gcp-sa-pubsub.iam.gserviceaccount.com) Service Account Token Creator on the project. Only projects whose Pub/Sub service agent was created on or before 8 April 2021 need it, for the authenticated push Eventarc uses; leave false otherwise."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Checkpoints in, regular checkpoints out
 # ---------------------------------------------------------------------------------------------------------------------
@@ -84,7 +91,7 @@ variable "checkpoint_prefixes" {
 }
 
 variable "destination_bucket" {
-  description = "Bucket the regular checkpoints are written to; null means checkpoint_bucket. Must be the bucket named by destination_template (checked at plan time); the jobs may write there and in no other bucket."
+  description = "Bucket the regular checkpoints are written to; null means checkpoint_bucket. Must be the bucket named by destination_template (checked at plan time); the jobs may write there and in no other bucket. It must have uniform bucket-level access enabled (checked before the grants are made): the function may write only its claims there, through an IAM condition, and Cloud Storage honours IAM Conditions only on such buckets."
   type        = string
   default     = null
 
@@ -125,7 +132,7 @@ variable "groups" {
 }
 
 variable "max_parallel_groups" {
-  description = "How many convert-group executions the workflow runs at once (ORBAX2REG_CONCURRENCY, the parallel step's concurrency_limit). Workflows runs at most 20 branches of one execution concurrently, so larger values buy nothing."
+  description = "How many convert-group executions the workflow runs at once (ORBAX2REG_MAX_PARALLEL_GROUPS, the parallel step's concurrency_limit). Workflows runs at most 20 branches of one execution concurrently, so larger values buy nothing."
   type        = number
   default     = 8
 
@@ -175,7 +182,7 @@ variable "function_source_zip" {
 }
 
 variable "function_build_service_account" {
-  description = "Optional service account the function's Cloud Build runs as, as projects/<project>/serviceAccounts/<email>. null uses the project's default build service account."
+  description = "Service account the function's Cloud Build runs as, as projects/<project>/serviceAccounts/<email>. null (the default) creates <name_prefix>-build with exactly what the build needs: Logs Writer on the project, Artifact Registry Writer on the module's function-build repository, Storage Object Viewer on the function's staged source only. When given, the module creates and grants nothing for it: it needs those roles (or roles/cloudbuild.builds.builder) already. Whoever applies needs Service Account User (actAs) on it either way."
   type        = string
   default     = null
 
@@ -197,7 +204,7 @@ variable "function_memory" {
 }
 
 variable "function_timeout_seconds" {
-  description = "Request timeout of the function in seconds (event-driven functions allow at most 540)."
+  description = "Request timeout of the function in seconds (event-driven functions allow at most 540). The function's claim lease (ORBAX2REG_CLAIM_LEASE_SECONDS) is this plus 60: a claim left by a delivery that died may be taken over after that long."
   type        = number
   default     = 60
 

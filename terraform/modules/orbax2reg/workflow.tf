@@ -18,14 +18,14 @@ resource "google_workflows_workflow" "convert" {
   source_contents = file(local.workflow_source_path)
 
   user_env_vars = {
-    ORBAX2REG_PROJECT      = var.project_id
-    ORBAX2REG_REGION       = var.region
-    ORBAX2REG_PLAN_JOB     = google_cloud_run_v2_job.plan.name
-    ORBAX2REG_GROUP_JOB    = google_cloud_run_v2_job.convert_group.name
-    ORBAX2REG_FINALIZE_JOB = google_cloud_run_v2_job.finalize.name
-    ORBAX2REG_EVENTS_TOPIC = google_pubsub_topic.events.id
-    ORBAX2REG_CONCURRENCY  = tostring(var.max_parallel_groups)
-    ORBAX2REG_GROUPS       = tostring(var.groups)
+    ORBAX2REG_PROJECT             = var.project_id
+    ORBAX2REG_REGION              = var.region
+    ORBAX2REG_PLAN_JOB            = google_cloud_run_v2_job.plan.name
+    ORBAX2REG_GROUP_JOB           = google_cloud_run_v2_job.convert_group.name
+    ORBAX2REG_FINALIZE_JOB        = google_cloud_run_v2_job.finalize.name
+    ORBAX2REG_EVENTS_TOPIC        = google_pubsub_topic.events.id
+    ORBAX2REG_MAX_PARALLEL_GROUPS = tostring(var.max_parallel_groups)
+    ORBAX2REG_GROUPS              = tostring(var.groups)
   }
 
   deletion_protection = var.deletion_protection

@@ -1,0 +1,71 @@
+// The real terraform binary for tests: .tools/bin/terraform when scripts/install.sh built the pinned one,
+// otherwise the machine's own `terraform` on PATH (install.sh checks its version).
+import { spawnSync } from "node:child_process";
+import { existsSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+import { TOOLS } from "./paths.js";
+import { tempDir } from "./tmp.js";
+
+export const TERRAFORM = existsSync(resolve(TOOLS, "terraform")) ? resolve(TOOLS, "terraform") : "terraform";
+
+/** The version scripts/install.sh pins (keep the two in step). */
+export const TERRAFORM_VERSION = "1.11.4";
+
+let cliConfig: string | undefined;
+
+/**
+ * Runs terraform with an empty CLI configuration of its own (a machine's TF_CLI_CONFIG_FILE may point at a
+ * missing file or at provider mirrors the test did not ask for), no colour, no prompts.
+ */
+export function terraform(
+  args: string[],
+  cwd: string,
+  o: { env?: NodeJS.ProcessEnv; cliConfig?: string; timeoutMs?: number } = {},
+): { code: number; out: string; stdout: string } {
+  if (o.cliConfig === undefined && cliConfig === undefined) {
+    cliConfig = join(tempDir("tf-cli"), "terraformrc");
+    writeFileSync(cliConfig, "");
+  }
+  const r = spawnSync(TERRAFORM, args, {
+    cwd,
+    encoding: "utf8",
+    timeout: o.timeoutMs ?? 120_000,
+    env: {
+      ...process.env,
+      TF_CLI_CONFIG_FILE: o.cliConfig ?? cliConfig,
+      TF_IN_AUTOMATION: "1",
+      NO_COLOR: "1",
+      CHECKPOINT_DISABLE: "1",
+      ...o.env,
+    },
+  });
+  if (r.error) throw new Error(`${TERRAFORM}: ${r.error.message} (run scripts/install.sh)`);
+  return { code: r.status ?? -1, out: `${r.stdout ?? ""}${r.stderr ?? ""}`, stdout: r.stdout ?? "" };
+}
+
+/** The hashicorp/google version the module's `~> 7.45` is checked against (docs and local build). */
+export const GOOGLE_PROVIDER_VERSION = "7.45.0";
+
+/**
+ * A filesystem mirror holding the hashicorp/google provider: $ORBAX2REG_TF_PROVIDER_MIRROR, else ~/.terraform.d/plugins.
+ * `provider` is the binary's path in the mirror's unpacked layout; `present` says whether it is there.
+ */
+export function googleProviderMirror(): { mirror: string; provider: string; present: boolean } {
+  const mirror = resolve(process.env.ORBAX2REG_TF_PROVIDER_MIRROR || join(homedir(), ".terraform.d", "plugins"));
+  const provider = join(
+    mirror,
+    "registry.terraform.io/hashicorp/google",
+    GOOGLE_PROVIDER_VERSION,
+    "linux_amd64",
+    `terraform-provider-google_v${GOOGLE_PROVIDER_VERSION}`,
+  );
+  return { mirror, provider, present: process.platform === "linux" && process.arch === "x64" && existsSync(provider) };
+}
+
+/** A CLI configuration that installs providers from `mirror` only (no registry, no network). */
+export function mirrorCliConfig(mirror: string): string {
+  const file = join(tempDir("tf-cli"), "terraformrc");
+  writeFileSync(file, `provider_installation {\n  filesystem_mirror {\n    path = ${JSON.stringify(mirror)}\n  }\n}\n`);
+  return file;
+}

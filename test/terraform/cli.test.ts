@@ -1,0 +1,164 @@
+// Checks with the real terraform binary (scripts/install.sh guarantees the pinned v1.11.4: the machine's own, or one
+// built into .tools/bin), on every machine and offline:
+// - `terraform fmt -check -recursive -diff terraform`;
+// - the module's variable validations and derived checks: variables.tf + main.tf hold no resource or data source, so
+//   `terraform apply` evaluates them with no provider, and the locals are read back as outputs.
+// Provider-dependent checks (init, validate, plan with hashicorp/google) are in provider.test.ts.
+import { copyFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { beforeAll, describe, expect, test } from "vitest";
+import { TERRAFORM_VERSION, terraform } from "../helpers/terraform.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const MODULE = resolve("terraform/modules/orbax2reg");
+
+test(`terraform is the pinned v${TERRAFORM_VERSION}`, () => {
+  const r = terraform(["version"], process.cwd());
+  expect(r.code, r.out).toBe(0);
+  expect(r.stdout.split("\n")[0]).toBe(`Terraform v${TERRAFORM_VERSION}`);
+});
+
+describe("terraform fmt", () => {
+  test("every .tf file under terraform/ is formatted (terraform fmt -check -recursive -diff terraform)", () => {
+    const r = terraform(["fmt", "-check", "-recursive", "-diff", "terraform"], process.cwd());
+    expect(r.out).toBe("");
+    expect(r.code).toBe(0);
+  });
+
+  test("the check flags a misaligned file with exit 3 and shows the diff", () => {
+    const dir = tempDir("tf-fmt");
+    writeFileSync(join(dir, "main.tf"), 'resource "a" "b" {\n  x = 1\n  longer = 2\n}\n');
+    const r = terraform(["fmt", "-check", "-recursive", "-diff", dir], process.cwd());
+    expect(r.code).toBe(3);
+    expect(r.out).toContain("main.tf");
+    expect(r.out).toContain("+  x      = 1");
+  });
+
+  test("the check rejects invalid HCL with exit 2", () => {
+    const dir = tempDir("tf-fmt");
+    writeFileSync(join(dir, "main.tf"), 'resource "a" {\n');
+    expect(terraform(["fmt", "-check", "-recursive", dir], process.cwd()).code).toBe(2);
+  });
+});
+
+describe("module checks evaluated offline (variables.tf + main.tf)", () => {
+  let dir = "";
+  const REQUIRED = {
+    project_id: "my-project",
+    region: "us-central1",
+    checkpoint_bucket: "ckpts",
+    function_source_bucket: "src-bucket",
+    function_source_object: "fn/orbax2reg-0123.zip",
+  };
+  const LOCALS = ["destination_bucket", "destination_matches_template", "function_source_given", "job_shape_ok", "job_wait_fits", "names"];
+
+  /** Applies variables.tf + main.tf (variables and locals only) with these values; returns the locals or the error. */
+  function evaluate(vars: Record<string, string | undefined>): { code: number; out: string; locals: Record<string, unknown> } {
+    const state = join(tempDir("tf-state"), "s.tfstate");
+    const args = ["apply", "-input=false", "-auto-approve", "-no-color", `-state=${state}`];
+    for (const [k, v] of Object.entries({ ...REQUIRED, ...vars })) if (v !== undefined) args.push("-var", `${k}=${v}`);
+    const r = terraform(args, dir);
+    if (r.code !== 0) return { ...r, locals: {} };
+    const o = terraform(["output", "-json", "-no-color", `-state=${state}`], dir);
+    const parsed = JSON.parse(o.stdout) as Record<string, { value: unknown }>;
+    return { ...r, locals: Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, v.value])) };
+  }
+
+  beforeAll(() => {
+    dir = tempDir("tf-module");
+    copyFileSync(join(MODULE, "variables.tf"), join(dir, "variables.tf"));
+    copyFileSync(join(MODULE, "main.tf"), join(dir, "main.tf"));
+    writeFileSync(join(dir, "probe.tf"), LOCALS.map((l) => `output "${l}" {\n  value = local.${l}\n}\n`).join("\n"));
+    const init = terraform(["init", "-backend=false", "-input=false", "-no-color"], dir);
+    expect(init.code, init.out).toBe(0);
+  });
+
+  test("the defaults pass every validation and fit Cloud Run (8 vCPU / 32Gi group job)", () => {
+    const r = evaluate({});
+    expect(r.code, r.out).toBe(0);
+    expect(r.locals.job_shape_ok).toEqual({ plan: true, "convert-group": true, finalize: true });
+    expect(r.locals.destination_bucket).toBe("ckpts");
+    expect(r.locals.destination_matches_template).toBe(true);
+  });
+
+  test.each([
+    ["region", "US"],
+    ["region", "us-central1-a"],
+    ["checkpoint_bucket", "gs://ckpts"],
+    ["checkpoint_bucket", "Ckpts"],
+    ["max_parallel_groups", "0"],
+    ["max_parallel_groups", "21"],
+    ["groups", "0"],
+    ["groups", "2.5"],
+    ["group_cpu", "3"],
+    ["group_memory", "32GB"],
+    ["task_timeout", "1h"],
+    ["task_timeout", "604801s"],
+    ["max_retries", "11"],
+    ["destination_template", "gs://{bucket}/{run}/regular"],
+    ["destination_template", "/local/path"],
+    ["checkpoint_prefixes", '["gs://ckpts/runs"]'],
+    ["checkpoint_prefixes", '["runs,exp"]'],
+    ["name_prefix", "This-Is-Not-Valid"],
+    ["name_prefix", "a-prefix-of-22-letters"],
+    ["function_build_service_account", "orbax2reg-build@my-project.iam.gserviceaccount.com"],
+    ["function_build_service_account", "projects/my-project/serviceAccounts/no-email"],
+    ["function_timeout_seconds", "541"],
+    ["destination_bucket", "gs://regular"],
+  ])("validation rejects %s = %s", (name, value) => {
+    const r = evaluate({ [name]: value });
+    expect(r.code, r.out).not.toBe(0);
+    expect(r.out).toContain("Invalid value for variable");
+    expect(r.out).toContain(`var.${name}`);
+  });
+
+  test("pubsub_agent_token_creator takes a bool (default false) and nothing else", () => {
+    expect(evaluate({ pubsub_agent_token_creator: "true" }).code).toBe(0);
+    const r = evaluate({ pubsub_agent_token_creator: "maybe" });
+    expect(r.code, r.out).not.toBe(0);
+    expect(r.out).toContain("Invalid value for input variable");
+    expect(r.out).toContain("a bool is required");
+  });
+
+  test("a build service account given as projects/<project>/serviceAccounts/<email> is accepted", () => {
+    const r = evaluate({
+      function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
+    });
+    expect(r.code, r.out).toBe(0);
+  });
+
+  test("the longest name_prefix still yields valid service account ids (6-30) and repository ids", () => {
+    const r = evaluate({ name_prefix: "a-prefix-of-21-chars1" });
+    expect(r.code, r.out).toBe(0);
+    const names = r.locals.names as Record<string, string>;
+    for (const key of ["function_sa", "trigger_sa", "workflow_sa", "jobs_sa", "build_sa"])
+      expect(names[key], key).toMatch(/^[a-z][a-z0-9-]{4,28}[a-z0-9]$/);
+    expect(names.build_sa).toBe("a-prefix-of-21-chars1-build");
+    expect(names.function_repository).toMatch(/^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$/);
+  });
+
+  test("more memory than the CPU count allows is flagged (6 vCPU with 32Gi)", () => {
+    const r = evaluate({ group_cpu: "6" });
+    expect(r.code, r.out).toBe(0);
+    expect(r.locals.job_shape_ok).toEqual({ plan: true, "convert-group": false, finalize: true });
+  });
+
+  test("the function's source must be exactly one of a local zip and an uploaded object", () => {
+    expect(evaluate({}).locals.function_source_given).toBe(true);
+    expect(evaluate({ function_source_zip: "dist/function-source.zip" }).locals.function_source_given).toBe(false);
+    expect(evaluate({ function_source_object: undefined }).locals.function_source_given).toBe(false);
+    expect(evaluate({ function_source_object: undefined, function_source_zip: "f.zip" }).locals.function_source_given).toBe(true);
+  });
+
+  test("a task timeout the workflow would not wait for is flagged", () => {
+    expect(evaluate({}).locals.job_wait_fits).toBe(true);
+    expect(evaluate({ task_timeout: "604800s", max_retries: "1" }).locals.job_wait_fits).toBe(false);
+  });
+
+  test("a destination template naming another bucket than destination_bucket is flagged", () => {
+    expect(evaluate({ destination_template: "gs://other/{root}" }).locals.destination_matches_template).toBe(false);
+    const ok = evaluate({ destination_template: "gs://other/{root}", destination_bucket: "other" });
+    expect(ok.locals.destination_bucket).toBe("other");
+    expect(ok.locals.destination_matches_template).toBe(true);
+  });
+});

@@ -1,0 +1,196 @@
+// terraform init / validate / plan with the real hashicorp/google provider, when a filesystem mirror has it
+// ($ORBAX2REG_TF_PROVIDER_MIRROR, else ~/.terraform.d/plugins, unpacked layout
+// registry.terraform.io/hashicorp/google/7.45.0/linux_amd64/terraform-provider-google_v7.45.0). No registry serves
+// the provider here, so it is built from its source tag (tools/README.md, "Terraform"); without it these tests skip.
+//
+// Everything runs in a temporary copy of the repository's terraform/ and workflows/ (the module reads
+// ../../../workflows/convert.yaml from path.module), so no .terraform/ or .terraform.lock.hcl lands in the repository:
+// a lock file made from a local build carries hashes no real registry download would match.
+import { cpSync, existsSync, readFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import { beforeAll, describe, expect, test } from "vitest";
+import { GOOGLE_PROVIDER_VERSION, googleProviderMirror, mirrorCliConfig, terraform } from "../helpers/terraform.js";
+import { tempDir } from "../helpers/tmp.js";
+
+const { mirror, provider, present } = googleProviderMirror();
+const WHY_SKIPPED = `skipped: no ${provider} (build hashicorp/google v${GOOGLE_PROVIDER_VERSION} per tools/README.md, or set ORBAX2REG_TF_PROVIDER_MIRROR)`;
+if (!present) console.warn(`test/terraform/provider.test.ts ${WHY_SKIPPED}`);
+
+/** Values for the module's required variables; trigger_region given so no bucket is read at plan time. */
+const ROOT_VARS = {
+  project_id: "my-project",
+  region: "us-central1",
+  checkpoint_bucket: "ckpts",
+  function_source_bucket: "src-bucket",
+  function_source_object: "orbax2reg/function-0123abcd.zip",
+  trigger_region: "us-central1",
+};
+
+/** A plan's resource_changes entry (terraform show -json). */
+interface Change {
+  address: string;
+  type: string;
+  change: { actions: string[]; after: Record<string, unknown> | null; after_unknown?: Record<string, unknown> };
+}
+
+describe.skipIf(!present)(
+  `terraform init/validate/plan with hashicorp/google v${GOOGLE_PROVIDER_VERSION} from a filesystem mirror${present ? "" : ` (${WHY_SKIPPED})`}`,
+  () => {
+    let root = "";
+    let cliConfig = "";
+    const MODULE = () => join(root, "terraform/modules/orbax2reg");
+    const EXAMPLE = () => join(root, "terraform/examples/basic");
+    /** No real credentials: the provider is configured with a dummy token and must not need to call any API. */
+    const env = {
+      GOOGLE_OAUTH_ACCESS_TOKEN: "dummy",
+      GOOGLE_CREDENTIALS: undefined,
+      GOOGLE_APPLICATION_CREDENTIALS: undefined,
+      GOOGLE_IMPERSONATE_SERVICE_ACCOUNT: undefined,
+    };
+    const tf = (args: string[], cwd: string) => terraform(args, cwd, { cliConfig, env, timeoutMs: 300_000 });
+
+    /** `terraform plan` of the module as the root configuration: the summary line and the planned resources. */
+    function plan(vars: Record<string, string>): { summary: string; out: string; changes: Change[] } {
+      const out = join(tempDir("tf-plan"), "tfplan");
+      const args = ["plan", "-refresh=false", "-input=false", "-no-color", `-out=${out}`];
+      for (const [k, v] of Object.entries({ ...ROOT_VARS, ...vars })) args.push("-var", `${k}=${v}`);
+      const r = tf(args, MODULE());
+      expect(r.code, r.out).toBe(0);
+      const shown = tf(["show", "-json", out], MODULE());
+      expect(shown.code, shown.out).toBe(0);
+      const summary = r.stdout.split("\n").find((l) => l.startsWith("Plan: ")) ?? "";
+      return { summary, out: r.out, changes: (JSON.parse(shown.stdout) as { resource_changes: Change[] }).resource_changes };
+    }
+
+    const after = (changes: Change[], address: string): Record<string, unknown> => {
+      const c = changes.find((x) => x.address === address);
+      if (!c?.change.after) throw new Error(`${address} is not in the plan`);
+      return c.change.after;
+    };
+
+    beforeAll(() => {
+      root = tempDir("tf-provider");
+      const skip = (src: string) => ![".terraform", ".terraform.lock.hcl", "terraform.tfstate", "terraform.tfvars"].includes(basename(src));
+      cpSync("terraform", join(root, "terraform"), { recursive: true, filter: skip });
+      cpSync("workflows", join(root, "workflows"), { recursive: true });
+      cliConfig = mirrorCliConfig(mirror);
+    });
+
+    for (const [label, dir] of [
+      ["module", MODULE],
+      ["example", EXAMPLE],
+    ] as const) {
+      test(`${label}: terraform init -backend=false installs the provider from the mirror, and terraform validate passes`, () => {
+        const init = tf(["init", "-backend=false", "-input=false", "-no-color"], dir());
+        expect(init.code, init.out).toBe(0);
+        expect(init.out).toContain(`Installing hashicorp/google v${GOOGLE_PROVIDER_VERSION}...`);
+        expect(init.out).toContain("Terraform has been successfully initialized!");
+        const validate = tf(["validate", "-no-color"], dir());
+        expect(validate.code, validate.out).toBe(0);
+        expect(validate.stdout.trim()).toBe("Success! The configuration is valid.");
+      });
+    }
+
+    describe("plan of the module as root, offline (GOOGLE_OAUTH_ACCESS_TOKEN=dummy, -refresh=false)", () => {
+      let changes: Change[] = [];
+      let summary = "";
+
+      beforeAll(() => {
+        const init = tf(["init", "-backend=false", "-input=false", "-no-color"], MODULE());
+        expect(init.code, init.out).toBe(0);
+        ({ changes, summary } = plan({}));
+      });
+
+      test("creates everything and nothing else", () => {
+        // 11 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 24 resources, and 19 grants:
+        // GCS agent 1, trigger 2, function 4, workflow 7 (3 jobs), jobs 2, build 3.
+        expect(summary).toBe("Plan: 43 to add, 0 to change, 0 to destroy.");
+        expect(changes.every((c) => c.change.actions.join() === "create" || c.change.actions.join() === "read")).toBe(true);
+      });
+
+      test("the data sources that need an API wait for apply (the plan makes no call)", () => {
+        const reads = changes.filter((c) => c.change.actions.join() === "read").map((c) => c.address);
+        expect(reads.sort()).toEqual([
+          "data.google_project.this",
+          "data.google_storage_bucket.destination",
+          "data.google_storage_project_service_account.gcs",
+        ]);
+      });
+
+      test("the planned grants are the least-privilege set: roles, members, scopes and conditions", () => {
+        const grants = Object.fromEntries(
+          changes
+            .filter((c) => c.type.endsWith("_iam_member") && c.change.after)
+            .map((c) => {
+              const a = c.change.after as Record<string, unknown>;
+              const known = (a.condition as { expression?: string }[] | undefined)?.[0]?.expression;
+              const unknown = (c.change.after_unknown?.condition as { expression?: boolean }[] | undefined)?.[0]?.expression;
+              const cond = known ?? (unknown ? "(known after apply)" : undefined);
+              return [c.address, `${String(a.role)}${cond === undefined ? "" : ` if ${cond}`}`];
+            }),
+        );
+        expect(grants).toEqual({
+          "google_project_iam_member.gcs_agent_pubsub_publisher": "roles/pubsub.publisher",
+          "google_project_iam_member.trigger_event_receiver": "roles/eventarc.eventReceiver",
+          "google_cloud_run_v2_service_iam_member.trigger_invokes_function": "roles/run.invoker",
+          "google_project_iam_member.function_workflows_invoker": "roles/workflows.invoker",
+          "google_pubsub_topic_iam_member.function_events_publisher": "roles/pubsub.publisher",
+          "google_storage_bucket_iam_member.function_checkpoint_object_viewer": "roles/storage.objectViewer",
+          "google_storage_bucket_iam_member.function_destination_claims":
+            'roles/storage.objectUser if resource.name.startsWith("projects/_/buckets/ckpts/objects/") && resource.name.endsWith("/.orbax2reg/claim.json")',
+          'google_cloud_run_v2_job_iam_member.workflow_runs_jobs["plan"]': "roles/run.jobsExecutorWithOverrides",
+          'google_cloud_run_v2_job_iam_member.workflow_runs_jobs["convert-group"]': "roles/run.jobsExecutorWithOverrides",
+          'google_cloud_run_v2_job_iam_member.workflow_runs_jobs["finalize"]': "roles/run.jobsExecutorWithOverrides",
+          "google_project_iam_member.workflow_run_viewer": "roles/run.viewer",
+          "google_storage_bucket_iam_member.workflow_destination_object_viewer": "roles/storage.objectViewer",
+          "google_pubsub_topic_iam_member.workflow_events_publisher": "roles/pubsub.publisher",
+          "google_project_iam_member.workflow_log_writer": "roles/logging.logWriter",
+          "google_storage_bucket_iam_member.jobs_checkpoint_object_viewer": "roles/storage.objectViewer",
+          "google_storage_bucket_iam_member.jobs_destination_object_user": "roles/storage.objectUser",
+          "google_project_iam_member.build_log_writer[0]": "roles/logging.logWriter",
+          "google_artifact_registry_repository_iam_member.build_writes_function_images[0]": "roles/artifactregistry.writer",
+          // The project number is read at apply, so the condition is only known then.
+          "google_project_iam_member.build_reads_function_source[0]": "roles/storage.objectViewer if (known after apply)",
+        });
+        const claims = after(changes, "google_storage_bucket_iam_member.function_destination_claims");
+        expect(claims.bucket).toBe("ckpts");
+        expect(claims.member).toBe("serviceAccount:orbax2reg-fn@my-project.iam.gserviceaccount.com");
+        expect(after(changes, 'google_cloud_run_v2_job_iam_member.workflow_runs_jobs["plan"]').name).toBe("orbax2reg-plan");
+        expect(after(changes, "google_service_account.build[0]").account_id).toBe("orbax2reg-build");
+      });
+
+      test("the function builds, as the build account, into the module's own repository", () => {
+        // (Its environment_variables, ORBAX2REG_CLAIM_LEASE_SECONDS included, are "known after apply" to the provider,
+        // so structure.test.ts checks them.)
+        const c = changes.find((x) => x.address === "google_cloudfunctions2_function.on_checkpoint");
+        const service = (c?.change.after?.service_config as Record<string, unknown>[] | undefined)?.[0];
+        expect(service?.timeout_seconds).toBe(60);
+        expect(service?.service_account_email).toBe("orbax2reg-fn@my-project.iam.gserviceaccount.com");
+        const unknownBuild = (c?.change.after_unknown?.build_config as Record<string, unknown>[] | undefined)?.[0];
+        expect(unknownBuild?.docker_repository).toBe(true); // the repository's id, created in this apply
+        expect(unknownBuild?.service_account).toBe(true); // the build account's id, created in this apply
+        expect(after(changes, "google_artifact_registry_repository.function_builds").repository_id).toBe("orbax2reg-function-builds");
+      });
+    });
+
+    test("with a build service account given and the Pub/Sub agent grant on: no build account, its grants replaced by one", () => {
+      const { summary, changes } = plan({
+        function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
+        pubsub_agent_token_creator: "true",
+      });
+      expect(summary).toBe("Plan: 40 to add, 0 to change, 0 to destroy.");
+      const addresses = changes.map((c) => c.address);
+      expect(addresses.filter((a) => a.includes(".build"))).toEqual([]);
+      expect(after(changes, "google_project_iam_member.pubsub_agent_token_creator[0]").role).toBe("roles/iam.serviceAccountTokenCreator");
+      const fn = after(changes, "google_cloudfunctions2_function.on_checkpoint");
+      expect((fn.build_config as Record<string, unknown>[])[0]?.service_account).toBe(
+        "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
+      );
+    });
+
+    test("lock files are made in the temporary copy only, and terraform/.gitignore keeps them out of git", () => {
+      expect(existsSync(join(MODULE(), ".terraform.lock.hcl"))).toBe(true);
+      expect(readFileSync("terraform/.gitignore", "utf8")).toMatch(/^\.terraform\.lock\.hcl$/m);
+    });
+  },
+);
