@@ -1,5 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
 import { Orbax2RegError } from "../errors.js";
+import { runCloudCheck } from "./cloud.js";
 import { runConvert, runConvertGroup, runFinalize, runPlan, runVerify } from "./convert.js";
 import { runInspect } from "./inspect.js";
 import { runOcdbtLs } from "./ocdbt-ls.js";
@@ -116,6 +117,27 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .option("--prefix <p>", "only keys starting with this prefix")
     .option("--json", 'print a JSON array of {"key","size","inline","file","offset"}')
     .action(async (location: string, opts) => setExit(await runOcdbtLs(location, opts, out)));
+
+  const cloud = program.command("cloud").description("Work with the pipeline deployed on Google Cloud (terraform/).");
+  cloud
+    .command("check")
+    .description(
+      "After `terraform apply`: upload a tiny Orbax checkpoint under a watched prefix, wait for the pipeline to convert it, verify the result, clean up.",
+    )
+    .requiredOption("--bucket <name>", "the checkpoint bucket the pipeline watches (name only)")
+    .option("--prefix <path>", "a watched prefix inside it (one of checkpoint_prefixes)", "")
+    .option("--workflow <id>", "projects/P/locations/R/workflows/W (default: ORBAX2REG_WORKFLOW, or terraform output workflow_id)")
+    .option("--project <id>", "with --region: the workflow is projects/<id>/locations/<region>/workflows/orbax2reg-convert")
+    .option("--region <region>", "the pipeline's region")
+    .option("--events-topic <id>", "projects/P/topics/T to wait for the conversion event on (default: terraform output events_topic_id)")
+    .option("--timeout <seconds>", "how long the conversion may take", positive, 1800)
+    .option("--keep", "keep the uploaded checkpoint and its conversion")
+    .option("--json", "print the stages as JSON")
+    .addHelpText(
+      "after",
+      "\nSettings come from the flags, then ORBAX2REG_WORKFLOW / ORBAX2REG_PROJECT / ORBAX2REG_REGION / ORBAX2REG_EVENTS_TOPIC,\nthen `terraform output` when run in the terraform folder that deployed the pipeline.\n\nExample (in terraform/examples/basic after terraform apply):\n  orbax2reg cloud check --bucket my-checkpoints --prefix runs",
+    )
+    .action(async (opts) => setExit(await runCloudCheck(opts, out)));
 
   return program;
 }

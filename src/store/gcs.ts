@@ -2,7 +2,16 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { type Bucket, Storage } from "@google-cloud/storage";
 import { FormatError, NotFoundError } from "../errors.js";
-import { checkKey, type DirListing, describe, joinKey, type ObjectInfo, type Store } from "./store.js";
+import {
+  checkKey,
+  type DirListing,
+  describe,
+  joinKey,
+  type ObjectInfo,
+  type Store,
+  type Versioned,
+  type VersionedObjects,
+} from "./store.js";
 
 let sharedClient: Storage | undefined;
 
@@ -148,6 +157,55 @@ export class GcsStore implements Store {
       if ((e as { code?: number }).code === 412) return false;
       throw e;
     }
+  }
+
+  /**
+   * Compare-and-swap through object generations: every write carries ifGenerationMatch (0 = "no live
+   * object"), and GCS answers 412 when the object moved on
+   * (https://cloud.google.com/storage/docs/request-preconditions). Generations are microsecond timestamps
+   * (~1.8e15), exact as JavaScript numbers until 2^53 (in about two centuries); the client wants numbers.
+   */
+  readonly versioned: VersionedObjects = {
+    get: async (key: string): Promise<Versioned | undefined> => {
+      const file = this.bucket.file(this.name(key));
+      try {
+        const [meta] = await file.getMetadata();
+        const version = String(meta.generation);
+        // Read exactly the generation whose metadata we saw, so data and version always agree.
+        const [data] = await this.bucket.file(this.name(key), { generation: version }).download();
+        return { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), version };
+      } catch (e) {
+        if ((e as { code?: number }).code === 404) return undefined;
+        throw e;
+      }
+    },
+    create: (key: string, data: Uint8Array) => this.saveIf(key, data, 0),
+    replace: (key: string, data: Uint8Array, version: string) => this.saveIf(key, data, Number(version)),
+    delete: async (key: string, version: string): Promise<boolean> => {
+      try {
+        await this.bucket.file(this.name(key)).delete({ ifGenerationMatch: Number(version) });
+        return true;
+      } catch (e) {
+        const code = (e as { code?: number }).code;
+        if (code === 412 || code === 404) return false;
+        throw e;
+      }
+    },
+  };
+
+  private async saveIf(key: string, data: Uint8Array, generation: number): Promise<string | undefined> {
+    const file = this.bucket.file(this.name(key));
+    try {
+      await file.save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), {
+        resumable: false,
+        validation: false,
+        preconditionOpts: { ifGenerationMatch: generation },
+      });
+    } catch (e) {
+      if ((e as { code?: number }).code === 412) return undefined;
+      throw e;
+    }
+    return String(file.metadata.generation);
   }
 
   async delete(key: string): Promise<void> {

@@ -48,6 +48,29 @@ export interface Store {
   delete(key: string): Promise<void>;
   /** The object's size if it exists: the store's "exists". */
   stat(key: string): Promise<ObjectInfo | undefined>;
+  /**
+   * Optional capability: compare-and-swap on small objects, for the pipeline's claims. GCS has it (object
+   * generations); a local directory does not, and callers that need it say so (check before use).
+   */
+  readonly versioned?: VersionedObjects;
+}
+
+/** One version of an object: its bytes and an opaque token (a GCS generation) naming exactly that version. */
+export interface Versioned {
+  readonly data: Uint8Array;
+  readonly version: string;
+}
+
+/** Conditional operations that succeed only while the object is at the version the caller last saw. */
+export interface VersionedObjects {
+  /** The current version, or undefined when there is no object. */
+  get(key: string): Promise<Versioned | undefined>;
+  /** Creates the object if absent; its version, or undefined when an object already exists. */
+  create(key: string, data: Uint8Array): Promise<string | undefined>;
+  /** Replaces version `version`; the new version, or undefined when the object is no longer at `version`. */
+  replace(key: string, data: Uint8Array, version: string): Promise<string | undefined>;
+  /** Deletes version `version`; false when the object is gone or at another version. */
+  delete(key: string, version: string): Promise<boolean>;
 }
 
 export async function exists(store: Store, key: string): Promise<boolean> {

@@ -1,89 +1,156 @@
 import { beforeEach, describe, expect, test } from "vitest";
+import type { ClaimRecord } from "../../src/cloud/claim.js";
 import type { ConversionEvent } from "../../src/cloud/events.js";
+import { type ExecutionRef, type Executions, executionLabels, type WorkflowArgument } from "../../src/cloud/executions.js";
 import { jsonLogger } from "../../src/cloud/log.js";
-import { handleFinalized, type TriggerDeps, type WorkflowArgument } from "../../src/cloud/trigger-handler.js";
+import { ClaimBusyError, handleFinalized, type TriggerDeps } from "../../src/cloud/trigger-handler.js";
 import { CLAIM_KEY } from "../../src/convert/plan-format.js";
 import { openStore } from "../../src/store/open.js";
 import { emulatorStorage, newBucket } from "../helpers/gcs.js";
 
-// Claims and the emergency "other half" check run against fake-gcs-server. Starting the workflow and
-// publishing are recorded here; the end-to-end test drives the real emulators for those.
-interface Recorded {
-  executions: { workflow: string; argument: WorkflowArgument; labels: Record<string, string> }[];
-  events: { topic: string; event: ConversionEvent }[];
+// Claims and the emergency "other half" check run against fake-gcs-server. The Workflows executions are an
+// in-memory stand-in here, so each failure of the API can be placed exactly; the end-to-end test
+// (test/e2e/pipeline.test.ts) drives the same crash points through the real function and the emulator.
+
+const WORKFLOW = "projects/p/locations/l/workflows/orbax2reg-convert";
+const LEASE_MS = 120_000;
+
+interface Started {
+  name: string;
+  argument: WorkflowArgument;
+  labels: Record<string, string>;
+  startTime: string;
+  state: string;
 }
 
-function deps(bucket: string, recorded: Recorded, failStart = false): TriggerDeps {
-  return {
-    config: {
-      workflow: "projects/p/locations/l/workflows/orbax2reg-convert",
-      rootPrefixes: ["runs"],
-      destinationTemplate: `gs://${bucket}/{root}/regular`,
-      groups: 4,
-      eventsTopic: "orbax2reg-events",
-    },
-    openStore,
-    async startExecution(workflow, argument, labels) {
-      if (failStart) throw new Error("503 Service Unavailable");
-      recorded.executions.push({ workflow, argument, labels });
-      return `${workflow}/executions/e${recorded.executions.length}`;
-    },
-    async publish(topic, event) {
-      recorded.events.push({ topic, event });
-    },
-    log: jsonLogger({}, () => {}),
-  };
+/** Executions in memory. `failNext`: the next start throws, before or after creating the execution. */
+class FakeExecutions implements Executions {
+  readonly started: Started[] = [];
+  failNext: "before-create" | "after-create" | "invalid-argument" | undefined;
+  /** Listing fails once an execution exists (the API went away right after the start call). */
+  failFindAfterStart = false;
+  constructor(private readonly clock: () => number) {}
+  async start(workflow: string, argument: WorkflowArgument, labels: Record<string, string>): Promise<string> {
+    await new Promise((r) => setTimeout(r, 20)); // a round trip, so concurrent deliveries overlap
+    const fail = this.failNext;
+    this.failNext = undefined;
+    if (fail === "before-create") throw new Error("503 Service Unavailable");
+    if (fail === "invalid-argument") throw Object.assign(new Error("3 INVALID_ARGUMENT: invalid labels"), { code: 3 });
+    const name = `${workflow}/executions/e${this.started.length + 1}`;
+    this.started.push({ name, argument, labels, startTime: new Date(this.clock()).toISOString(), state: "ACTIVE" });
+    if (fail === "after-create") throw new Error("4 DEADLINE_EXCEEDED: the connection dropped");
+    return name;
+  }
+  async find(_workflow: string, labels: Record<string, string>): Promise<ExecutionRef[]> {
+    if (this.failFindAfterStart && this.started.length > 0) throw new Error("503 Service Unavailable");
+    return this.started
+      .filter((e) => Object.entries(labels).every(([k, v]) => e.labels[k] === v))
+      .map((e) => ({ ...e, argument: JSON.stringify(e.argument) }))
+      .reverse();
+  }
+  async get(name: string): Promise<ExecutionRef> {
+    const e = this.started.find((x) => x.name === name);
+    if (!e) throw new Error(`5 NOT_FOUND: ${name}`);
+    return { ...e, argument: JSON.stringify(e.argument) };
+  }
 }
 
 const commit = (bucket: string, name = "runs/exp/step_00000100/commit_success.txt") => ({ id: "evt-1", data: { bucket, name } });
+const claimKey = `step_00000100/${CLAIM_KEY}`;
 
 describe("the trigger function's handler", () => {
   let bucket: string;
-  let recorded: Recorded;
+  let clock: number;
+  let executions: FakeExecutions;
+  let events: { topic: string; event: ConversionEvent }[];
+
+  const deps = (): TriggerDeps => ({
+    config: {
+      workflow: WORKFLOW,
+      rootPrefixes: ["runs"],
+      destinationTemplate: `gs://${bucket}/{root}/regular`,
+      groups: 4,
+      eventsTopic: "projects/p/topics/orbax2reg-events",
+      claimLeaseMs: LEASE_MS,
+    },
+    openStore,
+    executions,
+    async publish(topic, event) {
+      events.push({ topic, event });
+    },
+    log: jsonLogger({}, () => {}),
+    now: () => clock,
+    // Waiting advances the test's clock instead of the wall clock.
+    sleep: async (ms) => {
+      clock += ms;
+    },
+    waitForPeerMs: 5_000,
+  });
+
+  const destination = async () => openStore(`gs://${bucket}/runs/exp/regular`);
+  const readClaim = async (): Promise<ClaimRecord> => JSON.parse(new TextDecoder().decode(await (await destination()).read(claimKey)));
+  /** A claim left by a delivery that died before it started anything, `ageMs` ago. */
+  const deadClaim = async (ageMs: number) =>
+    (await destination()).write(
+      claimKey,
+      new TextEncoder().encode(
+        JSON.stringify({
+          source: `gs://${bucket}/runs/exp/step_00000100`,
+          step: 100,
+          eventId: "dead",
+          claimedAt: new Date(clock - ageMs).toISOString(),
+          execution: null,
+        }),
+      ),
+    );
+
   beforeEach(async () => {
     emulatorStorage();
     bucket = await newBucket("trig");
-    recorded = { executions: [], events: [] };
+    clock = Date.parse("2026-11-30T12:00:00Z");
+    executions = new FakeExecutions(() => clock);
+    events = [];
   });
 
-  test("a step's commit marker starts one execution with the documented argument and a step label", async () => {
-    expect(await handleFinalized(commit(bucket), deps(bucket, recorded))).toBe("started");
-    expect(recorded.executions).toEqual([
-      {
-        workflow: "projects/p/locations/l/workflows/orbax2reg-convert",
-        argument: { source: `gs://${bucket}/runs/exp/step_00000100`, destination: `gs://${bucket}/runs/exp/regular`, step: 100, groups: 4 },
-        labels: { step: "100" },
-      },
-    ]);
-  });
-
-  test("it publishes conversion.requested naming the execution", async () => {
-    await handleFinalized(commit(bucket), deps(bucket, recorded));
-    expect(recorded.events[0]?.topic).toBe("orbax2reg-events");
-    expect(recorded.events[0]?.event).toMatchObject({
-      type: "conversion.requested",
-      step: 100,
-      execution: expect.stringMatching(/executions\/e1$/),
+  test("a step's commit marker starts one execution with the documented argument, labelled with the step and its source root", async () => {
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+    expect(executions.started).toHaveLength(1);
+    expect(executions.started[0]).toMatchObject({
+      argument: { source: `gs://${bucket}/runs/exp/step_00000100`, destination: `gs://${bucket}/runs/exp/regular`, step: 100, groups: 4 },
+      labels: { step: "100", source: expect.stringMatching(/^[0-9a-f]{16}$/) },
     });
   });
 
-  test("the claim object records the execution, so a re-run knows what ran", async () => {
-    await handleFinalized(commit(bucket), deps(bucket, recorded));
-    const store = await openStore(`gs://${bucket}/runs/exp/regular`);
-    const claim = JSON.parse(new TextDecoder().decode(await store.read(`step_00000100/${CLAIM_KEY}`)));
-    expect(claim).toMatchObject({ step: 100, execution: expect.stringMatching(/executions\/e1$/) });
+  test("two checkpoint roots in one bucket get different source labels for the same step", () => {
+    const a = executionLabels("gs://b/runs/a/step_00000100", 100);
+    const b = executionLabels("gs://b/runs/b/step_00000100", 100);
+    expect(a.step).toBe(b.step);
+    expect(a.source).not.toBe(b.source);
+    expect(executionLabels("gs://b/runs/a/step_00000200", 200).source).toBe(a.source);
+  });
+
+  test("it publishes conversion.requested naming the execution", async () => {
+    await handleFinalized(commit(bucket), deps());
+    expect(events[0]?.topic).toBe("projects/p/topics/orbax2reg-events");
+    expect(events[0]?.event).toMatchObject({ type: "conversion.requested", step: 100, execution: `${WORKFLOW}/executions/e1` });
+  });
+
+  test("the claim records the execution, so a redelivery knows the step is taken", async () => {
+    await handleFinalized(commit(bucket), deps());
+    expect(await readClaim()).toMatchObject({ step: 100, eventId: "evt-1", execution: `${WORKFLOW}/executions/e1` });
   });
 
   test("the same event delivered twice starts one execution", async () => {
-    expect(await handleFinalized(commit(bucket), deps(bucket, recorded))).toBe("started");
-    expect(await handleFinalized(commit(bucket), deps(bucket, recorded))).toBe("duplicate");
-    expect(recorded.executions).toHaveLength(1);
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+    expect(await handleFinalized(commit(bucket), deps())).toBe("duplicate");
+    expect(executions.started).toHaveLength(1);
   });
 
-  test("duplicate events arriving at once start one execution", async () => {
-    const outcomes = await Promise.all(Array.from({ length: 5 }, () => handleFinalized(commit(bucket), deps(bucket, recorded))));
+  test("five deliveries at once start one execution, and the others wait for it and acknowledge", async () => {
+    const outcomes = await Promise.all(Array.from({ length: 5 }, () => handleFinalized(commit(bucket), deps())));
     expect(outcomes.filter((o) => o === "started")).toHaveLength(1);
-    expect(recorded.executions).toHaveLength(1);
+    expect(outcomes.filter((o) => o === "duplicate")).toHaveLength(4);
+    expect(executions.started).toHaveLength(1);
   });
 
   test("chunk files, item markers and temporary directories start nothing and claim nothing", async () => {
@@ -92,29 +159,114 @@ describe("the trigger function's handler", () => {
       "runs/exp/step_00000100/state/commit_success.txt",
       "runs/exp/step_00000100.orbax-checkpoint-tmp/commit_success.txt",
     ]) {
-      expect(await handleFinalized(commit(bucket, name), deps(bucket, recorded))).toBe("ignored");
+      expect(await handleFinalized(commit(bucket, name), deps())).toBe("ignored");
     }
-    expect(recorded.executions).toHaveLength(0);
+    expect(executions.started).toHaveLength(0);
     const [files] = await emulatorStorage().bucket(bucket).getFiles();
     expect(files).toHaveLength(0);
   });
 
   test("a malformed event is acknowledged, not retried", async () => {
-    expect(await handleFinalized({ id: "x", data: { nope: 1 } }, deps(bucket, recorded))).toBe("ignored");
-    expect(await handleFinalized({ id: "x" }, deps(bucket, recorded))).toBe("ignored");
+    expect(await handleFinalized({ id: "x", data: { nope: 1 } }, deps())).toBe("ignored");
+    expect(await handleFinalized({ id: "x" }, deps())).toBe("ignored");
   });
 
-  test("when starting the workflow fails, the claim is released and the error thrown so the platform retries", async () => {
-    await expect(handleFinalized(commit(bucket), deps(bucket, recorded, true))).rejects.toThrow("503");
-    expect(await handleFinalized(commit(bucket), deps(bucket, recorded))).toBe("started");
+  test("when starting fails and no execution exists, the claim is released and the error thrown for a redelivery", async () => {
+    executions.failNext = "before-create";
+    await expect(handleFinalized(commit(bucket), deps())).rejects.toThrow("503");
+    expect(await (await destination()).stat(claimKey)).toBeUndefined();
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+    expect(executions.started).toHaveLength(1);
+  });
+
+  test("when Workflows refuses the request itself, the event is acknowledged (redelivery cannot help) and the claim released", async () => {
+    executions.failNext = "invalid-argument";
+    expect(await handleFinalized(commit(bucket), deps())).toBe("refused");
+    expect(await (await destination()).stat(claimKey)).toBeUndefined();
+    expect(executions.started).toHaveLength(0);
+  });
+
+  test("when starting fails after the execution was created, that execution is kept and recorded, and no second one starts", async () => {
+    executions.failNext = "after-create";
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+    expect(executions.started).toHaveLength(1);
+    expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/e1`);
+    expect(await handleFinalized(commit(bucket), deps())).toBe("duplicate");
+    expect(executions.started).toHaveLength(1);
+  });
+
+  test("when starting and the lookup both fail, the claim is kept until its lease ends, then a redelivery finds the execution", async () => {
+    executions.failNext = "after-create";
+    executions.failFindAfterStart = true;
+    await expect(handleFinalized(commit(bucket), deps())).rejects.toThrow("DEADLINE_EXCEEDED");
+    executions.failFindAfterStart = false;
+    expect((await readClaim()).execution).toBeNull();
+    // A redelivery within the lease waits, then fails again for a later try.
+    await expect(handleFinalized(commit(bucket), deps())).rejects.toThrow(ClaimBusyError);
+    clock += LEASE_MS;
+    expect(await handleFinalized(commit(bucket), deps())).toBe("adopted");
+    expect(executions.started).toHaveLength(1);
+    expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/e1`);
+  });
+
+  test("a claim whose delivery died before starting is not mistaken for a duplicate: a redelivery after its lease converts the step", async () => {
+    await deadClaim(LEASE_MS + 1);
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+    expect(executions.started).toHaveLength(1);
+    expect(await readClaim()).toMatchObject({ eventId: "evt-1", execution: `${WORKFLOW}/executions/e1` });
+  });
+
+  test("a fresh claim without an execution makes a redelivery fail for a later try, not acknowledge", async () => {
+    await deadClaim(1_000);
+    await expect(handleFinalized(commit(bucket), deps())).rejects.toThrow(/not started an execution yet; retry later/);
+    expect(executions.started).toHaveLength(0);
+  });
+
+  test("an expired claim whose delivery started an execution before dying gets that execution recorded, not a second one", async () => {
+    await deadClaim(LEASE_MS + 1);
+    const labels = executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100);
+    executions.started.push({
+      name: `${WORKFLOW}/executions/orphan`,
+      argument: { source: "", destination: "", step: 100, groups: 4 },
+      labels,
+      startTime: new Date(clock - LEASE_MS).toISOString(),
+      state: "ACTIVE",
+    });
+    expect(await handleFinalized(commit(bucket), deps())).toBe("adopted");
+    expect(executions.started).toHaveLength(1);
+    expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/orphan`);
+  });
+
+  test("an execution older than the claim (a run before the claim was deleted to convert again) does not stop a new one", async () => {
+    executions.started.push({
+      name: `${WORKFLOW}/executions/last-week`,
+      argument: { source: "", destination: "", step: 100, groups: 4 },
+      labels: executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100),
+      startTime: new Date(clock - 7 * 86_400_000).toISOString(),
+      state: "FAILED",
+    });
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+    expect(executions.started).toHaveLength(2);
+  });
+
+  test("a failed conversion.requested publish does not fail the event: the conversion runs", async () => {
+    const d = deps();
+    expect(
+      await handleFinalized(commit(bucket), {
+        ...d,
+        publish: async () => {
+          throw new Error("pubsub down");
+        },
+      }),
+    ).toBe("started");
   });
 
   test("an emergency step waits for its other half, then the second event starts it", async () => {
     const tensors = commit(bucket, "runs/em/tensors/step_00000200/commit_success.txt");
-    expect(await handleFinalized(tensors, deps(bucket, recorded))).toBe("waiting");
+    expect(await handleFinalized(tensors, deps())).toBe("waiting");
     await emulatorStorage().bucket(bucket).file("runs/em/tensors/step_00000200/commit_success.txt").save("ok");
     await emulatorStorage().bucket(bucket).file("runs/em/non-tensors/step_00000200/index").save("[]");
-    expect(await handleFinalized(commit(bucket, "runs/em/non-tensors/step_00000200/index"), deps(bucket, recorded))).toBe("started");
-    expect(recorded.executions[0]?.argument.source).toBe(`gs://${bucket}/runs/em/tensors/step_00000200`);
+    expect(await handleFinalized(commit(bucket, "runs/em/non-tensors/step_00000200/index"), deps())).toBe("started");
+    expect(executions.started[0]?.argument.source).toBe(`gs://${bucket}/runs/em/tensors/step_00000200`);
   });
 });

@@ -5,10 +5,12 @@ import { ExecutionsClient, type protos } from "@google-cloud/workflows";
 import { PassThroughClient } from "google-auth-library";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import type { ConversionEvent } from "../../src/cloud/events.js";
-import { runBin } from "../helpers/cli.js";
+import { executionLabels } from "../../src/cloud/executions.js";
+import { runBin, runBinAsync } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
+import { type Deployed, deployedSettings, workflowsDir } from "./deployed.js";
 import { startFunction, startPubsub, startWorkflows } from "./emulators.js";
 
 // The whole Google Cloud pipeline on loopback, no cloud project: a real Orbax checkpoint lands in a
@@ -20,30 +22,42 @@ import { startFunction, startPubsub, startWorkflows } from "./emulators.js";
 type Execution = protos.google.cloud.workflows.executions.v1.IExecution;
 
 const PROJECT = "test-project";
-const WORKFLOW = `projects/${PROJECT}/locations/us-central1/workflows/convert`;
-const TOPIC = "orbax2reg-events";
-const GROUPS = 3;
-const tiny = fixtureCase("tiny"); // 15 arrays: 3 groups of 5
+const tiny = fixtureCase("tiny"); // 15 arrays
 const STEP = "runs/exp/step_00000100";
+const CLAIM = "runs/exp/regular/step_00000100/.orbax2reg/claim.json";
 
 let work: string;
 let pubsub: Running;
 let workflows: Running;
+/** The function as the example root deploys it by default: the whole bucket watched. */
 let fn: Running;
+/** The same with checkpoint_prefixes = ["runs"]. */
+let fnRuns: Running;
 let functionEnv: NodeJS.ProcessEnv;
+let deployed: Deployed;
+let WORKFLOW: string;
+let GROUPS: number;
 let executions: ExecutionsClient;
 const events: { attributes: Record<string, string>; event: ConversionEvent }[] = [];
 let closeSubscription: () => Promise<void>;
+
+// Required variables of the example root without defaults; the function reads none of them.
+const TFVARS = { project_id: PROJECT, checkpoint_bucket: "ckpts", function_source_bucket: "functions-src" };
 
 beforeAll(async () => {
   work = scratch("e2e");
   // No metadata server on loopback: keep the Google clients from probing for one (and warning).
   process.env.METADATA_SERVER_DETECTION = "none";
+  deployed = await deployedSettings(TFVARS);
+  const watchingRuns = await deployedSettings({ ...TFVARS, checkpoint_prefixes: ["runs"] });
+  WORKFLOW = deployed.functionEnv.ORBAX2REG_WORKFLOW as string;
+  GROUPS = Number(deployed.workflowEnv.ORBAX2REG_GROUPS);
+
   const gcs = inject("gcsEndpoint");
   pubsub = await startPubsub(join(work, "pubsub.log"));
   process.env.PUBSUB_EMULATOR_HOST = `127.0.0.1:${pubsub.port}`;
   const client = new PubSub({ projectId: PROJECT });
-  const [topic] = await client.createTopic(TOPIC);
+  const [topic] = await client.createTopic(deployed.functionEnv.ORBAX2REG_EVENTS_TOPIC as string);
   const [subscription] = await topic.createSubscription("e2e-all");
   subscription.on("message", (m) => {
     events.push({ attributes: m.attributes, event: JSON.parse(m.data.toString()) });
@@ -59,19 +73,9 @@ beforeAll(async () => {
   };
   workflows = await startWorkflows(
     {
-      workflowsDir: "workflows",
+      workflowsDir: workflowsDir(deployed.workflowName),
       hooks: resolve("test/e2e/hooks.yaml"),
-      // What terraform/modules/orbax2reg/workflow.tf sets.
-      userEnv: {
-        ORBAX2REG_PROJECT: PROJECT,
-        ORBAX2REG_REGION: "us-central1",
-        ORBAX2REG_PLAN_JOB: "orbax2reg-plan",
-        ORBAX2REG_GROUP_JOB: "orbax2reg-convert-group",
-        ORBAX2REG_FINALIZE_JOB: "orbax2reg-finalize",
-        ORBAX2REG_EVENTS_TOPIC: `projects/${PROJECT}/topics/${TOPIC}`,
-        ORBAX2REG_CONCURRENCY: "2",
-        ORBAX2REG_GROUPS: String(GROUPS),
-      },
+      userEnv: deployed.workflowEnv,
       env: {
         ...emulators,
         E2E_HOOK_LOG: join(work, "hooks.jsonl"),
@@ -81,17 +85,11 @@ beforeAll(async () => {
     },
     join(work, "workflows.log"),
   );
-  // What terraform/modules/orbax2reg/function.tf sets, pointed at the emulators.
-  functionEnv = {
-    ...emulators,
-    ORBAX2REG_WORKFLOW: WORKFLOW,
-    ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
-    ORBAX2REG_ROOT_PREFIXES: "runs",
-    ORBAX2REG_DESTINATION_TEMPLATE: "gs://{bucket}/{root}/regular",
-    ORBAX2REG_GROUPS: String(GROUPS),
-    ORBAX2REG_EVENTS_TOPIC: `projects/${PROJECT}/topics/${TOPIC}`,
-  };
+  // The deployed environment, plus where the emulators listen.
+  const endpoints = { ...emulators, ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url };
+  functionEnv = { ...deployed.functionEnv, ...endpoints };
   fn = await startFunction(functionEnv, join(work, "function.log"));
+  fnRuns = await startFunction({ ...watchingRuns.functionEnv, ...endpoints }, join(work, "function-runs.log"));
   executions = new ExecutionsClient({
     fallback: true,
     protocol: "http",
@@ -103,7 +101,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await closeSubscription?.();
-  await Promise.all([fn?.stop(), workflows?.stop(), pubsub?.stop()]);
+  await Promise.all([fn?.stop(), fnRuns?.stop(), workflows?.stop(), pubsub?.stop()]);
   removeScratch();
 });
 
@@ -144,7 +142,7 @@ async function finalized(bucket: string, name: string, url = fn.url): Promise<nu
 }
 
 /** The event for a name that need not exist (the function must decide without looking). */
-const finalizedName = (bucket: string, name: string) => deliver({ bucket, name, generation: "1" });
+const finalizedName = (bucket: string, name: string, url = fn.url) => deliver({ bucket, name, generation: "1" }, url);
 
 async function executionsOf(bucket: string): Promise<Execution[]> {
   const [all] = await executions.listExecutions({ parent: WORKFLOW });
@@ -198,6 +196,66 @@ async function exists(bucket: string, name: string): Promise<boolean> {
   return found;
 }
 
+/** Queues faults for the Workflows emulator's next createExecution calls (tools/workflows-emulator/wfemu.py). */
+async function injectWorkflowsFaults(faults: string[]): Promise<void> {
+  const r = await fetch(`${workflows.url}/_emulator/faults`, { method: "POST", body: JSON.stringify({ createExecution: faults }) });
+  expect(r.ok).toBe(true);
+}
+
+async function pendingWorkflowsFaults(): Promise<string[]> {
+  return ((await (await fetch(`${workflows.url}/_emulator/faults`)).json()) as { createExecution: string[] }).createExecution;
+}
+
+async function until(condition: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function claimOf(bucket: string): Promise<Record<string, unknown>> {
+  const [bytes] = await emulatorStorage().bucket(bucket).file(CLAIM).download();
+  return JSON.parse(bytes.toString());
+}
+
+/** Makes the step's claim look `seconds` old: the time a redelivery would come after. */
+async function ageClaim(bucket: string, seconds: number): Promise<void> {
+  const claim = await claimOf(bucket);
+  const claimedAt = new Date(Date.parse(claim.claimedAt as string) - seconds * 1000).toISOString();
+  await emulatorStorage()
+    .bucket(bucket)
+    .file(CLAIM)
+    .save(JSON.stringify({ ...claim, claimedAt }), { resumable: false });
+}
+
+/**
+ * Eventarc's stand-in for commands that write to the bucket themselves: delivers a finalize event to the
+ * function for every object that appears (Eventarc delivers one per object, commit marker included).
+ */
+function eventarcStandIn(bucket: string, url: string): { stop(): Promise<void> } {
+  const delivered = new Set<string>();
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const [files] = await emulatorStorage().bucket(bucket).getFiles();
+      for (const f of files) {
+        const key = `${f.name}#${f.metadata.generation}`;
+        if (delivered.has(key)) continue;
+        delivered.add(key);
+        await deliver({ ...f.metadata, bucket, name: f.name }, url);
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+    },
+  };
+}
+
 describe("the pipeline on local emulators", () => {
   test("a step committed to the bucket is converted, verified and announced", async () => {
     const bucket = await newBucket("train");
@@ -206,7 +264,7 @@ describe("the pipeline on local emulators", () => {
 
     const started = await executionsOf(bucket);
     expect(started).toHaveLength(1);
-    expect(started[0]?.labels).toEqual({ step: "100" });
+    expect(started[0]?.labels).toEqual(executionLabels(`gs://${bucket}/${STEP}`, 100));
     const done = await finished(started[0] as Execution);
     expect(done.state).toBe("SUCCEEDED");
     expect(JSON.parse(done.result as string)).toMatchObject({
@@ -261,7 +319,7 @@ describe("the pipeline on local emulators", () => {
 
     const [failed] = await eventsFor(destination, "conversion.failed");
     expect(failed?.attributes).toEqual({ type: "conversion.failed", step: "100" });
-    expect(failed?.event.error).toMatch(/1 of 3 groups failed; group 1 failed: .*terminated \(injected\)/);
+    expect(failed?.event.error).toMatch(new RegExp(`1 of ${GROUPS} groups failed; group 1 failed: .*terminated \\(injected\\)`));
     expect(await exists(bucket, "runs/exp/regular/step_00000100/index")).toBe(false);
   });
 
@@ -279,11 +337,8 @@ describe("the pipeline on local emulators", () => {
     expect(JSON.parse(second.result as string)).toMatchObject({ resumed: true, already_converted: false });
     // Only the failed group had anything left to write.
     const groupsDone = jobLines().filter((l) => l.message === "group done" && l.execution === second.name);
-    expect(groupsDone.map((l) => [l.group, (l.written as number) > 0]).sort()).toEqual([
-      [0, false],
-      [1, false],
-      [2, true],
-    ]);
+    expect(groupsDone).toHaveLength(GROUPS);
+    expect(groupsDone.filter((l) => (l.written as number) > 0).map((l) => l.group)).toEqual([2]);
     expect(runBin(["verify", argument.source, `${destination}/step_00000100`]).code).toBe(0);
 
     const third = await finished(await startByHand(argument));
@@ -401,7 +456,7 @@ describe("the pipeline on local emulators", () => {
     } finally {
       await broken.stop();
     }
-    expect(await exists(bucket, "runs/exp/regular/step_00000100/.orbax2reg/claim.json")).toBe(false);
+    expect(await exists(bucket, CLAIM)).toBe(false);
 
     expect(await finalized(bucket, marker)).toBe(204); // the redelivery
     const started = await executionsOf(bucket);
@@ -409,14 +464,131 @@ describe("the pipeline on local emulators", () => {
     expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
   });
 
+  test("the deployed default watches the whole bucket: a checkpoint root at the bucket's top level converts", async () => {
+    expect(deployed.functionEnv.ORBAX2REG_ROOT_PREFIXES).toBe("");
+    const bucket = await newBucket("train");
+    await uploadDir(tiny.location, bucket, "step_00000100");
+    expect(await finalized(bucket, "step_00000100/commit_success.txt")).toBe(204);
+    const [execution] = await executionsOf(bucket);
+    expect(JSON.parse(execution?.argument as string)).toMatchObject({
+      source: `gs://${bucket}/step_00000100`,
+      destination: `gs://${bucket}/regular`,
+    });
+    expect((await finished(execution as Execution)).state).toBe("SUCCEEDED");
+  });
+
+  test("a misconfigured function acknowledges events and logs one ERROR naming the variable", async () => {
+    const log = join(work, "function-misconfigured.log");
+    const bad = await startFunction({ ...functionEnv, ORBAX2REG_WORKFLOW: "orbax2reg-convert" }, log);
+    try {
+      const bucket = await newBucket("train");
+      expect(await finalizedName(bucket, `${STEP}/commit_success.txt`, bad.url)).toBe(204);
+      expect(await finalizedName(bucket, `${STEP}/commit_success.txt`, bad.url)).toBe(204);
+      expect(await executionsOf(bucket)).toHaveLength(0);
+    } finally {
+      await bad.stop();
+    }
+    const lines = readFileSync(log, "utf8")
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l));
+    expect(lines.filter((l) => l.severity === "ERROR")).toEqual([
+      expect.objectContaining({
+        variable: "ORBAX2REG_WORKFLOW",
+        value: "orbax2reg-convert",
+        message: expect.stringMatching(/ORBAX2REG_WORKFLOW="orbax2reg-convert"/),
+      }),
+    ]);
+  });
+
+  test("a function killed between claiming and starting: the redelivery after the claim's lease converts the step", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    await injectWorkflowsFaults(["hang-then-fail:10"]); // createExecution hangs; the function dies meanwhile
+    const doomed = await startFunction(functionEnv, join(work, "function-killed.log"));
+    const delivery = finalized(bucket, marker, doomed.url).catch(() => "connection reset");
+    // Killed while its createExecution call hangs: the claim is written, the call consumed the fault.
+    await until(async () => (await exists(bucket, CLAIM)) && (await pendingWorkflowsFaults()).length === 0);
+    await doomed.stop("SIGKILL");
+    await delivery;
+    expect(await executionsOf(bucket)).toHaveLength(0);
+
+    // The platform redelivers; once the lease (longer than the function's timeout) is over, it takes over.
+    await ageClaim(bucket, Number(functionEnv.ORBAX2REG_CLAIM_LEASE_SECONDS ?? 600) + 1);
+    expect(await finalized(bucket, marker)).toBe(204);
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
+    expect(await finalized(bucket, marker)).toBe(204);
+    expect(await executionsOf(bucket)).toHaveLength(1);
+  });
+
+  test("when Workflows creates the execution but the call fails, that execution is kept and no second one starts", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    await injectWorkflowsFaults(["fail-after-create"]);
+    expect(await finalized(bucket, marker)).toBe(204);
+    expect(await finalized(bucket, marker)).toBe(204);
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect(await claimOf(bucket)).toMatchObject({ execution: started[0]?.name });
+    expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
+  });
+
+  test("the same event delivered 5 times at once starts exactly one execution", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    const statuses = await Promise.all(Array.from({ length: 5 }, () => finalized(bucket, marker)));
+    expect(statuses).toEqual([204, 204, 204, 204, 204]);
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
+  });
+
+  test("orbax2reg cloud check converts, announces and verifies a bundled checkpoint, then removes what it wrote", async () => {
+    const bucket = await newBucket("deploy");
+    const eventarc = eventarcStandIn(bucket, fnRuns.url);
+    const topic = deployed.functionEnv.ORBAX2REG_EVENTS_TOPIC as string;
+    const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "runs", "--events-topic", topic], {
+      ORBAX2REG_WORKFLOW: WORKFLOW,
+      ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
+    }).finally(() => eventarc.stop());
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    const stages = r.stdout.split("\n").filter((l) => /^(ok|FAIL) /.test(l));
+    expect(stages.map((l) => l.split(/\s+/).slice(0, 2).join(" "))).toEqual([
+      "ok upload",
+      "ok trigger",
+      "ok convert",
+      "ok event",
+      "ok verify",
+      "ok cleanup",
+    ]);
+    expect(r.stdout).toMatch(/verify .* \d+ passed, 0 failed/);
+    const [left] = await emulatorStorage().bucket(bucket).getFiles();
+    expect(left.map((f) => f.name)).toEqual([]);
+  });
+
+  test("orbax2reg cloud check fails with one line naming the likely cause when no conversion starts", async () => {
+    const bucket = await newBucket("deploy");
+    const eventarc = eventarcStandIn(bucket, fnRuns.url); // watches runs/, not elsewhere/
+    const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "elsewhere", "--timeout", "3"], {
+      ORBAX2REG_WORKFLOW: WORKFLOW,
+      ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
+    }).finally(() => eventarc.stop());
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/^FAIL trigger .*no execution .* is "elsewhere" one of checkpoint_prefixes/m);
+    expect(r.stdout).toMatch(/^ok {3}cleanup/m);
+  });
+
   test("events for chunk files, item-level markers and temporary directories start nothing", async () => {
     const bucket = await newBucket("train");
+    // checkpoint_prefixes = ["runs"]: a step outside runs/ is not watched.
+    expect(await finalizedName(bucket, "elsewhere/step_00000100/commit_success.txt", fnRuns.url)).toBe(204);
     for (const name of [
       `${STEP}/state/d/0123456789abcdef`,
       `${STEP}/state/commit_success.txt`,
       `${STEP}/state/manifest.ocdbt`,
       "runs/exp/step_00000200.orbax-checkpoint-tmp-1732900000/commit_success.txt",
-      "elsewhere/step_00000100/commit_success.txt",
     ]) {
       expect(await finalizedName(bucket, name)).toBe(204);
     }

@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { main } from "../../src/cli/main.js";
 import type { Output } from "../../src/cli/output.js";
 
@@ -36,4 +36,20 @@ export async function runCli(args: string[]): Promise<CliResult> {
 export function runBin(args: string[], env: NodeJS.ProcessEnv = {}): CliResult {
   const r = spawnSync(process.execPath, ["bin/orbax2reg.js", ...args], { encoding: "utf8", env: { ...process.env, ...env } });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** runBin without blocking the test process (for commands that wait on servers the test itself drives). */
+export function runBinAsync(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ["bin/orbax2reg.js", ...args], { env: { ...process.env, ...env } });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => {
+      stdout += d;
+    });
+    child.stderr.on("data", (d) => {
+      stderr += d;
+    });
+    child.on("close", (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
 }

@@ -92,7 +92,9 @@ export function scratch(label: string): string {
   return dir;
 }
 
+/** Keeps them when ORBAX2REG_KEEP_SCRATCH is set, to read the logs of a failed run. */
 export function removeScratch(): void {
+  if (process.env.ORBAX2REG_KEEP_SCRATCH) return;
   for (const dir of scratchDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 }
 

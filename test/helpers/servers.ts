@@ -23,7 +23,8 @@ export function need(path: string): void {
 export interface Running {
   readonly url: string;
   readonly port: number;
-  stop(): Promise<void>;
+  /** SIGTERM, then SIGKILL after 5 s; or SIGKILL at once (a crash, as a platform kill looks). */
+  stop(signal?: "SIGTERM" | "SIGKILL"): Promise<void>;
 }
 
 export interface ServeOptions {
@@ -77,7 +78,7 @@ export async function serve(name: string, command: string, args: string[], port:
   return {
     url,
     port,
-    stop: () =>
+    stop: (signal = "SIGTERM") =>
       new Promise<void>((resolve) => {
         if (exited !== undefined) return resolve();
         const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
@@ -85,7 +86,7 @@ export async function serve(name: string, command: string, args: string[], port:
           clearTimeout(timer);
           resolve();
         });
-        child.kill("SIGTERM");
+        child.kill(signal);
       }),
   };
 }

@@ -1,0 +1,82 @@
+import { randomBytes } from "node:crypto";
+import { type CheckReport, postDeployCheck, type Stage } from "../cloud/check.js";
+import type { ConversionEvent } from "../cloud/events.js";
+import { executionsClient, workflowsExecutions } from "../cloud/executions.js";
+import { resolveCloudSettings } from "../cloud/settings.js";
+import { verify } from "../convert/verify.js";
+import { UsageError } from "../errors.js";
+import { openStore } from "../store/open.js";
+import type { Output } from "./output.js";
+
+export interface CheckFlags {
+  readonly bucket: string;
+  readonly prefix?: string;
+  readonly workflow?: string;
+  readonly project?: string;
+  readonly region?: string;
+  readonly eventsTopic?: string;
+  readonly timeout: number;
+  readonly keep?: boolean;
+  readonly json?: boolean;
+}
+
+/** `orbax2reg cloud check`: see src/cloud/check.ts. Exit 0 when every stage passed, 1 otherwise. */
+export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<number> {
+  if (flags.bucket.startsWith("gs://") || flags.bucket.includes("/")) {
+    throw new UsageError(
+      `--bucket takes a bucket name (no gs://, no path; the path goes in --prefix), got ${JSON.stringify(flags.bucket)}`,
+    );
+  }
+  const settings = resolveCloudSettings(flags, process.env);
+  const executions = workflowsExecutions(await executionsClient(process.env.ORBAX2REG_WORKFLOWS_ENDPOINT));
+  const report: CheckReport = await postDeployCheck(
+    {
+      bucket: flags.bucket,
+      prefix: flags.prefix ?? "",
+      workflow: settings.workflow,
+      eventsTopic: settings.eventsTopic,
+      keep: flags.keep === true,
+      triggerTimeoutMs: Math.min(300, flags.timeout) * 1000,
+      convertTimeoutMs: flags.timeout * 1000,
+    },
+    {
+      executions,
+      openStore,
+      subscribe,
+      verify: (source, regular) => verify(source, regular),
+      onStage: (s: Stage) => {
+        if (!flags.json) out.stdout(`${s.ok ? "ok  " : "FAIL"} ${s.stage.padEnd(8)} ${s.seconds.toFixed(1).padStart(6)} s  ${s.detail}`);
+      },
+    },
+  );
+  if (flags.json) out.stdout(JSON.stringify(report, null, 2));
+  else out.stdout(report.ok ? "the pipeline converted and verified a checkpoint: deployment OK" : "deployment check FAILED");
+  return report.ok ? 0 : 1;
+}
+
+/** A temporary subscription to the events topic, deleted on close. */
+async function subscribe(topic: string) {
+  const { PubSub } = await import("@google-cloud/pubsub");
+  const pubsub = new PubSub({ projectId: topic.split("/")[1] });
+  const [subscription] = await pubsub.topic(topic).createSubscription(`orbax2reg-check-${randomBytes(4).toString("hex")}`, {
+    // Deleted by close; should the check die, Pub/Sub removes it after a day without use.
+    expirationPolicy: { ttl: { seconds: 86_400 } },
+  });
+  const events: ConversionEvent[] = [];
+  subscription.on("message", (m) => {
+    try {
+      events.push(JSON.parse(m.data.toString()) as ConversionEvent);
+    } finally {
+      m.ack();
+    }
+  });
+  subscription.on("error", () => {});
+  return {
+    events,
+    close: async () => {
+      await subscription.close();
+      await subscription.delete();
+      await pubsub.close();
+    },
+  };
+}

@@ -1,0 +1,61 @@
+import { ConfigError, type Env, integer, optionalString, requiredString } from "./env.js";
+import type { TriggerConfig } from "./trigger.js";
+
+/** Everything the trigger function is configured with (terraform/modules/orbax2reg/function.tf). */
+export interface TriggerHandlerConfig extends TriggerConfig {
+  /** Full workflow id: projects/P/locations/L/workflows/W. */
+  readonly workflow: string;
+  readonly groups: number;
+  /** Full topic id for conversion events; undefined means no events. */
+  readonly eventsTopic: string | undefined;
+  /**
+   * How long a claim that never recorded an execution protects its step. Longer than the function's
+   * timeout: past it, the delivery that wrote the claim is certainly dead and another may take over.
+   */
+  readonly claimLeaseMs: number;
+}
+
+/** Used when ORBAX2REG_CLAIM_LEASE_SECONDS is unset: the longest event-driven function timeout (540 s) + 60 s. */
+export const DEFAULT_CLAIM_LEASE_SECONDS = 600;
+
+/**
+ * Parses the function's environment. Every value terraform can deploy is accepted, including the
+ * defaults: ORBAX2REG_ROOT_PREFIXES="" (checkpoint_prefixes = [""]) watches the whole bucket.
+ */
+export function triggerConfigFromEnv(env: Env): TriggerHandlerConfig {
+  const workflow = requiredString(env, "ORBAX2REG_WORKFLOW", {
+    re: /^projects\/[^/]+\/locations\/[^/]+\/workflows\/[^/]+$/,
+    what: "a full workflow id, projects/PROJECT/locations/REGION/workflows/NAME",
+  });
+  // Unset or empty: the whole bucket. Entries are trimmed; an empty entry also means the whole bucket.
+  const rootPrefixes = optionalString(env, "ORBAX2REG_ROOT_PREFIXES", "")
+    .split(",")
+    .map((p) => p.trim());
+  if (rootPrefixes.some((p) => p.startsWith("gs://"))) {
+    throw new ConfigError("ORBAX2REG_ROOT_PREFIXES", env.ORBAX2REG_ROOT_PREFIXES, "entries are paths inside the bucket, without gs://");
+  }
+  const destinationTemplate = optionalString(env, "ORBAX2REG_DESTINATION_TEMPLATE", "gs://{bucket}/{root}/regular");
+  const unknownPlaceholder = /[{}]/.test(destinationTemplate.replaceAll(/\{(bucket|root|step)\}/g, ""));
+  if (!/^gs:\/\/[^/]+(\/.*)?$/.test(destinationTemplate) || unknownPlaceholder) {
+    throw new ConfigError(
+      "ORBAX2REG_DESTINATION_TEMPLATE",
+      destinationTemplate,
+      "must be a gs://BUCKET/PATH template whose only placeholders are {bucket}, {root} and {step}",
+    );
+  }
+  const eventsTopic = optionalString(env, "ORBAX2REG_EVENTS_TOPIC", "");
+  if (eventsTopic !== "") {
+    requiredString(env, "ORBAX2REG_EVENTS_TOPIC", {
+      re: /^projects\/[^/]+\/topics\/[^/]+$/,
+      what: "a full topic id, projects/PROJECT/topics/NAME",
+    });
+  }
+  return {
+    workflow,
+    rootPrefixes,
+    destinationTemplate,
+    groups: integer(env, "ORBAX2REG_GROUPS", { min: 1, max: 100, fallback: 8 }),
+    eventsTopic: eventsTopic === "" ? undefined : eventsTopic,
+    claimLeaseMs: integer(env, "ORBAX2REG_CLAIM_LEASE_SECONDS", { min: 60, max: 3600, fallback: DEFAULT_CLAIM_LEASE_SECONDS }) * 1000,
+  };
+}
