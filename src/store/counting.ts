@@ -1,4 +1,4 @@
-import type { DirListing, ObjectInfo, Store } from "./store.js";
+import type { DirListing, ObjectInfo, Store, WriteResult } from "./store.js";
 
 export interface StoreCounts {
   reads: number;
@@ -61,7 +61,7 @@ export class CountingStore implements Store {
     return this.inner.listDir(dir);
   }
 
-  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void> {
+  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
     this.counts.writes++;
     if (data instanceof Uint8Array) {
       this.counts.bytesWritten += data.length;

@@ -1,6 +1,7 @@
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { type Bucket, Storage } from "@google-cloud/storage";
+import { crc32c } from "../codecs/crc32c.js";
 import { FormatError, NotFoundError } from "../errors.js";
 import {
   checkKey,
@@ -11,6 +12,7 @@ import {
   type Store,
   type Versioned,
   type VersionedObjects,
+  type WriteResult,
 } from "./store.js";
 
 let sharedClient: Storage | undefined;
@@ -107,7 +109,7 @@ export class GcsStore implements Store {
     let pageToken: string | undefined;
     do {
       const [files, next] = await this.bucket.getFiles({ prefix: full, autoPaginate: false, maxResults: 1000, pageToken });
-      for (const f of files) yield { key: f.name.slice(strip), size: Number(f.metadata.size ?? 0) };
+      for (const f of files) yield { key: f.name.slice(strip), size: Number(f.metadata.size ?? 0), ...storedCrc(f.metadata.crc32c) };
       pageToken = (next as { pageToken?: string } | null)?.pageToken;
     } while (pageToken);
   }
@@ -127,21 +129,30 @@ export class GcsStore implements Store {
         maxResults: 1000,
         pageToken,
       });
-      for (const f of page) files.push({ key: f.name.slice(strip), size: Number(f.metadata.size ?? 0) });
+      for (const f of page) files.push({ key: f.name.slice(strip), size: Number(f.metadata.size ?? 0), ...storedCrc(f.metadata.crc32c) });
       for (const p of (response as { prefixes?: string[] } | undefined)?.prefixes ?? []) dirs.push(p.slice(full.length).replace(/\/$/, ""));
       pageToken = (next as { pageToken?: string } | null)?.pageToken;
     } while (pageToken);
     return { files, dirs: dirs.sort() };
   }
 
-  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void> {
+  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
     const file = this.bucket.file(this.name(key));
     if (data instanceof Uint8Array) {
       await file.save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { resumable: false, validation: false });
-      return;
+      return { size: data.length, crc32c: crc32c(data) };
     }
     // One upload request; GCS makes the object visible only when it completes.
-    await pipeline(Readable.from(data, { objectMode: false }), file.createWriteStream({ resumable: false, validation: false }));
+    const sum = { size: 0, crc32c: 0 };
+    const summed = (async function* () {
+      for await (const piece of data) {
+        sum.size += piece.length;
+        sum.crc32c = crc32c(piece, sum.crc32c);
+        yield piece;
+      }
+    })();
+    await pipeline(Readable.from(summed, { objectMode: false }), file.createWriteStream({ resumable: false, validation: false }));
+    return sum;
   }
 
   async createExclusive(key: string, data: Uint8Array): Promise<boolean> {
@@ -219,7 +230,7 @@ export class GcsStore implements Store {
   async stat(key: string): Promise<ObjectInfo | undefined> {
     try {
       const [meta] = await this.bucket.file(this.name(key)).getMetadata();
-      return { key, size: Number(meta.size ?? 0) };
+      return { key, size: Number(meta.size ?? 0), ...storedCrc(meta.crc32c) };
     } catch (e) {
       if ((e as { code?: number }).code === 404) return undefined;
       throw e;
@@ -230,4 +241,11 @@ export class GcsStore implements Store {
     if ((e as { code?: number }).code === 404) return new NotFoundError("no such object", { path: describe(this, key) });
     return e;
   }
+}
+
+/** GCS's crc32c metadata: base64 of the big-endian CRC-32C (https://cloud.google.com/storage/docs/json_api/v1/objects). */
+function storedCrc(base64: string | undefined): { crc32c?: number } {
+  if (!base64) return {};
+  const b = Buffer.from(base64, "base64");
+  return b.length === 4 ? { crc32c: b.readUInt32BE(0) } : {};
 }

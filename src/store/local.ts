@@ -5,8 +5,9 @@ import { link, mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFi
 import { dirname, join, resolve } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { crc32c } from "../codecs/crc32c.js";
 import { FormatError, NotFoundError } from "../errors.js";
-import { checkKey, type DirListing, describe, type ObjectInfo, type Store } from "./store.js";
+import { checkKey, type DirListing, describe, type ObjectInfo, type Store, type WriteResult } from "./store.js";
 
 const READ_PIECE = 1 << 30;
 
@@ -143,15 +144,30 @@ export class LocalStore implements Store {
     return { files, dirs };
   }
 
-  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void> {
+  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
     const path = this.file(key);
     await mkdir(dirname(path), { recursive: true });
     // Write then rename, so a reader (or a crash) never sees a partial object under its final name.
     const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
     try {
-      if (data instanceof Uint8Array) await writeFile(tmp, data);
-      else await pipeline(Readable.from(data, { objectMode: false }), createWriteStream(tmp));
+      let result: WriteResult;
+      if (data instanceof Uint8Array) {
+        await writeFile(tmp, data);
+        result = { size: data.length, crc32c: crc32c(data) };
+      } else {
+        const sum = { size: 0, crc32c: 0 };
+        const summed = (async function* () {
+          for await (const piece of data) {
+            sum.size += piece.length;
+            sum.crc32c = crc32c(piece, sum.crc32c);
+            yield piece;
+          }
+        })();
+        await pipeline(Readable.from(summed, { objectMode: false }), createWriteStream(tmp));
+        result = sum;
+      }
       await rename(tmp, path);
+      return result;
     } catch (e) {
       await rm(tmp, { force: true });
       throw e;
@@ -181,7 +197,14 @@ export class LocalStore implements Store {
    * caller across copies). Between local directories this avoids a fresh buffer per piece, whose
    * allocation and page faults cost more than the copy itself. Atomic like `write`.
    */
-  async copyRangeTo(key: string, offset: number, length: number, target: LocalStore, targetKey: string, buffer: Uint8Array): Promise<void> {
+  async copyRangeTo(
+    key: string,
+    offset: number,
+    length: number,
+    target: LocalStore,
+    targetKey: string,
+    buffer: Uint8Array,
+  ): Promise<WriteResult> {
     const from = this.file(key);
     const to = target.file(targetKey);
     await mkdir(dirname(to), { recursive: true });
@@ -197,9 +220,11 @@ export class LocalStore implements Store {
         });
       }
       output = await open(tmp, "w");
+      let sum = 0;
       for (let done = 0; done < length; ) {
         const { bytesRead } = await input.read(buffer, 0, Math.min(buffer.length, length - done), offset + done);
         if (bytesRead === 0) throw new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset });
+        sum = crc32c(buffer.subarray(0, bytesRead), sum);
         let written = 0;
         while (written < bytesRead) written += (await output.write(buffer, written, bytesRead - written)).bytesWritten;
         done += bytesRead;
@@ -207,6 +232,7 @@ export class LocalStore implements Store {
       await output.close();
       output = undefined;
       await rename(tmp, to);
+      return { size: length, crc32c: sum };
     } catch (e) {
       await output?.close().catch(() => undefined);
       await rm(tmp, { force: true });

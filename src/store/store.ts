@@ -4,6 +4,14 @@ export interface ObjectInfo {
   /** Key relative to the store's root, `/`-separated. */
   readonly key: string;
   readonly size: number;
+  /** CRC-32C of the stored bytes, where the store keeps one (GCS does for every object; a local directory does not). */
+  readonly crc32c?: number;
+}
+
+/** What a write stored: its size and the CRC-32C of its bytes (computed while writing). */
+export interface WriteResult {
+  readonly size: number;
+  readonly crc32c: number;
 }
 
 export interface DirListing {
@@ -38,7 +46,7 @@ export interface Store {
    * Creates or replaces the object from bytes or a stream of pieces. Atomic: until it resolves, readers
    * see the old object (or none), never a partial one.
    */
-  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<void>;
+  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult>;
   /**
    * Creates the object only if no object has that key (atomically: of two concurrent callers exactly one
    * wins). Returns false when the key already exists. Used for claims that must be taken once.

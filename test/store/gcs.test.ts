@@ -38,8 +38,22 @@ describe("GcsStore on fake-gcs-server", () => {
     expect(await store.stat("missing")).toBeUndefined();
   });
 
+  test("a write reports the size and CRC-32C it stored, and stat and list give GCS's own CRC-32C of the object", async () => {
+    const data = new TextEncoder().encode("123456789");
+    expect(await store.write("crc", data)).toEqual({ size: 9, crc32c: 0xe3069283 });
+    async function* pieces() {
+      yield data.subarray(0, 4);
+      yield data.subarray(4);
+    }
+    expect(await store.write("crc-streamed", pieces())).toEqual({ size: 9, crc32c: 0xe3069283 });
+    expect((await store.stat("crc"))?.crc32c).toBe(0xe3069283);
+    const listed = [];
+    for await (const o of store.list("crc")) listed.push(o);
+    expect(listed.map((o) => o.crc32c)).toEqual([0xe3069283, 0xe3069283]);
+  });
+
   test("stat gives the object size", async () => {
-    expect(await store.stat("obj")).toEqual({ key: "obj", size: 256 });
+    expect(await store.stat("obj")).toMatchObject({ key: "obj", size: 256 });
   });
 
   test("lists by prefix, in key order, with keys relative to the store root", async () => {
@@ -51,8 +65,8 @@ describe("GcsStore on fake-gcs-server", () => {
   test("listDir gives immediate objects and sub-directories", async () => {
     expect(await store.listDir("tree")).toEqual({
       files: [
-        { key: "tree/a.b", size: 3 },
-        { key: "tree/ab", size: 3 },
+        { key: "tree/a.b", size: 3, crc32c: 0x6064a37a },
+        { key: "tree/ab", size: 3, crc32c: 0x6064a37a },
       ],
       dirs: ["a", "b"],
     });
@@ -79,7 +93,7 @@ describe("GcsStore on fake-gcs-server", () => {
       yield new Uint8Array([3]);
     }
     await store.write("streamed", pieces());
-    expect(await store.stat("streamed")).toEqual({ key: "streamed", size: (1 << 20) + 3 });
+    expect(await store.stat("streamed")).toMatchObject({ key: "streamed", size: (1 << 20) + 3 });
   });
 
   test("createExclusive uses ifGenerationMatch: 0, so a second claim loses", async () => {

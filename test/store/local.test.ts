@@ -17,6 +17,18 @@ describe("LocalStore", () => {
     expect([...(await s.read("a/b/c.bin"))]).toEqual([1, 2, 3]);
   });
 
+  test("a write reports the size and CRC-32C of what it stored, whole or streamed", async () => {
+    const s = tempStore();
+    const data = new TextEncoder().encode("123456789");
+    expect(await s.write("crc", data)).toEqual({ size: 9, crc32c: 0xe3069283 });
+    async function* pieces() {
+      yield data.subarray(0, 4);
+      yield data.subarray(4);
+    }
+    expect(await s.write("crc-streamed", pieces())).toEqual({ size: 9, crc32c: 0xe3069283 });
+    expect(await s.copyRangeTo("crc", 0, 9, s, "crc-copied", new Uint8Array(4))).toEqual({ size: 9, crc32c: 0xe3069283 });
+  });
+
   test("reads an exact byte range", async () => {
     const s = tempStore();
     await s.write("f", new Uint8Array([0, 1, 2, 3, 4, 5, 6, 7]));
