@@ -34,7 +34,7 @@ describe("where the `orbax2reg cloud` commands find the deployed pipeline", () =
   test("with nothing to go on, the error says every way to name the pipeline", () => {
     expect(() => resolveCloudSettings({}, {}, none)).toThrow(UsageError);
     expect(() => resolveCloudSettings({}, {}, none)).toThrow(
-      /--workflow .* --project and --region .* ORBAX2REG_WORKFLOW .* terraform folder/,
+      /--workflow .* --project and --region .* ORBAX2REG_WORKFLOW.* terraform folder/,
     );
   });
 
