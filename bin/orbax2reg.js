@@ -1,5 +1,27 @@
 #!/usr/bin/env node
 // Thin launcher: the CLI is compiled to dist/ by `npm install` (the `prepare` script).
 import { main } from "../dist/src/cli/main.js";
+import { retryStats } from "../dist/src/store/retry.js";
+
+// Last resorts, so that no failure ends silently: an error nobody awaited is reported in one line (exit 1),
+// and if the event loop ever empties while the command is still waiting on something that can no longer
+// happen (Node would exit 13 and print nothing), the exit says so and is 1 ("unexpected failure").
+let settled = false;
+process.on("unhandledRejection", (e) => {
+  process.stderr.write(`orbax2reg: unexpected error: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}\n`);
+  process.exit(1);
+});
+process.on("exit", () => {
+  if (settled) return;
+  process.stderr.write("orbax2reg: unexpected error: the command stopped while still waiting for an operation to finish\n");
+  process.exitCode = 1;
+});
 
 process.exitCode = await main(process.argv.slice(2));
+settled = true;
+// A run that succeeded only thanks to retries says so (a failed one already said what failed, and after how many attempts).
+const { retries, byKind } = retryStats();
+if (retries > 0 && process.exitCode === 0) {
+  const kinds = Object.entries(byKind).map(([k, n]) => `${k}: ${n}`);
+  process.stderr.write(`orbax2reg: ${retries} storage request${retries === 1 ? " was" : "s were"} retried (${kinds.join(", ")})\n`);
+}

@@ -9,6 +9,7 @@ import { stepDirName } from "../src/convert/plan.js";
 import { dataLength } from "../src/convert/plan-format.js";
 import { Orbax2RegError } from "../src/errors.js";
 import { openStore } from "../src/store/open.js";
+import { retryStats } from "../src/store/retry.js";
 import { joinKey } from "../src/store/store.js";
 
 export interface JobEnv {
@@ -78,7 +79,7 @@ export async function runJob(
     // Bad input is permanent (exit 2: retrying cannot help); anything else may be transient (exit 1).
     const err = e as Error;
     const permanent = e instanceof Orbax2RegError || e instanceof JobConfigError;
-    log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000 });
+    log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000, storageRetries: retryStats() });
     const target = reportTarget(env);
     if (target && isPhase(phase)) {
       const group = env.ORBAX2REG_GROUP;
@@ -140,6 +141,7 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
       phase,
       ...summary,
       seconds: (Date.now() - started) / 1000,
+      storageRetries: retryStats(),
     });
     return;
   }
@@ -173,6 +175,7 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
       bytes: report.bytesWritten,
       seconds: report.seconds,
       mbPerSecond: Number((report.bytesWritten / 1e6 / Math.max(report.seconds, 1e-3)).toFixed(1)),
+      storageRetries: retryStats(),
     });
     return;
   }
@@ -186,6 +189,7 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
       indexWritten: report.indexWritten,
       bytes: report.plan.objects.reduce((s, o) => s + dataLength(o.data), 0),
       seconds: (Date.now() - started) / 1000,
+      storageRetries: retryStats(),
     });
   }
 }
@@ -196,9 +200,23 @@ if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).
   // id of this job execution (the failure reports' key) so its lines can be told from a retry's.
   const execution = process.env.ORBAX2REG_EXECUTION;
   const attempt = process.env.ORBAX2REG_ATTEMPT;
-  process.exitCode = await runJob(
-    process.argv[2],
-    process.env,
-    jsonLogger({ component: "orbax2reg-job", ...(execution ? { execution } : {}), ...(attempt ? { attempt } : {}) }),
-  );
+  const log = jsonLogger({ component: "orbax2reg-job", ...(execution ? { execution } : {}), ...(attempt ? { attempt } : {}) });
+  // Last resorts, so that no task ends without a log line: an error nobody awaited, or an event loop that
+  // empties while the phase still waits (Node would exit 13 silently). Both exit 1, which the workflow retries.
+  let settled = false;
+  process.on("unhandledRejection", (e) => {
+    log.error(`unexpected error: ${e instanceof Error ? e.message : String(e)}`, {
+      phase: process.argv[2],
+      permanent: false,
+      storageRetries: retryStats(),
+    });
+    process.exit(1);
+  });
+  process.on("exit", () => {
+    if (settled) return;
+    log.error("the phase stopped while still waiting for an operation to finish", { phase: process.argv[2], permanent: false });
+    process.exitCode = 1;
+  });
+  process.exitCode = await runJob(process.argv[2], process.env, log);
+  settled = true;
 }

@@ -1,8 +1,10 @@
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
-import { type Bucket, Storage } from "@google-cloud/storage";
+import { randomBytes } from "node:crypto";
+import { Storage } from "@google-cloud/storage";
 import { crc32c } from "../codecs/crc32c.js";
-import { FormatError, NotFoundError } from "../errors.js";
+import { FormatError, NotFoundError, StorageIoError } from "../errors.js";
+import { type Answer, defaultTimeouts, Http, type Timeouts } from "./http.js";
+import { replayable, replayOf } from "./replay.js";
+import { Attempts, defaultRetryPolicy, type RetryPolicy, TransientError } from "./retry.js";
 import {
   checkKey,
   type DirListing,
@@ -20,6 +22,8 @@ let sharedClient: Storage | undefined;
 /**
  * One client per process. ORBAX2REG_GCS_ENDPOINT (e.g. http://127.0.0.1:4443) points it at a GCS emulator
  * such as fake-gcs-server; the client library's own STORAGE_EMULATOR_HOST does not route every call there.
+ * GcsStore takes only the endpoint and the credentials from it: requests go through http.ts, retried by
+ * retry.ts, because the library's retries depend on state its File.save() switches off for the whole process.
  */
 export function storageClient(): Storage {
   const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT;
@@ -29,223 +33,484 @@ export function storageClient(): Storage {
   return sharedClient;
 }
 
-/** Objects under gs://bucket/prefix. */
+/**
+ * Streams up to this size are gathered and sent as one upload carrying their CRC-32C, which GCS checks and
+ * which can be retried from memory. The executor reserves this much memory for each streamed object.
+ */
+const ONE_SHOT_MAX = 4 << 20;
+
+export interface GcsOptions {
+  readonly retry?: RetryPolicy;
+  readonly timeouts?: Timeouts;
+}
+
+interface ObjectResource {
+  name: string;
+  size?: string;
+  crc32c?: string;
+  generation?: string;
+}
+
+/** Objects under gs://bucket/prefix, through the JSON API (https://cloud.google.com/storage/docs/json_api/v1/objects). */
 export class GcsStore implements Store {
-  private readonly bucket: Bucket;
+  private readonly http: Http;
+  private readonly objects: string;
+  private readonly uploads: string;
+  private readonly retry: RetryPolicy;
 
   constructor(
     readonly bucketName: string,
     readonly prefix: string,
     readonly url: string = `gs://${bucketName}/${prefix}`,
     client: Storage = storageClient(),
+    options: GcsOptions = {},
   ) {
-    this.bucket = client.bucket(bucketName);
+    const endpoint = client.apiEndpoint.replace(/\/+$/, "");
+    const bucket = encodeURIComponent(bucketName);
+    this.objects = `${endpoint}/storage/v1/b/${bucket}/o`;
+    this.uploads = `${endpoint}/upload/storage/v1/b/${bucket}/o`;
+    this.retry = options.retry ?? defaultRetryPolicy();
+    // An emulator endpoint takes no credentials (as in the library, unless told otherwise).
+    const auth = client.customEndpoint ? async () => ({}) : async () => headerRecord(await client.authClient.getRequestHeaders());
+    this.http = new Http(auth, options.timeouts ?? defaultTimeouts());
   }
 
   private name(key: string): string {
     return joinKey(this.prefix, checkKey(this, key));
   }
 
+  private objectUrl(name: string, query: Record<string, string> = {}): string {
+    const q = new URLSearchParams(query).toString();
+    return `${this.objects}/${encodeURIComponent(name)}${q ? `?${q}` : ""}`;
+  }
+
+  private attempts(what: string, key: string): Attempts {
+    return new Attempts(what, describe(this, key), this.retry);
+  }
+
   async read(key: string): Promise<Uint8Array> {
-    try {
-      const [data] = await this.bucket.file(this.name(key)).download();
-      return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    } catch (e) {
-      throw this.translate(e, key);
+    const url = this.objectUrl(this.name(key), { alt: "media" });
+    const path = describe(this, key);
+    for (const r = this.attempts("download", key); ; ) {
+      try {
+        const a = await this.http.send("GET", url, { accept: [200, 404], path });
+        if (a.status === 404) return await notFound(a, path);
+        const data = await a.bytes();
+        // A whole download can be checked against the object's own CRC-32C, which GCS sends along (of the
+        // stored bytes: not comparable when they were served decompressed).
+        const stored = a.headers.get("content-encoding") ? undefined : hashHeader(a.headers);
+        if (stored !== undefined && crc32c(data) !== stored)
+          throw new TransientError("downloaded bytes do not match the object's CRC-32C", "checksum");
+        return data;
+      } catch (e) {
+        await r.failed(e);
+      }
     }
   }
 
   async readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
     const name = this.name(key);
     if (length === 0) return new Uint8Array(0);
-    let data: Buffer;
-    try {
-      // The client's `end` is inclusive.
-      [data] = await this.bucket.file(name).download({ start: offset, end: offset + length - 1, validation: false });
-    } catch (e) {
-      const status = (e as { code?: number }).code;
-      if (status === 416) {
-        throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
-          path: describe(this, key),
-          offset,
-        });
+    const path = describe(this, key);
+    for (const r = this.attempts("ranged download", key); ; ) {
+      try {
+        const range = await this.openRange(name, path, offset, length);
+        if (range === undefined) throw shortRead(path, offset, length);
+        const data = (await range.answer.bytes()).subarray(range.skip, range.skip + length);
+        // A body shorter than announced was retried above; a short announced range means a short object.
+        if (data.length !== length) throw shortRead(path, offset, length, data.length);
+        return data;
+      } catch (e) {
+        await r.failed(e);
       }
-      throw this.translate(e, key);
     }
-    if (data.length !== length) {
-      throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, got ${data.length}`, {
-        path: describe(this, key),
-        offset,
-      });
-    }
-    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   }
 
-  async *readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+  /**
+   * A ranged GET: the answer, and how many bytes of its body precede `offset` (0, unless the server ignored
+   * the Range header and sent the whole object); undefined when the object ends before `offset + length`.
+   */
+  private async openRange(
+    name: string,
+    path: string,
+    offset: number,
+    length: number,
+  ): Promise<{ answer: Answer; skip: number } | undefined> {
+    const answer = await this.http.send("GET", this.objectUrl(name, { alt: "media" }), {
+      headers: { range: `bytes=${offset}-${offset + length - 1}` }, // inclusive end
+      accept: [200, 206, 404, 416],
+      path,
+    });
+    if (answer.status === 404) return notFound(answer, path);
+    if (answer.status === 416) return void (await answer.discard());
+    const size =
+      answer.status === 200
+        ? Number(answer.headers.get("content-length") ?? Number.NaN)
+        : Number(/\/(\d+)$/.exec(answer.headers.get("content-range") ?? "")?.[1] ?? Number.NaN);
+    if (size < offset + length) return void (await answer.discard());
+    return { answer, skip: answer.status === 200 ? offset : 0 };
+  }
+
+  /**
+   * A ranged download as a stream. A connection that fails mid-body is resumed from the first byte not yet
+   * delivered, so a reset costs a retry, not the object; and the stream can be replayed (see replay.ts).
+   */
+  readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+    return replayable(() => this.streamRange(key, offset, length));
+  }
+
+  private async *streamRange(key: string, offset: number, length: number): AsyncGenerator<Uint8Array> {
     const name = this.name(key);
     if (length === 0) return;
+    const path = describe(this, key);
     let done = 0;
-    try {
-      const stream = this.bucket.file(name).createReadStream({ start: offset, end: offset + length - 1, validation: false });
-      for await (const piece of stream) {
-        done += (piece as Buffer).length;
-        yield new Uint8Array((piece as Buffer).buffer, (piece as Buffer).byteOffset, (piece as Buffer).length);
+    for (const r = this.attempts("streamed download", key); ; ) {
+      try {
+        const range = await this.openRange(name, path, offset + done, length - done);
+        if (range === undefined) throw shortRead(path, offset, length);
+        let skip = range.skip;
+        for await (const body of range.answer.body()) {
+          const piece = body.subarray(Math.min(skip, body.length), Math.min(body.length, skip + length - done));
+          skip = Math.max(0, skip - body.length);
+          done += piece.length;
+          if (piece.length > 0) yield piece;
+          if (done === length) break; // the rest of a whole-object answer is not ours
+        }
+        if (done !== length) throw shortRead(path, offset, length, done);
+        return;
+      } catch (e) {
+        await r.failed(e);
       }
-    } catch (e) {
-      if ((e as { code?: number }).code === 416) done = -1;
-      else throw this.translate(e, key);
-    }
-    if (done !== length) {
-      throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
-        path: describe(this, key),
-        offset,
-      });
     }
   }
 
   async *list(prefix: string): AsyncIterable<ObjectInfo> {
-    const full = this.prefix === "" ? prefix : `${this.prefix.replace(/\/+$/, "")}/${prefix}`;
-    const strip = this.prefix === "" ? 0 : this.prefix.replace(/\/+$/, "").length + 1;
+    const root = this.prefix.replace(/\/+$/, "");
+    const full = root === "" ? prefix : `${root}/${prefix}`;
     let pageToken: string | undefined;
     do {
-      const [files, next] = await this.bucket.getFiles({ prefix: full, autoPaginate: false, maxResults: 1000, pageToken });
-      for (const f of files) yield { key: f.name.slice(strip), size: Number(f.metadata.size ?? 0), ...storedCrc(f.metadata.crc32c) };
-      pageToken = (next as { pageToken?: string } | null)?.pageToken;
+      const page = await this.listPage(prefix, { prefix: full, ...(pageToken ? { pageToken } : {}) });
+      for (const o of page.items ?? []) yield this.info(o);
+      pageToken = page.nextPageToken;
     } while (pageToken);
   }
 
   async listDir(dir: string): Promise<DirListing> {
     const base = dir === "" ? this.prefix.replace(/\/+$/, "") : this.name(dir);
     const full = base === "" ? "" : `${base}/`;
-    const strip = this.prefix === "" ? 0 : this.prefix.replace(/\/+$/, "").length + 1;
     const files: ObjectInfo[] = [];
     const dirs: string[] = [];
     let pageToken: string | undefined;
     do {
-      const [page, next, response] = await this.bucket.getFiles({
-        prefix: full,
-        delimiter: "/",
-        autoPaginate: false,
-        maxResults: 1000,
-        pageToken,
-      });
-      for (const f of page) files.push({ key: f.name.slice(strip), size: Number(f.metadata.size ?? 0), ...storedCrc(f.metadata.crc32c) });
-      for (const p of (response as { prefixes?: string[] } | undefined)?.prefixes ?? []) dirs.push(p.slice(full.length).replace(/\/$/, ""));
-      pageToken = (next as { pageToken?: string } | null)?.pageToken;
+      const page = await this.listPage(dir, { prefix: full, delimiter: "/", ...(pageToken ? { pageToken } : {}) });
+      for (const o of page.items ?? []) files.push(this.info(o));
+      for (const p of page.prefixes ?? []) dirs.push(p.slice(full.length).replace(/\/$/, ""));
+      pageToken = page.nextPageToken;
     } while (pageToken);
     return { files, dirs: dirs.sort() };
   }
 
-  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
-    const file = this.bucket.file(this.name(key));
-    if (data instanceof Uint8Array) {
-      await file.save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), { resumable: false, validation: false });
-      return { size: data.length, crc32c: crc32c(data) };
-    }
-    // One upload request; GCS makes the object visible only when it completes.
-    const sum = { size: 0, crc32c: 0 };
-    const summed = (async function* () {
-      for await (const piece of data) {
-        sum.size += piece.length;
-        sum.crc32c = crc32c(piece, sum.crc32c);
-        yield piece;
+  private async listPage(
+    what: string,
+    query: Record<string, string>,
+  ): Promise<{ items?: ObjectResource[]; prefixes?: string[]; nextPageToken?: string }> {
+    const q = new URLSearchParams({ ...query, maxResults: "1000" }).toString();
+    const path = describe(this, what);
+    for (const r = new Attempts("listing", path, this.retry); ; ) {
+      try {
+        return await (await this.http.send("GET", `${this.objects}?${q}`, { accept: [200], path })).json();
+      } catch (e) {
+        await r.failed(e);
       }
+    }
+  }
+
+  private info(o: ObjectResource): ObjectInfo {
+    const strip = this.prefix === "" ? 0 : this.prefix.replace(/\/+$/, "").length + 1;
+    return { key: o.name.slice(strip), size: Number(o.size ?? 0), ...storedCrc(o.crc32c) };
+  }
+
+  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
+    const name = this.name(key);
+    if (data instanceof Uint8Array) return this.put(key, name, data);
+    // Gather a small stream; a large one is uploaded as it comes (see uploadStream).
+    const pieces: Uint8Array[] = [];
+    let size = 0;
+    const it = data[Symbol.asyncIterator]();
+    while (size <= ONE_SHOT_MAX) {
+      const next = await it.next();
+      if (next.done) return this.put(key, name, pieces.length === 1 ? (pieces[0] as Uint8Array) : Buffer.concat(pieces));
+      pieces.push(next.value);
+      size += next.value.length;
+    }
+    return this.uploadStream(key, name, pieces, it, replayOf(data));
+  }
+
+  /** An unconditional upload (it cannot fail a precondition). */
+  private async put(key: string, name: string, data: Uint8Array): Promise<WriteResult> {
+    return ((await this.upload(key, name, data)) as { written: WriteResult }).written;
+  }
+
+  /**
+   * One multipart upload of known bytes, carrying their CRC-32C in the object resource (base64 of the
+   * big-endian value): GCS refuses the upload with 400 if the bytes it received do not match
+   * (https://cloud.google.com/storage/docs/data-validation). The same bytes can be sent again, so every
+   * transient failure is retried. With `ifGenerationMatch`, undefined when the precondition fails.
+   */
+  private async upload(
+    key: string,
+    name: string,
+    data: Uint8Array,
+    ifGenerationMatch?: number,
+  ): Promise<{ written: WriteResult; generation: string } | undefined> {
+    const written = { size: data.length, crc32c: crc32c(data) };
+    const path = describe(this, key);
+    const boundary = randomBytes(12).toString("hex");
+    const body = Buffer.concat([multipartHead(boundary, { name, crc32c: crcBase64(written.crc32c) }), data, multipartTail(boundary)]);
+    const query = new URLSearchParams({
+      uploadType: "multipart",
+      ...(ifGenerationMatch !== undefined ? { ifGenerationMatch: String(ifGenerationMatch) } : {}),
+    });
+    for (const r = this.attempts("upload", key); ; ) {
+      try {
+        const a = await this.http.send("POST", `${this.uploads}?${query}`, {
+          headers: { "content-type": `multipart/related; boundary=${boundary}` },
+          body,
+          accept: [200, 400, 412],
+          path,
+        });
+        if (a.status === 400) throw await refused(a, path);
+        if (a.status === 412) {
+          await a.discard();
+          // After a lost answer, the object that fails the precondition may be the one our first attempt wrote.
+          if (r.retried) {
+            const now = await this.resource(key);
+            if (now && Number(now.size) === written.size && storedCrc(now.crc32c).crc32c === written.crc32c) {
+              return { written, generation: String(now.generation) };
+            }
+          }
+          return undefined;
+        }
+        const stored = await a.json<ObjectResource>();
+        checkStored(stored, name, written);
+        return { written, generation: String(stored.generation) };
+      } catch (e) {
+        await r.failed(e);
+      }
+    }
+  }
+
+  /**
+   * A stream larger than ONE_SHOT_MAX, uploaded as it is read, in one multipart request: its CRC-32C is known
+   * only at the end, so it is compared with the CRC-32C GCS reports for the object it stored, and an object
+   * that differs is deleted (that generation only) before the write fails. A failed attempt is retried only if
+   * the data can be read again from its start (a store's readStream); otherwise the write fails and a re-run
+   * resumes (objects already written are skipped).
+   */
+  private async uploadStream(
+    key: string,
+    name: string,
+    head: Uint8Array[],
+    rest: AsyncIterator<Uint8Array>,
+    replay: (() => AsyncIterable<Uint8Array>) | undefined,
+  ): Promise<WriteResult> {
+    const path = describe(this, key);
+    let source: AsyncIterable<Uint8Array> = (async function* () {
+      yield* head;
+      for (let n = await rest.next(); !n.done; n = await rest.next()) yield n.value;
     })();
-    await pipeline(Readable.from(summed, { objectMode: false }), file.createWriteStream({ resumable: false, validation: false }));
-    return sum;
+    for (const r = this.attempts("streamed upload", key); ; ) {
+      const boundary = randomBytes(12).toString("hex");
+      const sum = { size: 0, crc32c: 0 };
+      const data = source;
+      const body = (async function* () {
+        yield multipartHead(boundary, { name });
+        for await (const piece of data) {
+          sum.size += piece.length;
+          sum.crc32c = crc32c(piece, sum.crc32c);
+          yield piece;
+        }
+        yield multipartTail(boundary);
+      })();
+      try {
+        const a = await this.http.send("POST", `${this.uploads}?uploadType=multipart`, {
+          headers: { "content-type": `multipart/related; boundary=${boundary}` },
+          body,
+          accept: [200],
+          path,
+        });
+        const stored = await a.json<ObjectResource>();
+        try {
+          checkStored(stored, name, sum);
+        } catch (e) {
+          await this.deleteIf(key, String(stored.generation));
+          throw e;
+        }
+        return sum;
+      } catch (e) {
+        // Close what the failed request left unread, down to the source's own download.
+        await body.return(undefined).catch(() => {});
+        if (!(e instanceof TransientError)) throw e;
+        if (replay === undefined) {
+          throw new StorageIoError(`streamed upload failed and its source cannot be read again: ${e.message}`, { path });
+        }
+        await r.failed(e);
+        source = replay();
+      }
+    }
   }
 
   async createExclusive(key: string, data: Uint8Array): Promise<boolean> {
-    try {
-      // Generation 0 means "no live object": GCS refuses the upload (412) if the name exists.
-      await this.bucket.file(this.name(key)).save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), {
-        resumable: false,
-        validation: false,
-        preconditionOpts: { ifGenerationMatch: 0 },
-      });
-      return true;
-    } catch (e) {
-      if ((e as { code?: number }).code === 412) return false;
-      throw e;
-    }
+    // Generation 0 means "no live object": GCS refuses the upload (412) if the name exists.
+    return (await this.upload(key, this.name(key), data, 0)) !== undefined;
   }
 
   /**
    * Compare-and-swap through object generations: every write carries ifGenerationMatch (0 = "no live
    * object"), and GCS answers 412 when the object moved on
    * (https://cloud.google.com/storage/docs/request-preconditions). Generations are microsecond timestamps
-   * (~1.8e15), exact as JavaScript numbers until 2^53 (in about two centuries); the client wants numbers.
+   * (~1.8e15), exact as JavaScript numbers until 2^53 (in about two centuries).
    */
   readonly versioned: VersionedObjects = {
     get: async (key: string): Promise<Versioned | undefined> => {
-      const file = this.bucket.file(this.name(key));
-      try {
-        const [meta] = await file.getMetadata();
-        const version = String(meta.generation);
-        // Read exactly the generation whose metadata we saw, so data and version always agree.
-        const [data] = await this.bucket.file(this.name(key), { generation: version }).download();
-        return { data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength), version };
-      } catch (e) {
-        if ((e as { code?: number }).code === 404) return undefined;
-        throw e;
+      const meta = await this.resource(key);
+      if (meta === undefined) return undefined;
+      const version = String(meta.generation);
+      // Read exactly the generation whose metadata we saw, so data and version always agree.
+      const url = this.objectUrl(this.name(key), { alt: "media", generation: version });
+      const path = describe(this, key);
+      for (const r = this.attempts("download", key); ; ) {
+        try {
+          const a = await this.http.send("GET", url, { accept: [200, 404], path });
+          if (a.status === 404) return void (await a.discard());
+          return { data: await a.bytes(), version };
+        } catch (e) {
+          await r.failed(e);
+        }
       }
     },
-    create: (key: string, data: Uint8Array) => this.saveIf(key, data, 0),
-    replace: (key: string, data: Uint8Array, version: string) => this.saveIf(key, data, Number(version)),
-    delete: async (key: string, version: string): Promise<boolean> => {
-      try {
-        await this.bucket.file(this.name(key)).delete({ ifGenerationMatch: Number(version) });
-        return true;
-      } catch (e) {
-        const code = (e as { code?: number }).code;
-        if (code === 412 || code === 404) return false;
-        throw e;
-      }
-    },
+    create: async (key: string, data: Uint8Array) => (await this.upload(key, this.name(key), data, 0))?.generation,
+    replace: async (key: string, data: Uint8Array, version: string) =>
+      (await this.upload(key, this.name(key), data, Number(version)))?.generation,
+    delete: (key: string, version: string) => this.deleteIf(key, version),
   };
 
-  private async saveIf(key: string, data: Uint8Array, generation: number): Promise<string | undefined> {
-    const file = this.bucket.file(this.name(key));
-    try {
-      await file.save(Buffer.from(data.buffer, data.byteOffset, data.byteLength), {
-        resumable: false,
-        validation: false,
-        preconditionOpts: { ifGenerationMatch: generation },
-      });
-    } catch (e) {
-      if ((e as { code?: number }).code === 412) return undefined;
-      throw e;
+  private async deleteIf(key: string, version: string): Promise<boolean> {
+    const url = this.objectUrl(this.name(key), { ifGenerationMatch: version });
+    const path = describe(this, key);
+    for (const r = this.attempts("delete", key); ; ) {
+      try {
+        const a = await this.http.send("DELETE", url, { accept: [200, 204, 404, 412], path });
+        await a.discard();
+        // A 404 after a lost answer is most likely our own delete having happened.
+        return a.status === 200 || a.status === 204 || (a.status === 404 && r.retried);
+      } catch (e) {
+        await r.failed(e);
+      }
     }
-    return String(file.metadata.generation);
   }
 
   async delete(key: string): Promise<void> {
-    try {
-      await this.bucket.file(this.name(key)).delete();
-    } catch (e) {
-      if ((e as { code?: number }).code !== 404) throw e;
+    const url = this.objectUrl(this.name(key));
+    const path = describe(this, key);
+    for (const r = this.attempts("delete", key); ; ) {
+      try {
+        return await (await this.http.send("DELETE", url, { accept: [200, 204, 404], path })).discard();
+      } catch (e) {
+        await r.failed(e);
+      }
     }
   }
 
   async stat(key: string): Promise<ObjectInfo | undefined> {
-    try {
-      const [meta] = await this.bucket.file(this.name(key)).getMetadata();
-      return { key, size: Number(meta.size ?? 0), ...storedCrc(meta.crc32c) };
-    } catch (e) {
-      if ((e as { code?: number }).code === 404) return undefined;
-      throw e;
-    }
+    const meta = await this.resource(key);
+    return meta && { key, size: Number(meta.size ?? 0), ...storedCrc(meta.crc32c) };
   }
 
-  private translate(e: unknown, key: string): unknown {
-    if ((e as { code?: number }).code === 404) return new NotFoundError("no such object", { path: describe(this, key) });
-    return e;
+  /** The object resource (size, crc32c, generation), or undefined if there is no object. */
+  private async resource(key: string): Promise<ObjectResource | undefined> {
+    const url = this.objectUrl(this.name(key));
+    const path = describe(this, key);
+    for (const r = this.attempts("metadata request", key); ; ) {
+      try {
+        const a = await this.http.send("GET", url, { accept: [200, 404], path });
+        if (a.status === 404) return void (await a.discard());
+        return await a.json<ObjectResource>();
+      } catch (e) {
+        await r.failed(e);
+      }
+    }
   }
 }
+
+async function notFound(a: Answer, path: string): Promise<never> {
+  await a.discard();
+  throw new NotFoundError("no such object", { path });
+}
+
+function shortRead(path: string, offset: number, length: number, got?: number): FormatError {
+  const what = got === undefined ? "the object is shorter" : `got ${got}`;
+  return new FormatError(`short read: wanted ${length} bytes at offset ${offset}, ${what}`, { path, offset });
+}
+
+/** A 400 to an upload: a CRC-32C mismatch means bytes damaged on the way (send them again); anything else is final. */
+async function refused(a: Answer, path: string): Promise<Error> {
+  const text = new TextDecoder().decode(await a.bytes().catch(() => new Uint8Array()));
+  const message = /"message"\s*:\s*"((?:[^"\\]|\\.)*)"/.exec(text)?.[1] ?? text.slice(0, 300);
+  if (/crc32c/i.test(message)) return new TransientError(`GCS refused the upload: ${message}`, "checksum");
+  return new StorageIoError(`GCS refused the upload: HTTP 400 (${message})`, { path });
+}
+
+/** What GCS says it stored must be what we sent (name, size and CRC-32C): otherwise the request was damaged. */
+function checkStored(stored: ObjectResource, name: string, sent: WriteResult): void {
+  if (stored.name !== name) throw new TransientError(`GCS stored the upload as ${JSON.stringify(stored.name)}`, "bad-answer");
+  const crc = storedCrc(stored.crc32c).crc32c;
+  if (Number(stored.size) !== sent.size || (crc !== undefined && crc !== sent.crc32c)) {
+    throw new TransientError(
+      `GCS stored ${stored.size} bytes with CRC-32C ${stored.crc32c}, we sent ${sent.size} with ${crcBase64(sent.crc32c)}`,
+      "checksum",
+    );
+  }
+}
+
+function multipartHead(boundary: string, metadata: Record<string, string>): Buffer {
+  return Buffer.from(
+    `--${boundary}\r\ncontent-type: application/json; charset=UTF-8\r\n\r\n${JSON.stringify(metadata)}\r\n` +
+      `--${boundary}\r\ncontent-type: application/octet-stream\r\n\r\n`,
+  );
+}
+
+const multipartTail = (boundary: string) => Buffer.from(`\r\n--${boundary}--\r\n`);
 
 /** GCS's crc32c metadata: base64 of the big-endian CRC-32C (https://cloud.google.com/storage/docs/json_api/v1/objects). */
 function storedCrc(base64: string | undefined): { crc32c?: number } {
   if (!base64) return {};
   const b = Buffer.from(base64, "base64");
   return b.length === 4 ? { crc32c: b.readUInt32BE(0) } : {};
+}
+
+function crcBase64(value: number): string {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(value >>> 0, 0);
+  return b.toString("base64");
+}
+
+/** The crc32c in an X-Goog-Hash header ("crc32c=...,md5=..."), which GCS sends with every download. */
+function hashHeader(headers: Headers): number | undefined {
+  const m = /crc32c=([A-Za-z0-9+/=]+)/.exec(headers.get("x-goog-hash") ?? "");
+  return m ? storedCrc(m[1]).crc32c : undefined;
+}
+
+/**
+ * google-auth-library 9 (what @google-cloud/storage 7 bundles) returns request headers as a plain object,
+ * version 10 as a fetch `Headers`: accept both, so an upgrade cannot silently drop the Authorization header.
+ */
+function headerRecord(h: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (h && typeof (h as Headers).forEach === "function")
+    (h as Headers).forEach((v, k) => {
+      out[k] = v;
+    });
+  else for (const [k, v] of Object.entries((h ?? {}) as Record<string, unknown>)) out[k] = String(v);
+  return out;
 }

@@ -1,0 +1,190 @@
+// The one place storage requests go over the wire (Node's fetch), so that every request has a deadline, every
+// body a stall timeout and a length check, and every failure is classified once: transient (retry.ts retries
+// it) or not. Nothing here retries, and nothing can be left pending: every path aborts or drains the request.
+import { StorageIoError } from "../errors.js";
+import { TransientError } from "./retry.js";
+
+export interface Timeouts {
+  /**
+   * The longest wait for any progress: the response headers, or the next piece of a body in either direction.
+   * A request that makes no progress for this long is aborted (and retried). ORBAX2REG_GCS_STALL_MS sets it.
+   */
+  readonly stallMs: number;
+}
+
+export function defaultTimeouts(): Timeouts {
+  const v = process.env.ORBAX2REG_GCS_STALL_MS;
+  return { stallMs: v !== undefined && /^\d+$/.test(v) ? Number(v) : 30_000 };
+}
+
+/** The server needs an upload's whole body before it answers: allow it this slow a link (bytes per ms = 256 KB/s). */
+const MIN_UPLOAD_RATE = 256;
+
+export interface SendInit {
+  readonly headers?: Record<string, string>;
+  readonly body?: Uint8Array | AsyncIterable<Uint8Array>;
+  /** Statuses the caller handles itself; every other one is turned into an error here. */
+  readonly accept: readonly number[];
+  /** The object, for messages. */
+  readonly path: string;
+}
+
+export interface Answer {
+  readonly status: number;
+  readonly headers: Headers;
+  /** The body as it arrives; fails with a TransientError on a stall, a reset or fewer bytes than announced. */
+  body(): AsyncGenerator<Uint8Array>;
+  bytes(): Promise<Uint8Array>;
+  json<T>(): Promise<T>;
+  /** Drops the body, closing the request. */
+  discard(): Promise<void>;
+}
+
+export class Http {
+  constructor(
+    private readonly authHeaders: () => Promise<Record<string, string>>,
+    private readonly timeouts: Timeouts,
+  ) {}
+
+  async send(method: string, url: string, init: SendInit): Promise<Answer> {
+    const { stallMs } = this.timeouts;
+    const controller = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const arm = (ms: number) => {
+      clearTimeout(timer);
+      timer = setTimeout(() => controller.abort(new TransientError(`no progress for ${(ms / 1000).toFixed(1)} s`, "timeout")), ms);
+    };
+    const disarm = () => clearTimeout(timer);
+
+    // A streamed body re-arms the stall timer as it is pulled; an error of its source is the caller's, not ours.
+    let sourceError: { error: unknown } | undefined;
+    let body: Uint8Array | AsyncIterable<Uint8Array> | undefined = init.body;
+    if (body !== undefined && !(body instanceof Uint8Array)) {
+      const source = body;
+      body = (async function* () {
+        try {
+          for await (const piece of source) {
+            arm(stallMs);
+            yield piece;
+          }
+        } catch (e) {
+          sourceError = { error: e };
+          throw e;
+        }
+      })();
+    }
+    arm(stallMs + (init.body instanceof Uint8Array ? init.body.length / MIN_UPLOAD_RATE : 0));
+
+    let res: Response;
+    try {
+      const headers = { ...(await this.authHeaders()), ...init.headers };
+      // duplex: "half" is what fetch requires of a streamed request body.
+      res = await fetch(url, {
+        method,
+        headers,
+        body: body as RequestInit["body"],
+        signal: controller.signal,
+        duplex: "half",
+      } as RequestInit);
+    } catch (e) {
+      disarm();
+      if (sourceError) throw sourceError.error;
+      throw classify(e, controller.signal, init.path);
+    }
+    disarm();
+
+    const answer = bodyOf(res, controller, arm, disarm, stallMs, init.path);
+    if (init.accept.includes(res.status)) return answer;
+    const text = await answer
+      .bytes()
+      .then((b) => new TextDecoder().decode(b))
+      .catch(() => "");
+    throw statusError(res, text, init.path);
+  }
+}
+
+function bodyOf(
+  res: Response,
+  controller: AbortController,
+  arm: (ms: number) => void,
+  disarm: () => void,
+  stallMs: number,
+  path: string,
+): Answer {
+  const declared = res.headers.get("content-length");
+  const expected = declared !== null && !res.headers.get("content-encoding") ? Number(declared) : undefined;
+  async function* body(): AsyncGenerator<Uint8Array> {
+    let seen = 0;
+    try {
+      if (res.body === null) return;
+      arm(stallMs);
+      // Leaving this loop early (the consumer stopped) cancels the response stream, closing the request.
+      for await (const piece of res.body as unknown as AsyncIterable<Uint8Array>) {
+        arm(stallMs);
+        seen += piece.length;
+        yield piece;
+      }
+    } catch (e) {
+      throw classify(e, controller.signal, path);
+    } finally {
+      disarm();
+    }
+    if (expected !== undefined && seen !== expected) {
+      throw new TransientError(`response body ended after ${seen} of ${expected} bytes`, "short-body");
+    }
+  }
+  const bytes = async () => {
+    const pieces: Uint8Array[] = [];
+    for await (const p of body()) pieces.push(p);
+    return pieces.length === 1 ? (pieces[0] as Uint8Array) : new Uint8Array(Buffer.concat(pieces));
+  };
+  return {
+    status: res.status,
+    headers: res.headers,
+    body,
+    bytes,
+    json: async <T>() => {
+      const b = await bytes();
+      try {
+        return JSON.parse(new TextDecoder().decode(b)) as T;
+      } catch {
+        // A complete body that is not JSON: the server (or something in between) is broken right now.
+        throw new TransientError(`unparseable JSON answer (HTTP ${res.status}, ${b.length} bytes)`, "bad-answer");
+      }
+    },
+    discard: async () => {
+      disarm();
+      await res.body?.cancel().catch(() => {});
+    },
+  };
+}
+
+/** Whether a failed fetch or body read is worth another attempt; the cause, in words, for the message. */
+function classify(e: unknown, signal: AbortSignal, path: string): unknown {
+  if (e instanceof TransientError || e instanceof StorageIoError) return e;
+  if (signal.aborted && signal.reason instanceof TransientError) return signal.reason;
+  const err = e as Error & { cause?: { code?: string; message?: string } };
+  if (err?.name === "TypeError" && /invalid url|failed to parse url/i.test(err.message)) {
+    return new StorageIoError(`bad storage URL: ${err.message}`, { path });
+  }
+  // fetch reports every network failure as TypeError("fetch failed" / "terminated") with the socket error as cause.
+  const cause = err?.cause?.code ?? err?.cause?.message ?? err?.message ?? String(e);
+  const kind = /ECONNREFUSED/.test(cause) ? "refused" : "reset";
+  return new TransientError(`connection failed: ${cause}`, kind);
+}
+
+/** An answer nobody asked for: 408, 429 and 5xx are transient, the rest final, with GCS's own message. */
+function statusError(res: Response, text: string, path: string): Error {
+  let message = text.slice(0, 300);
+  try {
+    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? message;
+  } catch {
+    // not JSON: keep the text
+  }
+  const what = `HTTP ${res.status}${message ? ` (${message.replace(/\s+/g, " ").trim()})` : ""}`;
+  if (res.status === 408 || res.status === 429 || res.status >= 500) {
+    const after = Number(res.headers.get("retry-after"));
+    return new TransientError(what, `http-${res.status}`, Number.isFinite(after) && after > 0 ? Math.min(after, 30) * 1000 : undefined);
+  }
+  return new StorageIoError(what, { path });
+}

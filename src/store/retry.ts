@@ -1,0 +1,104 @@
+// One retry policy for every storage request. Google's retry strategy
+// (https://cloud.google.com/storage/docs/retry-strategy): retry HTTP 408, 429 and 5xx, socket timeouts and
+// TCP disconnects, with truncated exponential backoff and jitter, and only idempotent requests (every write
+// here is: same name, same bytes; conditional writes check what a lost answer left, see gcs.ts).
+import { StorageIoError } from "../errors.js";
+
+export interface RetryPolicy {
+  /**
+   * Backoff before the first retry; it doubles on each further one... Short, because most faults are one
+   * request's bad luck and the conversion waits on the retry; doubling backs off from a real overload.
+   */
+  readonly firstDelayMs: number;
+  /** ...up to this. */
+  readonly maxDelayMs: number;
+  /** No retry starts later than this after the operation's first attempt. */
+  readonly deadlineMs: number;
+}
+
+const envMs = (name: string, fallback: number): number => {
+  const v = process.env[name];
+  return v !== undefined && /^\d+$/.test(v) ? Number(v) : fallback;
+};
+
+/** The defaults; ORBAX2REG_GCS_RETRY_DEADLINE_MS shortens the deadline (the tests do). */
+export function defaultRetryPolicy(): RetryPolicy {
+  return { firstDelayMs: 25, maxDelayMs: 8_000, deadlineMs: envMs("ORBAX2REG_GCS_RETRY_DEADLINE_MS", 120_000) };
+}
+
+/** A failure that a later attempt may not see: `cause` names its kind in the retry counters. */
+export class TransientError extends Error {
+  override readonly name = "TransientError";
+  constructor(
+    message: string,
+    readonly kind: string,
+    /** What the server asked for (Retry-After), if anything. */
+    readonly retryAfterMs?: number,
+  ) {
+    super(message);
+  }
+}
+
+export interface RetryStats {
+  /** Retries made (attempts after a first one), by every store in this process. */
+  retries: number;
+  /** The same, by the kind of failure retried: http-503, http-429, reset, timeout, short-body, checksum... */
+  byKind: Record<string, number>;
+  /** Operations that failed after retrying until the deadline. */
+  gaveUp: number;
+}
+
+const stats: RetryStats = { retries: 0, byKind: {}, gaveUp: 0 };
+
+/** A copy of the process-wide retry counters (for --json summaries and job logs). */
+export function retryStats(): RetryStats {
+  return { retries: stats.retries, byKind: { ...stats.byKind }, gaveUp: stats.gaveUp };
+}
+
+export function resetRetryStats(): void {
+  stats.retries = 0;
+  stats.byKind = {};
+  stats.gaveUp = 0;
+}
+
+/**
+ * The attempts of one operation. Usage: `for (const r = new Attempts(...); ; ) try { ...; return } catch (e)
+ * { await r.failed(e) }`. failed() rethrows what is not transient, gives up with a StorageIoError naming the
+ * object once the deadline would pass, and otherwise waits out the backoff.
+ */
+export class Attempts {
+  private readonly started = Date.now();
+  private retries = 0;
+
+  constructor(
+    private readonly what: string,
+    private readonly path: string,
+    private readonly policy: RetryPolicy = defaultRetryPolicy(),
+  ) {}
+
+  async failed(e: unknown): Promise<void> {
+    if (!(e instanceof TransientError)) throw e;
+    // Equal jitter: half the exponential step, plus up to as much again at random, so that the many
+    // requests one overloaded server refused do not all come back at the same moment.
+    const step = Math.min(this.policy.maxDelayMs, this.policy.firstDelayMs * 2 ** this.retries);
+    const delay = Math.max(e.retryAfterMs ?? 0, step / 2 + (Math.random() * step) / 2);
+    const elapsed = Date.now() - this.started;
+    if (elapsed + delay > this.policy.deadlineMs) {
+      stats.gaveUp++;
+      const attempts = this.retries + 1;
+      throw new StorageIoError(
+        `${this.what} failed after ${attempts} attempt${attempts === 1 ? "" : "s"} in ${(elapsed / 1000).toFixed(1)} s: ${e.message}`,
+        { path: this.path },
+      );
+    }
+    this.retries++;
+    stats.retries++;
+    stats.byKind[e.kind] = (stats.byKind[e.kind] ?? 0) + 1;
+    await new Promise((resolve) => setTimeout(resolve, delay));
+  }
+
+  /** True after at least one failed attempt (a conditional write's answer may then be about our own). */
+  get retried(): boolean {
+    return this.retries > 0;
+  }
+}

@@ -1,0 +1,228 @@
+// A fault-injecting HTTP proxy on loopback, in front of fake-gcs-server: the product is pointed at it through
+// ORBAX2REG_GCS_ENDPOINT and sees the faults a real network and a busy GCS produce. Faults are drawn from a
+// seeded PRNG (the same seed, the same faults for the same request sequence) or forced by rules; every fault
+// is counted, every socket and timer is closed by close(), and it listens on 127.0.0.1 only.
+import { createServer, type IncomingMessage, request, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+
+export const FAULT_KINDS = [
+  "503", // answered 503 without reaching the server
+  "429", // answered 429 (rate limited) without reaching the server
+  "reset", // connection reset before any answer (the request may or may not have reached the server)
+  "reset-mid-body", // the server's answer is relayed, then the connection is reset halfway through its body
+  "truncate", // headers announce the whole body, half is sent, then the connection is closed cleanly
+  "stall", // headers and half the body are sent, then nothing until the proxy is closed
+  "stall-headers", // nothing at all is answered until the proxy is closed
+  "corrupt-upload", // one byte of the request body is flipped on its way to the server
+  "corrupt-download", // one byte of the response body is flipped on its way to the client
+  "delay", // the answer is held back for `delayMs` (survivable without a retry)
+] as const;
+export type FaultKind = (typeof FAULT_KINDS)[number];
+
+export interface Rule {
+  /** Which requests: method and path+query (e.g. /upload/..., /storage/v1/b/B/o/NAME?alt=media). */
+  readonly match: (method: string, url: string) => boolean;
+  readonly fault: FaultKind;
+  /** At most this many times (default: always). */
+  readonly times?: number;
+}
+
+export interface ProxyOptions {
+  readonly upstream: string;
+  readonly seed?: number;
+  /** Probability of each fault per request (random draws, seeded). */
+  readonly rates?: Partial<Record<FaultKind, number>>;
+  /** Forced faults, checked before the random draw. */
+  readonly rules?: Rule[];
+  readonly delayMs?: number;
+}
+
+export interface FaultProxy {
+  readonly url: string;
+  readonly stats: { requests: number; faults: Record<string, number> };
+  /** Every request seen: method, path and query, Range header. */
+  readonly log: { method: string; url: string; range?: string }[];
+  /** Requests whose answer has not finished or been cut: 0 once the client has let go of everything. */
+  inFlight(): number;
+  /** Replaces the rules and rates (between phases of a test). */
+  configure(o: { rates?: Partial<Record<FaultKind, number>>; rules?: Rule[] }): void;
+  close(): Promise<void>;
+}
+
+/** mulberry32: a small, fast, seedable PRNG; good enough to spread faults. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
+  const upstream = new URL(o.upstream);
+  const random = prng(o.seed ?? 1);
+  let rates = o.rates ?? {};
+  let rules = (o.rules ?? []).map((r) => ({ ...r, left: r.times ?? Number.POSITIVE_INFINITY }));
+  const stats = { requests: 0, faults: {} as Record<string, number> };
+  const log: { method: string; url: string; range?: string }[] = [];
+  const sockets = new Set<Socket>();
+  const timers = new Set<NodeJS.Timeout>();
+  const open = new Set<ServerResponse>();
+
+  const pick = (method: string, url: string): FaultKind | undefined => {
+    for (const r of rules) {
+      if (r.left > 0 && r.match(method, url)) {
+        r.left--;
+        return r.fault;
+      }
+    }
+    const x = random(); // one draw per request, so the sequence depends only on the seed and the request order
+    let acc = 0;
+    for (const kind of FAULT_KINDS) {
+      acc += rates[kind] ?? 0;
+      if (x < acc) return kind;
+    }
+    return undefined;
+  };
+
+  const later = (ms: number, f: () => void) => {
+    const t = setTimeout(() => {
+      timers.delete(t);
+      f();
+    }, ms);
+    timers.add(t);
+  };
+
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    stats.requests++;
+    log.push({ method: req.method ?? "GET", url: req.url ?? "/", ...(req.headers.range ? { range: req.headers.range } : {}) });
+    open.add(res);
+    const done = () => open.delete(res);
+    res.on("close", done);
+    const fault = pick(req.method ?? "GET", req.url ?? "/");
+    if (fault) stats.faults[fault] = (stats.faults[fault] ?? 0) + 1;
+    const cut = () => {
+      req.socket.resetAndDestroy();
+      done();
+    };
+
+    if (fault === "503" || fault === "429") {
+      req.resume();
+      const body = JSON.stringify({
+        error: { code: Number(fault), message: fault === "503" ? "Service Unavailable (injected)" : "Too Many Requests (injected)" },
+      });
+      res.writeHead(Number(fault), { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+      res.end(body);
+      return;
+    }
+    if (fault === "reset") return cut();
+    if (fault === "stall-headers") return req.resume(); // closed by close()
+
+    // Forward, with the whole request body in hand (test objects are small).
+    const pieces: Buffer[] = [];
+    req.on("data", (p: Buffer) => pieces.push(p));
+    req.on("end", () => {
+      const body = Buffer.concat(pieces);
+      const at = fault === "corrupt-upload" ? dataOffset(body, req.headers["content-type"]) : -1;
+      if (at >= 0) body.writeUInt8(body.readUInt8(at) ^ 0xff, at);
+      const up = request(
+        {
+          host: upstream.hostname,
+          port: upstream.port,
+          method: req.method,
+          path: req.url,
+          headers: { ...req.headers, host: upstream.host },
+        },
+        (answer) => {
+          const got: Buffer[] = [];
+          answer.on("data", (p: Buffer) => got.push(p));
+          answer.on("end", () => {
+            const data = Buffer.concat(got);
+            const headers = { ...answer.headers };
+            delete headers["transfer-encoding"];
+            headers["content-length"] = String(data.length);
+            if (res.destroyed) return;
+            const half = data.subarray(0, data.length >> 1);
+            if (fault === "corrupt-download" && data.length > 0) data.writeUInt8(data.readUInt8(data.length >> 1) ^ 0xff, data.length >> 1);
+            switch (fault) {
+              case "reset-mid-body":
+                res.writeHead(answer.statusCode ?? 502, headers);
+                res.write(half, () => later(20, cut));
+                return;
+              case "truncate":
+                res.writeHead(answer.statusCode ?? 502, headers);
+                res.write(half, () =>
+                  later(20, () => {
+                    req.socket.end();
+                    done();
+                  }),
+                );
+                return;
+              case "stall":
+                res.writeHead(answer.statusCode ?? 502, headers);
+                res.write(half); // and nothing more until close()
+                return;
+              case "delay":
+                later(o.delayMs ?? 100, () => {
+                  res.writeHead(answer.statusCode ?? 502, headers);
+                  res.end(data);
+                });
+                return;
+              default:
+                res.writeHead(answer.statusCode ?? 502, headers);
+                res.end(data);
+            }
+          });
+        },
+      );
+      up.on("error", () => cut());
+      up.end(body);
+    });
+  });
+  server.on("connection", (s: Socket) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  if (typeof address !== "object" || address === null) throw new Error("fault proxy: no address");
+
+  return {
+    url: `http://127.0.0.1:${address.port}`,
+    stats,
+    log,
+    inFlight: () => open.size,
+    configure: (c) => {
+      if (c.rates) rates = c.rates;
+      if (c.rules) rules = c.rules.map((r) => ({ ...r, left: r.times ?? Number.POSITIVE_INFINITY }));
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const t of timers) clearTimeout(t);
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Rule helpers: requests by the kind of operation they are. */
+export const isUpload = (method: string, url: string) => method === "POST" && url.startsWith("/upload/");
+export const isDownload = (_method: string, url: string) => /[?&]alt=media\b/.test(url);
+export const isListing = (method: string, url: string) => method === "GET" && /\/o\?/.test(url) && !/alt=media/.test(url);
+export const isMetadata = (method: string, url: string) => method === "GET" && /\/o\/[^?]+(\?(?!.*alt=media).*)?$/.test(url);
+
+/**
+ * Where an upload's object bytes start: in a multipart/related body, the first byte of the second part (damage
+ * to the metadata part would be a different fault: a bad name, or a malformed request); otherwise the middle.
+ */
+function dataOffset(body: Buffer, contentType: string | undefined): number {
+  const boundary = /boundary=([^;\s]+)/.exec(contentType ?? "")?.[1];
+  if (boundary === undefined) return body.length > 0 ? body.length >> 1 : -1;
+  const second = body.indexOf(`--${boundary}`, body.indexOf(`--${boundary}`) + 1);
+  const start = second < 0 ? -1 : body.indexOf("\r\n\r\n", second) + 4;
+  return start >= 4 && !body.subarray(start).toString("latin1").startsWith(`\r\n--${boundary}`) ? start : -1;
+}
