@@ -75,3 +75,46 @@ export class UsageError extends Orbax2RegError {
 export class LimitError extends Orbax2RegError {
   readonly code = "LIMIT";
 }
+
+/**
+ * A storage request that failed for good: a transient fault that outlasted the retry deadline, or an answer
+ * that no retry can change (403, a refused upload). Not an Orbax2RegError: the input may be fine, so the CLI
+ * exits 1 and the pipeline treats it as retryable. Its stack is the message alone: one line says what failed
+ * where, and the call chain of an I/O fault helps nobody.
+ */
+export class StorageIoError extends Error {
+  readonly code = "IO";
+  readonly path: string | undefined;
+
+  constructor(detail: string, where: { path?: string } = {}, options?: ErrorOptions) {
+    super(where.path === undefined ? detail : `${where.path}: ${detail}`, options);
+    this.name = "StorageIoError";
+    this.path = where.path;
+    this.stack = `${this.name}: ${this.message}`;
+  }
+}
+
+/**
+ * The destination cannot be written for a reason the user fixes there: a file where a directory must be,
+ * a directory where a file must be, no permission, a read-only or full disk, a bucket that does not exist.
+ * The CLI prints it as one line and exits 3. Not an Orbax2RegError: the input is fine, so the pipeline
+ * treats it as it did before (retryable a bounded number of times: a full disk may be freed meanwhile).
+ */
+export class DestinationError extends Error {
+  readonly code = "DESTINATION";
+  readonly path: string | undefined;
+
+  constructor(detail: string, where: { path?: string } = {}, options?: ErrorOptions) {
+    super(where.path === undefined ? detail : `${where.path}: ${detail}`, options);
+    this.name = "DestinationError";
+    this.path = where.path;
+  }
+}
+
+/**
+ * Another conversion holds the destination step: its plan is the one on record, or it committed an index
+ * this plan did not write. Only `--force` takes the step over.
+ */
+export class ConflictError extends Orbax2RegError {
+  readonly code = "CONFLICT";
+}

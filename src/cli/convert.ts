@@ -2,7 +2,8 @@ import { convert, finalizePhase, groupPhase, loadPlan, type PlanPhaseOptions, pl
 import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
-import { UsageError } from "../errors.js";
+import { DestinationError, Orbax2RegError, UsageError } from "../errors.js";
+import { retryStats } from "../store/retry.js";
 import { formatBytes } from "./format.js";
 import type { Output } from "./output.js";
 import { ConvertProgress } from "./progress.js";
@@ -51,7 +52,31 @@ function planOptions(o: ConvertCliOptions): PlanPhaseOptions {
   };
 }
 
-export async function runConvert(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+/**
+ * A GCS "404" that no store turned into a missing object (a missing object is a NotFoundError): the
+ * bucket itself does not exist. One line naming the path, exit 3, whatever form the error took (the
+ * client library's `code`, or a storage error whose message carries the HTTP status). Typed errors pass.
+ */
+async function atDestination<T>(dest: string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (e) {
+    if (e instanceof Orbax2RegError || e instanceof DestinationError || !(e instanceof Error)) throw e;
+    const status = (e as { code?: unknown }).code ?? (e.cause as { code?: unknown } | undefined)?.code;
+    if (status === 404 || /\bHTTP 404\b/.test(e.message)) {
+      const path = (e as { path?: unknown }).path;
+      const detail = e.message.slice(e.message.lastIndexOf(": ") + 2);
+      throw new DestinationError(`no such bucket (${detail})`, { path: typeof path === "string" ? path : dest }, { cause: e });
+    }
+    throw e;
+  }
+}
+
+export function runConvert(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+  return atDestination(dest, () => convertCommand(source, dest, o, out));
+}
+
+async function convertCommand(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
   const started = Date.now();
   const common = planOptions(o);
   let progress: ConvertProgress | undefined;
@@ -69,9 +94,13 @@ export async function runConvert(source: string, dest: string, o: ConvertCliOpti
     ...planSummary(result.plan),
     dryRun: common.dryRun,
     resumed: result.reused,
+    alreadyConverted: result.alreadyConverted,
     written: result.execute?.written ?? 0,
     skipped: result.execute?.skipped ?? 0,
     committed: result.finalize !== undefined,
+    // Transient storage faults this run rode out (src/store/retry.ts); by kind in storageRetriesByKind.
+    storageRetries: retryStats().retries,
+    storageRetriesByKind: retryStats().byKind,
     seconds,
     mbPerSecond: Number((result.plan.totals.bytes / 1e6 / Math.max(seconds, 1e-3)).toFixed(1)),
   };
@@ -87,6 +116,12 @@ export async function runConvert(source: string, dest: string, o: ConvertCliOpti
     out.stdout(`into ${summary.destination}; nothing was written`);
     return 0;
   }
+  if (result.alreadyConverted) {
+    out.stdout(
+      `already converted: ${summary.destination} is committed from this source (${summary.skipped} objects checked, nothing written)`,
+    );
+    return 0;
+  }
   out.stdout(
     `converted step ${p.step}: ${p.totals.arrays} arrays, ${formatBytes(p.totals.bytes)} in ${seconds.toFixed(1)} s (${summary.mbPerSecond} MB/s); ` +
       `${summary.written} objects written, ${summary.skipped} already there${result.reused ? " (resumed)" : ""}`,
@@ -96,7 +131,7 @@ export async function runConvert(source: string, dest: string, o: ConvertCliOpti
 }
 
 export async function runPlan(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
-  const { plan, reused } = await planPhase(source, dest, planOptions(o));
+  const { plan, reused } = await atDestination(dest, () => planPhase(source, dest, planOptions(o)));
   const summary = { ...planSummary(plan), reused };
   if (o.json) out.stdout(JSON.stringify(summary, null, 2));
   else {
@@ -121,11 +156,13 @@ export async function runConvertGroup(
   const envInt = (name: string) => (process.env[name] && /^\d+$/.test(process.env[name] as string) ? Number(process.env[name]) : undefined);
   const taskIndex = o.taskIndex ?? envInt("CLOUD_RUN_TASK_INDEX");
   const taskCount = o.taskCount ?? envInt("CLOUD_RUN_TASK_COUNT");
-  const report = await groupPhase(dest, step, o.group, {
-    ...executeOptions(o, progress),
-    ...(taskIndex === undefined ? {} : { taskIndex }),
-    ...(taskCount === undefined ? {} : { taskCount }),
-  });
+  const report = await atDestination(dest, () =>
+    groupPhase(dest, step, o.group, {
+      ...executeOptions(o, progress),
+      ...(taskIndex === undefined ? {} : { taskIndex }),
+      ...(taskCount === undefined ? {} : { taskCount }),
+    }),
+  );
   progress?.stop();
   if (o.json) out.stdout(JSON.stringify(report, null, 2));
   else
@@ -136,7 +173,7 @@ export async function runConvertGroup(
 }
 
 export async function runFinalize(dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
-  const report = await finalizePhase(dest, requireStep(o.step));
+  const report = await atDestination(dest, () => finalizePhase(dest, requireStep(o.step)));
   const { plan, ...rest } = report;
   if (o.json)
     out.stdout(JSON.stringify({ step: plan.step, destination: `${plan.destination.root}/${plan.destination.stepDir}`, ...rest }, null, 2));

@@ -1,13 +1,24 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
-import { Orbax2RegError } from "../errors.js";
+import { DestinationError, Orbax2RegError, StorageIoError } from "../errors.js";
+import { ioCause } from "../store/store.js";
 import { runCloudCheck } from "./cloud.js";
 import { runConvert, runConvertGroup, runFinalize, runPlan, runVerify } from "./convert.js";
 import { runInspect } from "./inspect.js";
 import { runOcdbtLs } from "./ocdbt-ls.js";
 import { type Output, processOutput } from "./output.js";
 
-/** Exit codes: 0 success, 1 unexpected failure (a bug or an I/O fault), 2 bad input or usage. */
+// Local writes fsync each object before renaming it (durability); an fsync holds a libuv thread until the
+// disk has the bytes, so with the default 4 threads a few fsyncs would stall every other read and write.
+// The pool is sized when first used, which is after this module is evaluated.
+process.env.UV_THREADPOOL_SIZE ??= "16";
+
+/**
+ * Exit codes: 0 success, 1 unexpected failure (a bug or an I/O fault), 2 bad input, usage or a refusal
+ * (e.g. another conversion holds the destination), 3 the destination cannot be written (not a directory,
+ * a directory where a file goes, no permission, read-only, full, no such bucket).
+ */
 export const EXIT_BAD_INPUT = 2;
+export const EXIT_DESTINATION = 3;
 
 function stepNumber(value: string): number {
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError("must be a non-negative integer");
@@ -153,9 +164,25 @@ export async function main(argv: string[], out: Output = processOutput()): Promi
     return code;
   } catch (e) {
     if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : EXIT_BAD_INPUT;
+    if (e instanceof DestinationError) {
+      out.writeErr(`orbax2reg: ${e.message}\n`);
+      return EXIT_DESTINATION;
+    }
     if (e instanceof Orbax2RegError) {
       out.writeErr(`orbax2reg: ${e.message}\n`);
       return EXIT_BAD_INPUT;
+    }
+    if (e instanceof StorageIoError) {
+      // Storage kept failing past every retry: one line naming the object and the cause; a re-run resumes.
+      out.writeErr(`orbax2reg: ${e.message}\n`);
+      return 1;
+    }
+    // An OS error a store did not translate, that the user fixes at that path: still one line.
+    const cause = ioCause(e);
+    const path = (e as NodeJS.ErrnoException).path;
+    if (cause !== undefined && path !== undefined) {
+      out.writeErr(`orbax2reg: ${path}: ${cause}\n`);
+      return EXIT_DESTINATION;
     }
     out.writeErr(`orbax2reg: unexpected error: ${(e as Error).stack ?? String(e)}\n`);
     return 1;

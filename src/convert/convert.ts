@@ -1,47 +1,49 @@
-import { resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { MetadataError, UncommittedError, UsageError } from "../errors.js";
+import { ConflictError, MetadataError, UncommittedError, UsageError } from "../errors.js";
 import { openStep, requireCommitted } from "../orbax/step.js";
-import { openStore } from "../store/open.js";
-import { describe, joinKey, type Store } from "../store/store.js";
+import { openStore, overlaps, resolveLocation } from "../store/open.js";
+import { describe, joinKey, type Store, type WriteResult } from "../store/store.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { type FinalizeReport, finalize } from "./finalize.js";
+import { claimStep, retreat } from "./ownership.js";
 import { buildPlan, stepDirName } from "./plan.js";
-import { CLAIM_KEY, PLAN_KEY, type Plan, parsePlan, WORK_DIR } from "./plan-format.js";
+import { PLAN_KEY, type Plan, parsePlan, WORK_DIR } from "./plan-format.js";
 
 export interface PlanPhaseOptions {
   readonly step?: number;
   readonly groups: number;
   readonly paramsOnly: boolean;
   readonly allowUncommitted: boolean;
+  /** Take the destination step over from whatever conversion holds it (see ownership.ts). */
   readonly force: boolean;
   readonly dryRun: boolean;
   /**
-   * A destination step already committed from this same source and options is a success with nothing to
-   * do (a re-run pipeline), instead of an error. The CLI keeps the error: there, a second run is a mistake.
+   * @deprecated No effect: a destination step already committed from this same source and options is
+   * always a success with nothing to do (`committed` in the result), for the CLI as for the pipeline.
    */
   readonly acceptCommitted?: boolean;
 }
 
 export interface PlanPhaseResult {
   readonly plan: Plan;
-  /** An identical plan was already in the destination (a resumed conversion). */
+  /** The same conversion was already on record (a resumed conversion): its plan, with its id. */
   readonly reused: boolean;
-  /** That conversion was already committed (only with `acceptCommitted`). */
+  /** That conversion was already committed. */
   readonly committed: boolean;
 }
 
-/** A location as a comparable prefix: an absolute local path or gs://bucket/prefix, ending in "/". */
-export function normalizeLocation(location: string): string {
-  if (location.startsWith("gs://")) return `${location.replace(/\/+$/, "")}/`;
-  const path = location.startsWith("file://") ? fileURLToPath(location) : location;
-  return `${resolve(path).replace(/\/+$/, "")}/`;
+/**
+ * Refuses a destination step that is, contains or lies inside the source step, wherever the spellings
+ * point (symlinks, `..`, `//` in gs:// names, file:// URLs): see resolveLocation.
+ */
+export async function assertNoOverlap(sourceStep: string, destinationStep: string): Promise<void> {
+  const [src, dest] = await Promise.all([resolveLocation(sourceStep), resolveLocation(destinationStep)]);
+  if (overlaps(src, dest)) throw new UsageError(`the destination step ${dest} overlaps the source step ${src}`);
 }
 
 /**
  * Phase 1: opens the source step, refuses what must not be converted (uncommitted or unmerged sources,
- * a destination inside the source, a committed destination without --force), and writes the plan under
- * `<dest>/step_X/.orbax2reg/`. An identical existing plan is reused, so re-running resumes.
+ * a destination overlapping the source, a step another conversion holds without --force), and puts the
+ * plan on record under `<dest>/step_X/.orbax2reg/`. The same conversion already on record is resumed.
  */
 export async function planPhase(sourceLocation: string, destinationRoot: string, options: PlanPhaseOptions): Promise<PlanPhaseResult> {
   const source = await openStep(sourceLocation, options.step === undefined ? {} : { step: options.step });
@@ -56,59 +58,13 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
       );
     }
   }
-  const plan = await buildPlan(source, destinationRoot.replace(/\/+$/, ""), options);
-  const sourceStep = normalizeLocation(describe(source.store, source.stepDir));
-  const destStep = normalizeLocation(`${destinationRoot.replace(/\/+$/, "")}/${plan.destination.stepDir}`);
-  if (destStep.startsWith(sourceStep) || sourceStep.startsWith(destStep)) {
-    throw new UsageError(`the destination step ${destStep} overlaps the source step ${sourceStep}`);
-  }
-  if (options.dryRun) return { plan, reused: false, committed: false };
-
+  // The canonical spelling (gs:// names without empty segments) is what the plan records and writers use.
   const destination = await openStore(destinationRoot);
-  const stepDir = plan.destination.stepDir;
-  const committed = await destination.stat(joinKey(stepDir, "index"));
-  const previous = await readPlanIfAny(destination, stepDir);
-  if (committed !== undefined || previous !== undefined) {
-    const same = previous?.source.fingerprint === plan.source.fingerprint;
-    if (options.force) {
-      await wipe(destination, stepDir);
-    } else if (committed !== undefined && same && options.acceptCommitted) {
-      return { plan: previous, reused: true, committed: true };
-    } else if (committed !== undefined) {
-      throw new UsageError("the destination step is already committed (it has an index); --force replaces it", {
-        path: describe(destination, joinKey(stepDir, "index")),
-      });
-    } else if (same && previous !== undefined) {
-      return { plan: previous, reused: true, committed: false };
-    } else {
-      throw new UsageError(
-        "the destination step holds an unfinished conversion of another source or with other options; --force starts over",
-        {
-          path: describe(destination, joinKey(stepDir, PLAN_KEY)),
-        },
-      );
-    }
-  }
-  await destination.write(joinKey(stepDir, PLAN_KEY), new TextEncoder().encode(JSON.stringify(plan)));
-  return { plan, reused: false, committed: false };
-}
-
-async function readPlanIfAny(destination: Store, stepDir: string): Promise<Plan | undefined> {
-  const key = joinKey(stepDir, PLAN_KEY);
-  if ((await destination.stat(key)) === undefined) return undefined;
-  return parsePlan(new TextDecoder().decode(await destination.read(key)), describe(destination, key));
-}
-
-/**
- * Removes the index first (so the step is uncommitted at once), then everything else of the step except
- * the trigger's claim: a forced re-conversion must not let a late duplicate event start yet another one.
- */
-async function wipe(destination: Store, stepDir: string): Promise<void> {
-  await destination.delete(joinKey(stepDir, "index"));
-  const keys: string[] = [];
-  const claim = joinKey(stepDir, CLAIM_KEY);
-  for await (const o of destination.list(`${stepDir}/`)) if (o.key !== claim) keys.push(o.key);
-  for (const k of keys) await destination.delete(k);
+  const plan = await buildPlan(source, destination.url.replace(/\/+$/, ""), options);
+  await assertNoOverlap(describe(source.store, source.stepDir), describe(destination, plan.destination.stepDir));
+  if (options.dryRun) return { plan, reused: false, committed: false };
+  const claim = await claimStep(destination, plan, options.force);
+  return claim.kind === "new" ? { plan, reused: false, committed: false } : { plan: claim.plan, reused: true, committed: claim.committed };
 }
 
 /** Reads the plan a `plan` phase wrote for `step` under `destinationRoot`. */
@@ -119,6 +75,7 @@ export async function loadPlan(destinationRoot: string, step: number): Promise<{
     throw new MetadataError("no plan for this step: run `orbax2reg plan` first", { path: describe(destination, key) });
   }
   const plan = parsePlan(new TextDecoder().decode(await destination.read(key)), describe(destination, key));
+  await assertNoOverlap(describe(await openStore(plan.source.root), plan.source.stepDir), describe(destination, stepDirName(step)));
   return { plan, destination, source: await openStore(plan.source.root) };
 }
 
@@ -160,6 +117,8 @@ export async function finalizePhase(destinationRoot: string, step: number): Prom
 export interface ConvertResult {
   readonly plan: Plan;
   readonly reused: boolean;
+  /** The step was already committed from this source, and every object checked out: nothing was written. */
+  readonly alreadyConverted: boolean;
   readonly execute: ExecuteReport | undefined;
   readonly finalize: FinalizeReport | undefined;
 }
@@ -170,11 +129,19 @@ export async function convert(
   destinationRoot: string,
   options: PlanPhaseOptions & ExecuteOptions & { readonly onPlan?: (plan: Plan) => void },
 ): Promise<ConvertResult> {
-  const { plan, reused } = await planPhase(sourceLocation, destinationRoot, options);
+  const { plan, reused, committed } = await planPhase(sourceLocation, destinationRoot, options);
   options.onPlan?.(plan);
-  if (options.dryRun) return { plan, reused, execute: undefined, finalize: undefined };
+  if (options.dryRun) return { plan, reused, alreadyConverted: false, execute: undefined, finalize: undefined };
   const destination = await openStore(destinationRoot);
   const source = await openStore(plan.source.root);
-  const execute = await executeObjects(plan, plan.objects, source, destination, options);
-  return { plan, reused, execute, finalize: await finalize(plan, source, destination) };
+  // Even a committed step is checked object by object (and a damaged object rewritten): the objects this
+  // run wrote or checked are handed to finalize, which does not read them back.
+  const trusted = new Map<string, WriteResult>();
+  const execute = await executeObjects(plan, plan.objects, source, destination, { ...options, trusted });
+  const done = await finalize(plan, source, destination, trusted).catch(async (e) => {
+    // Taken over (--force) after our last object: what we wrote must not linger in the new owner's step.
+    if (e instanceof ConflictError) await retreat(destination, plan.destination.stepDir, [...trusted.keys()]);
+    throw e;
+  });
+  return { plan, reused, alreadyConverted: committed && execute.written === 0 && !done.indexWritten, execute, finalize: done };
 }

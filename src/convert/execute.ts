@@ -1,13 +1,16 @@
 import { crc32c } from "../codecs/crc32c.js";
 import { compress, rleFrame } from "../codecs/zstd.js";
-import { ChecksumError, FormatError } from "../errors.js";
+import { ChecksumError, ConflictError, FormatError } from "../errors.js";
 import { LocalStore } from "../store/local.js";
-import { describe, joinKey, type Store } from "../store/store.js";
+import { describe, joinKey, type Store, type WriteResult } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import { parseZarrMetadata, product, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { fillBuffer } from "../zarr/region.js";
+import { listStep, objectDefect } from "./finalize.js";
+import { OwnerWatch, retreat } from "./ownership.js";
 import { type DataRef, dataLength, type Plan, type PlannedObject } from "./plan-format.js";
+import { RecordLog, readRecords, storedCrc } from "./records.js";
 
 export interface ExecuteOptions {
   /** Objects in flight at once. */
@@ -16,6 +19,11 @@ export interface ExecuteOptions {
   readonly memoryBytes: number;
   /** Called after each object with the bytes it accounts for. */
   readonly onObject?: (event: { target: string; bytes: number; skipped: boolean }) => void;
+  /**
+   * Filled with what this process wrote or checked (target -> size and CRC-32C), so that a finalize in the
+   * same process need not read those objects back.
+   */
+  readonly trusted?: Map<string, WriteResult>;
 }
 
 export const DEFAULT_EXECUTE: ExecuteOptions = { concurrency: 16, memoryBytes: 256 << 20 };
@@ -51,20 +59,24 @@ export async function executeObjects(
 ): Promise<ExecuteReport> {
   const started = Date.now();
   const stepDir = plan.destination.stepDir;
-  const existing = new Map<string, number>();
-  for await (const o of destination.list(`${stepDir}/`)) existing.set(o.key.slice(stepDir.length + 1), o.size);
-  const done = (o: PlannedObject) => {
-    const size = existing.get(o.target);
-    return size !== undefined && (o.size === null || size === o.size);
+  const log = new RecordLog(destination, stepDir, plan.id);
+  const owner = new OwnerWatch(destination, plan);
+  const wrote: string[] = [];
+  const done = (o: PlannedObject, result: WriteResult, recorded = false) => {
+    if (!recorded) log.add(o.target, result);
+    options.trusted?.set(o.target, result);
   };
 
   const report: ExecuteReport = { objects: objects.length, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
   const todo: PlannedObject[] = [];
-  for (const o of objects) {
-    if (done(o)) {
-      report.skipped++;
-      options.onObject?.({ target: o.target, bytes: dataLength(o.data), skipped: true });
-    } else todo.push(o);
+  for (const [o, found] of await alreadyDone(plan, objects, source, destination, options.concurrency)) {
+    if (found === undefined) {
+      todo.push(o);
+      continue;
+    }
+    done(o, found.result, found.recorded);
+    report.skipped++;
+    options.onObject?.({ target: o.target, bytes: dataLength(o.data), skipped: true });
   }
 
   const slots = new Budget(options.concurrency);
@@ -83,26 +95,31 @@ export async function executeObjects(
     }
     return m;
   };
-  const written = (o: PlannedObject, bytes: number) => {
+  const written = (o: PlannedObject, bytes: number, result: WriteResult) => {
+    wrote.push(o.target);
+    done(o, result);
     report.written++;
     report.bytesWritten += bytes;
     options.onObject?.({ target: o.target, bytes: dataLength(o.data), skipped: false });
   };
   const put = async (o: PlannedObject, data: Uint8Array | AsyncIterable<Uint8Array>, bytes: number) => {
-    await destination.write(joinKey(stepDir, o.target), data);
-    written(o, bytes);
+    written(o, bytes, await destination.write(joinKey(stepDir, o.target), data));
   };
   let failed = false;
   const withBudget = async (weight: number, work: () => Promise<void>) => {
     const releaseSlot = await slots.acquire();
     const releaseMemory = await memory.acquire(weight);
     try {
-      // After the first failure, queued objects are not started: the run is going to fail anyway.
+      // After the first failure, queued objects are not started: the run is going to fail anyway. Nor
+      // are they once another conversion has taken the step over.
       if (!failed)
-        await work().catch((e) => {
-          failed = true;
-          throw e;
-        });
+        await owner
+          .check()
+          .then(work)
+          .catch((e) => {
+            failed = true;
+            throw e;
+          });
     } finally {
       releaseMemory();
       releaseSlot();
@@ -141,11 +158,10 @@ export async function executeObjects(
           return withBudget(COPY_BUFFER, async () => {
             const buffer = buffers.pop() ?? new Uint8Array(COPY_BUFFER);
             try {
-              await source.copyRangeTo(d.key, d.offset, d.length, destination, joinKey(stepDir, o.target), buffer);
+              written(o, d.length, await source.copyRangeTo(d.key, d.offset, d.length, destination, joinKey(stepDir, o.target), buffer));
             } finally {
               buffers.push(buffer);
             }
-            written(o, d.length);
           });
         }
         return withBudget(Math.min(d.length, STREAM_RESERVE), () => put(o, source.readStream(d.key, d.offset, d.length), d.length));
@@ -175,12 +191,70 @@ export async function executeObjects(
     }
   }
 
-  // Every task settles before we report; the first failure is the error the caller sees.
+  // Every task settles before we report; the first failure is the error the caller sees. What was written
+  // until then is recorded either way, so a re-run resumes from it.
   const results = await Promise.allSettled(tasks);
   const failure = results.find((r) => r.status === "rejected");
-  if (failure) throw (failure as PromiseRejectedResult).reason;
+  const closed = log.close();
+  if (failure) {
+    await closed.catch(() => undefined);
+    const reason = (failure as PromiseRejectedResult).reason;
+    if (reason instanceof ConflictError) await retreat(destination, stepDir, wrote);
+    throw reason;
+  }
+  await closed;
   report.seconds = (Date.now() - started) / 1000;
   return report;
+}
+
+/** An object already in place: what is stored, and whether a record of this plan already says so. */
+interface Found {
+  readonly result: WriteResult;
+  readonly recorded: boolean;
+}
+
+/**
+ * Which of `objects` are already in the destination as this plan wants them, with what is stored: those a
+ * record of this plan vouches for (size and CRC-32C of the stored bytes as recorded), and verbatim copies a
+ * killed writer did not get to record whose bytes match their source (read again to compare).
+ */
+async function alreadyDone(
+  plan: Plan,
+  objects: readonly PlannedObject[],
+  source: Store,
+  destination: Store,
+  concurrency: number,
+): Promise<[PlannedObject, Found | undefined][]> {
+  const stepDir = plan.destination.stepDir;
+  const existing = await listStep(destination, stepDir);
+  if (existing.size === 0) return objects.map((o) => [o, undefined]);
+  const records = await readRecords(destination, stepDir, plan.id);
+  const slots = new Budget(concurrency);
+  const check = async (o: PlannedObject): Promise<Found | undefined> => {
+    const key = joinKey(stepDir, o.target);
+    const info = existing.get(o.target);
+    if (info === undefined || (o.size !== null && info.size !== o.size)) return undefined;
+    const record = records.get(o.target);
+    if (record !== undefined)
+      return (await objectDefect(destination, key, o.size, info, record)) === undefined ? { result: record, recorded: true } : undefined;
+    if (o.transform !== "copy") return undefined;
+    const d = o.data;
+    let expected = 0;
+    if (d.kind === "inline") expected = crc32c(Buffer.from(d.base64, "base64"));
+    else for await (const piece of source.readStream(d.key, d.offset, d.length)) expected = crc32c(piece, expected);
+    const adopted = { size: info.size, crc32c: expected };
+    return (await storedCrc(destination, key, info)) === expected ? { result: adopted, recorded: false } : undefined;
+  };
+  return Promise.all(
+    objects.map(async (o): Promise<[PlannedObject, Found | undefined]> => {
+      const release = await slots.acquire();
+      try {
+        return [o, await check(o)];
+      } finally {
+        release();
+      }
+    }),
+  );
 }
 
 const PLAN_PATH = (plan: Plan) => `${plan.destination.root}/${plan.destination.stepDir}`;

@@ -1,67 +1,134 @@
-import { NotFoundError } from "../errors.js";
-import { joinKey, type Store } from "../store/store.js";
+import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
+import { describe, joinKey, type ObjectInfo, type Store, type WriteResult } from "../store/store.js";
+import { Budget } from "../util/budget.js";
+import { assertOwner } from "./ownership.js";
 import type { Plan } from "./plan-format.js";
-
-/** LocalStore's temporary names: `<key>.tmp-<12 hex>`. */
-const TEMPORARY = /\.tmp-[0-9a-f]{12}$/;
+import { type Records, readRecords, storedCrc } from "./records.js";
 
 export interface FinalizeReport {
   objects: number;
   files: number;
   indexWritten: boolean;
+  /** Objects under gda/ that no object of this plan is (a replaced conversion's leftovers), removed. */
+  removed: number;
 }
 
-/** Groups whose objects are not all present with their planned sizes, given the destination listing. */
-export function incompleteGroups(plan: Plan, existing: ReadonlyMap<string, number>): { group: number; missing: string[] }[] {
-  const out: { group: number; missing: string[] }[] = [];
-  plan.groups.forEach((g, group) => {
-    const missing: string[] = [];
-    for (let i = g.start; i < g.end; i++) {
-      const o = plan.objects[i];
-      if (o === undefined) continue;
-      const size = existing.get(o.target);
-      if (size === undefined || (o.size !== null && size !== o.size)) missing.push(o.target);
-    }
-    if (missing.length > 0) out.push({ group, missing });
-  });
-  return out;
+/** Objects whose stored bytes are read back at once. */
+const CHECK_CONCURRENCY = 8;
+
+/** Why a planned object is not done. */
+export type Defect = "missing" | "unrecorded" | "size" | "checksum";
+
+/**
+ * Whether a planned object is in place as written under this plan: listed, with the size its record and
+ * the plan say, and stored bytes whose CRC-32C equals the recorded one. An object this process wrote or
+ * checked itself (`mine`) is not read back from a local disk (GCS's own checksum costs nothing to compare).
+ */
+export async function objectDefect(
+  destination: Store,
+  key: string,
+  planned: number | null,
+  info: ObjectInfo | undefined,
+  record: WriteResult | undefined,
+  mine?: WriteResult,
+): Promise<Defect | undefined> {
+  if (info === undefined) return "missing";
+  if (record === undefined) return "unrecorded";
+  if (info.size !== record.size || (planned !== null && info.size !== planned)) return "size";
+  if (info.crc32c === undefined && mine?.crc32c === record.crc32c && mine.size === info.size) return undefined;
+  return (await storedCrc(destination, key, info)) === record.crc32c ? undefined : "checksum";
 }
 
-export async function listStep(destination: Store, stepDir: string): Promise<Map<string, number>> {
-  const existing = new Map<string, number>();
-  for await (const o of destination.list(`${stepDir}/`)) existing.set(o.key.slice(stepDir.length + 1), o.size);
+export async function listStep(destination: Store, stepDir: string): Promise<Map<string, ObjectInfo>> {
+  const existing = new Map<string, ObjectInfo>();
+  for await (const o of destination.list(`${stepDir}/`)) existing.set(o.key.slice(stepDir.length + 1), o);
   return existing;
 }
 
 /**
- * Commits the regular checkpoint: checks that every planned object exists with its planned size, copies
- * the iterator files, then writes `index` last (AXLearn's commit marker). Nothing is committed if any
- * group is incomplete. Safe to run again.
+ * Commits the regular checkpoint, only while `plan` is the plan on record: checks that every planned
+ * object exists as recorded under this plan (size and CRC-32C), removes what a replaced conversion left
+ * under gda/, copies the iterator files, makes every name durable, then writes `index` last (AXLearn's
+ * commit marker). Nothing is committed if anything is missing or differs. Safe to run again.
+ * `trusted`: objects this process wrote (target -> what it stored), not read back.
  */
-export async function finalize(plan: Plan, source: Store, destination: Store): Promise<FinalizeReport> {
+export async function finalize(plan: Plan, source: Store, destination: Store, trusted: Records = new Map()): Promise<FinalizeReport> {
   const stepDir = plan.destination.stepDir;
+  const indexKey = joinKey(stepDir, "index");
+  await assertOwner(destination, plan);
   const existing = await listStep(destination, stepDir);
-  const incomplete = incompleteGroups(plan, existing);
-  if (incomplete.length > 0) {
-    const total = incomplete.reduce((s, g) => s + g.missing.length, 0);
-    const first = incomplete[0]?.missing[0];
-    throw new NotFoundError(
-      `${total} planned object(s) missing or of the wrong size in group(s) ${incomplete.map((g) => g.group).join(", ")} (first: ${first}); run convert-group for them, then finalize again`,
-      { path: `${destination.url}/${stepDir}` },
-    );
+  const current = existing.has("index") ? new TextDecoder().decode(await destination.read(indexKey)) : undefined;
+  if (current !== undefined && current !== plan.index) {
+    throw new ConflictError("the destination step holds an index this plan did not write; --force replaces it", {
+      path: describe(destination, indexKey),
+    });
+  }
+
+  const records = await readRecords(destination, stepDir, plan.id);
+  const bad = new Map<number, { target: string; defect: Defect }[]>();
+  // Local files are read back to compare checksums: a few at once keep the disk busy.
+  const slots = new Budget(CHECK_CONCURRENCY);
+  await Promise.all(
+    plan.groups.flatMap((g, group) =>
+      plan.objects.slice(g.start, g.end).map(async (o) => {
+        const release = await slots.acquire();
+        try {
+          const key = joinKey(stepDir, o.target);
+          const defect = await objectDefect(destination, key, o.size, existing.get(o.target), records.get(o.target), trusted.get(o.target));
+          if (defect !== undefined) bad.set(group, [...(bad.get(group) ?? []), { target: o.target, defect }]);
+        } finally {
+          release();
+        }
+      }),
+    ),
+  );
+  if (bad.size > 0) throw incomplete(bad, `${destination.url}/${stepDir}`);
+
+  // Objects under gda/ that this plan does not have were written under a plan this one replaced.
+  const planned = new Set(plan.objects.map((o) => o.target));
+  let removed = 0;
+  for (const key of existing.keys()) {
+    if (key.startsWith("gda/") && !planned.has(key)) {
+      await destination.delete(joinKey(stepDir, key));
+      removed++;
+    }
   }
   // A writer killed between writing a temporary file and renaming it leaves the temporary file behind.
-  for (const key of existing.keys()) if (TEMPORARY.test(key)) await destination.delete(joinKey(stepDir, key));
+  await destination.removeAbandoned?.(`${stepDir}/`);
   let files = 0;
   for (const f of plan.files) {
-    if (existing.get(f.target) === f.size) continue;
+    if (existing.get(f.target)?.size === f.size) continue;
     await destination.write(joinKey(stepDir, f.target), source.readStream(f.source, 0, f.size));
     files++;
   }
-  const indexKey = joinKey(stepDir, "index");
-  const current = existing.has("index") ? new TextDecoder().decode(await destination.read(indexKey)) : undefined;
-  if (current === plan.index) return { objects: plan.objects.length, files, indexWritten: false };
-  // Local stores write to a temporary name and rename; GCS makes a single upload visible at once.
+  const report = { objects: plan.objects.length, files, removed };
+  if (current === plan.index) return { ...report, indexWritten: false };
+  // Every object's name must be on disk before the index that commits them; then the index's own.
+  await destination.syncNames?.(stepDir);
+  await assertOwner(destination, plan);
   await destination.write(indexKey, new TextEncoder().encode(plan.index));
-  return { objects: plan.objects.length, files, indexWritten: true };
+  await destination.syncNames?.(stepDir);
+  return { ...report, indexWritten: true };
+}
+
+const WHY: Record<Defect, string> = {
+  missing: "missing",
+  unrecorded: "not recorded as written under this plan",
+  size: "of the wrong size",
+  checksum: "different from the CRC-32C recorded when written",
+};
+
+function incomplete(bad: Map<number, { target: string; defect: Defect }[]>, path: string): Error {
+  // Checked concurrently: report in group order, and by key within a group.
+  const order = [...bad.keys()].sort((a, b) => a - b);
+  const all = order.flatMap((g) => (bad.get(g) ?? []).sort((a, b) => (a.target < b.target ? -1 : 1)));
+  const groups = order.join(", ");
+  const first = all[0] as { target: string; defect: Defect };
+  const counts = (Object.keys(WHY) as Defect[])
+    .map((d) => [d, all.filter((x) => x.defect === d).length] as const)
+    .filter(([, n]) => n > 0)
+    .map(([d, n]) => `${n} ${WHY[d]}`)
+    .join(", ");
+  const message = `${all.length} planned object(s) missing or of the wrong size in group(s) ${groups} (${counts}; first: ${first.target}, ${WHY[first.defect]}); run convert-group for them, then finalize again`;
+  return all.every((x) => x.defect === "checksum") ? new ChecksumError(message, { path }) : new NotFoundError(message, { path });
 }

@@ -6,7 +6,8 @@ import { MetadataError } from "../errors.js";
  * reader refuses versions it does not know.
  */
 export const PLAN_FORMAT = "orbax2reg-plan";
-export const PLAN_VERSION = 1;
+/** 2: plans carry an id; objects count only when a record of that plan vouches for them (records.ts). */
+export const PLAN_VERSION = 2;
 /** Hidden prefix inside the destination step for the plan and per-group reports. */
 export const WORK_DIR = ".orbax2reg";
 export const PLAN_KEY = `${WORK_DIR}/plan.json`;
@@ -77,6 +78,11 @@ export interface PlanGroup {
 export interface Plan {
   readonly format: typeof PLAN_FORMAT;
   readonly version: typeof PLAN_VERSION;
+  /**
+   * Random, unique per plan written: whoever's plan is on record in the destination step owns it. Writers
+   * record their objects under this id and finalize commits only while this plan is on record.
+   */
+  readonly id: string;
   readonly createdAt: string;
   readonly source: {
     /** The source store's root URL; data keys are relative to it. */
@@ -118,7 +124,7 @@ export function parsePlan(text: string, path: string): Plan {
       key: "version",
     });
   }
-  for (const field of ["source", "destination", "arrays", "objects", "groups", "files", "index"] as const) {
+  for (const field of ["id", "source", "destination", "arrays", "objects", "groups", "files", "index"] as const) {
     if (p[field] === undefined) throw new MetadataError("missing field", { path, key: field });
   }
   return p as Plan;

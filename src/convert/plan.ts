@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { MetadataError, NotFoundError, UsageError } from "../errors.js";
 import type { ValueLocation } from "../ocdbt/database.js";
 import { listArrays, type StoredArray } from "../orbax/arrays.js";
@@ -100,6 +100,7 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
   return {
     format: PLAN_FORMAT,
     version: PLAN_VERSION,
+    id: randomBytes(8).toString("hex"),
     createdAt: new Date().toISOString(),
     source: { root: source.store.url, stepDir: source.stepDir, layout: source.layout, fingerprint },
     destination: { root: destinationRoot, stepDir },

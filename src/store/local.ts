@@ -1,15 +1,57 @@
-import { randomBytes } from "node:crypto";
 import type { Dirent } from "node:fs";
-import { createReadStream, createWriteStream } from "node:fs";
-import { link, mkdir, open, readdir, readFile, rename, rm, stat, unlink, writeFile } from "node:fs/promises";
+import { createReadStream } from "node:fs";
+import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import { crc32c } from "../codecs/crc32c.js";
-import { FormatError, NotFoundError } from "../errors.js";
-import { checkKey, type DirListing, describe, type ObjectInfo, type Store, type WriteResult } from "./store.js";
+import { DestinationError, FormatError, NotFoundError, Orbax2RegError } from "../errors.js";
+import { checkKey, type DirListing, describe, ioCause, type ObjectInfo, type Store, type WriteResult } from "./store.js";
 
 const READ_PIECE = 1 << 30;
+/** Directories fsynced at once by syncNames (each holds a descriptor). */
+const SYNC_BATCH = 64;
+
+/**
+ * Temporary names of writes in flight: `<key>.tmp-<writer's pid, 8 hex><sequence, 4 hex>`. The pid lets a
+ * cleanup tell a killed writer's leftovers from a live writer's file (which it must never delete); the
+ * sequence keeps two writes of one key by one process apart.
+ */
+export const TEMPORARY = /\.tmp-([0-9a-f]{8})[0-9a-f]{4}$/;
+let sequence = 0;
+
+function temporaryName(path: string): string {
+  sequence = (sequence + 1) & 0xffff;
+  return `${path}.tmp-${process.pid.toString(16).padStart(8, "0")}${sequence.toString(16).padStart(4, "0")}`;
+}
+
+/** Whether the process that named a temporary file may still be writing it (on this machine). */
+function writerAlive(tmpName: string): boolean {
+  const pid = Number.parseInt(TEMPORARY.exec(tmpName)?.[1] ?? "0", 16);
+  if (pid <= 0) return false;
+  if (pid === process.pid) return true;
+  try {
+    process.kill(pid, 0); // signal 0: only asks whether the process exists
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"; // exists, owned by someone else
+  }
+}
+
+/** A failure of the bytes being written (the source), kept apart from failures to write them. */
+class SourceFailure {
+  constructor(readonly cause: unknown) {}
+}
+
+async function* tagSourceErrors(data: AsyncIterable<Uint8Array>): AsyncIterable<Uint8Array> {
+  try {
+    yield* data;
+  } catch (e) {
+    throw new SourceFailure(e);
+  }
+}
+
+async function writeAll(out: FileHandle, bytes: Uint8Array): Promise<void> {
+  for (let done = 0; done < bytes.length; ) done += (await out.write(bytes, done, bytes.length - done)).bytesWritten;
+}
 
 /** A directory on the local filesystem. */
 export class LocalStore implements Store {
@@ -94,16 +136,20 @@ export class LocalStore implements Store {
   }
 
   async *list(prefix: string): AsyncIterable<ObjectInfo> {
-    // Walk only the deepest directory the prefix names, then filter by the full prefix.
-    const slash = prefix.lastIndexOf("/");
-    const dirKey = slash >= 0 ? prefix.slice(0, slash) : "";
-    const start = dirKey === "" ? this.root : this.file(dirKey);
-    for (const info of await this.walk(start, dirKey)) {
-      if (info.key.startsWith(prefix)) yield info;
+    // Walk only the deepest directory the prefix names, then filter by the full prefix. Temporary files
+    // of writes in flight are not objects: a listing never shows them.
+    for (const info of await this.walkPrefix(prefix)) {
+      if (info.key.startsWith(prefix) && !TEMPORARY.test(info.key)) yield info;
     }
   }
 
-  private async walk(dir: string, dirKey: string): Promise<ObjectInfo[]> {
+  private walkPrefix(prefix: string): Promise<ObjectInfo[]> {
+    const slash = prefix.lastIndexOf("/");
+    const dirKey = slash >= 0 ? prefix.slice(0, slash) : "";
+    return this.walk(dirKey === "" ? this.root : this.file(dirKey), dirKey);
+  }
+
+  private async walk(dir: string, dirKey: string, dirs?: string[]): Promise<ObjectInfo[]> {
     let names: string[];
     try {
       names = (await readdir(dir)).sort();
@@ -112,12 +158,13 @@ export class LocalStore implements Store {
       if (code === "ENOENT" || code === "ENOTDIR") return [];
       throw e;
     }
+    dirs?.push(dir);
     const out: ObjectInfo[] = [];
     for (const name of names) {
       const key = dirKey === "" ? name : `${dirKey}/${name}`;
       const st = await stat(join(dir, name)).catch(() => undefined);
       if (st === undefined) continue;
-      if (st.isDirectory()) out.push(...(await this.walk(join(dir, name), key)));
+      if (st.isDirectory()) out.push(...(await this.walk(join(dir, name), key, dirs)));
       else if (st.isFile()) out.push({ key, size: st.size });
     }
     // Directory order puts "a/b" after "a.b"-like names differently from key order; sort by key bytes.
@@ -139,63 +186,81 @@ export class LocalStore implements Store {
     for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
       const key = dir === "" ? e.name : `${dir}/${e.name}`;
       if (e.isDirectory()) dirs.push(e.name);
-      else if (e.isFile()) files.push({ key, size: (await stat(join(path, e.name))).size });
+      else if (e.isFile() && !TEMPORARY.test(e.name)) files.push({ key, size: (await stat(join(path, e.name))).size });
     }
     return { files, dirs };
   }
 
   async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
-    const path = this.file(key);
-    await mkdir(dirname(path), { recursive: true });
-    // Write then rename, so a reader (or a crash) never sees a partial object under its final name.
-    const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-    try {
-      let result: WriteResult;
+    return this.replaceAtomically(key, async (out) => {
       if (data instanceof Uint8Array) {
-        await writeFile(tmp, data);
-        result = { size: data.length, crc32c: crc32c(data) };
-      } else {
-        const sum = { size: 0, crc32c: 0 };
-        const summed = (async function* () {
-          for await (const piece of data) {
-            sum.size += piece.length;
-            sum.crc32c = crc32c(piece, sum.crc32c);
-            yield piece;
-          }
-        })();
-        await pipeline(Readable.from(summed, { objectMode: false }), createWriteStream(tmp));
-        result = sum;
+        await writeAll(out, data);
+        return { size: data.length, crc32c: crc32c(data) };
       }
+      let size = 0;
+      let sum = 0;
+      for await (const piece of tagSourceErrors(data)) {
+        sum = crc32c(piece, sum);
+        size += piece.length;
+        await writeAll(out, piece);
+      }
+      return { size, crc32c: sum };
+    });
+  }
+
+  /**
+   * Writes through `fill` into a temporary file, fsyncs it and renames it over `key`, so neither a reader
+   * nor a crash ever sees a partial object under its final name, and a name never reaches the disk before
+   * its bytes (as TensorStore's file driver does). Failures to write are DestinationErrors naming `key`.
+   */
+  private async replaceAtomically(key: string, fill: (out: FileHandle) => Promise<WriteResult>): Promise<WriteResult> {
+    const path = this.file(key);
+    const tmp = temporaryName(path);
+    let out: FileHandle | undefined;
+    try {
+      await mkdir(dirname(path), { recursive: true });
+      out = await open(tmp, "w");
+      const result = await fill(out);
+      await out.datasync();
+      await out.close();
+      out = undefined;
       await rename(tmp, path);
       return result;
     } catch (e) {
-      await rm(tmp, { force: true });
-      throw e;
+      await out?.close().catch(() => undefined);
+      await rm(tmp, { force: true }).catch(() => undefined);
+      throw e instanceof SourceFailure ? e.cause : this.destinationError(e, key);
     }
   }
 
   async createExclusive(key: string, data: Uint8Array): Promise<boolean> {
     const path = this.file(key);
-    await mkdir(dirname(path), { recursive: true });
     // Write the content under a temporary name, then hard-link it into place: link() fails if the name
     // exists, so the object appears whole and only once.
-    const tmp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-    await writeFile(tmp, data);
+    const tmp = temporaryName(path);
     try {
+      await mkdir(dirname(path), { recursive: true });
+      const out = await open(tmp, "w");
+      try {
+        await writeAll(out, data);
+        await out.sync();
+      } finally {
+        await out.close();
+      }
       await link(tmp, path);
       return true;
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "EEXIST") return false;
-      throw e;
+      if ((e as NodeJS.ErrnoException).code === "EEXIST" && (await this.stat(key)) !== undefined) return false;
+      throw this.destinationError(e, key);
     } finally {
-      await rm(tmp, { force: true });
+      await rm(tmp, { force: true }).catch(() => undefined);
     }
   }
 
   /**
    * Copies `length` bytes at `offset` of `key` into `target`'s `targetKey` through `buffer` (reused by the
    * caller across copies). Between local directories this avoids a fresh buffer per piece, whose
-   * allocation and page faults cost more than the copy itself. Atomic like `write`.
+   * allocation and page faults cost more than the copy itself. Atomic and durable like `write`.
    */
   async copyRangeTo(
     key: string,
@@ -205,46 +270,71 @@ export class LocalStore implements Store {
     targetKey: string,
     buffer: Uint8Array,
   ): Promise<WriteResult> {
-    const from = this.file(key);
-    const to = target.file(targetKey);
-    await mkdir(dirname(to), { recursive: true });
-    const tmp = `${to}.tmp-${randomBytes(6).toString("hex")}`;
-    let input: Awaited<ReturnType<typeof open>> | undefined;
-    let output: Awaited<ReturnType<typeof open>> | undefined;
+    let input: FileHandle;
     try {
-      input = await open(from, "r");
+      input = await open(this.file(key), "r");
+    } catch (e) {
+      throw this.translate(e, key);
+    }
+    try {
       if (offset + length > (await input.stat()).size) {
         throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
           path: describe(this, key),
           offset,
         });
       }
-      output = await open(tmp, "w");
-      let sum = 0;
-      for (let done = 0; done < length; ) {
-        const { bytesRead } = await input.read(buffer, 0, Math.min(buffer.length, length - done), offset + done);
-        if (bytesRead === 0) throw new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset });
-        sum = crc32c(buffer.subarray(0, bytesRead), sum);
-        let written = 0;
-        while (written < bytesRead) written += (await output.write(buffer, written, bytesRead - written)).bytesWritten;
-        done += bytesRead;
-      }
-      await output.close();
-      output = undefined;
-      await rename(tmp, to);
-      return { size: length, crc32c: sum };
-    } catch (e) {
-      await output?.close().catch(() => undefined);
-      await rm(tmp, { force: true });
-      throw this.translate(e, key);
+      return await target.replaceAtomically(targetKey, async (out) => {
+        let sum = 0;
+        for (let done = 0; done < length; ) {
+          const { bytesRead } = await input
+            .read(buffer, 0, Math.min(buffer.length, length - done), offset + done)
+            .catch((e) => Promise.reject(new SourceFailure(this.translate(e, key))));
+          if (bytesRead === 0)
+            throw new SourceFailure(new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset }));
+          sum = crc32c(buffer.subarray(0, bytesRead), sum);
+          await writeAll(out, buffer.subarray(0, bytesRead));
+          done += bytesRead;
+        }
+        return { size: length, crc32c: sum };
+      });
     } finally {
-      await input?.close();
+      await input.close();
     }
+  }
+
+  /** fsyncs every directory under `prefix` and the one holding it, so every renamed name there is durable. */
+  async syncNames(prefix: string): Promise<void> {
+    const dirKey = prefix.replace(/\/+$/, "");
+    const top = dirKey === "" ? this.root : this.file(dirKey);
+    const dirs = [dirname(top)];
+    await this.walk(top, dirKey, dirs);
+    for (let i = 0; i < dirs.length; i += SYNC_BATCH) {
+      await Promise.all(
+        dirs.slice(i, i + SYNC_BATCH).map(async (d) => {
+          const h = await open(d, "r");
+          try {
+            await h.sync();
+          } finally {
+            await h.close();
+          }
+        }),
+      );
+    }
+  }
+
+  async removeAbandoned(prefix: string): Promise<number> {
+    let removed = 0;
+    for (const info of await this.walkPrefix(prefix)) {
+      if (!info.key.startsWith(prefix) || !TEMPORARY.test(info.key) || writerAlive(info.key)) continue;
+      await rm(join(this.root, ...info.key.split("/")), { force: true });
+      removed++;
+    }
+    return removed;
   }
 
   async delete(key: string): Promise<void> {
     await unlink(this.file(key)).catch((e: NodeJS.ErrnoException) => {
-      if (e.code !== "ENOENT") throw e;
+      if (e.code !== "ENOENT") throw this.destinationError(e, key);
     });
   }
 
@@ -265,5 +355,12 @@ export class LocalStore implements Store {
       return new NotFoundError("no such file", { path: describe(this, key) });
     }
     return e;
+  }
+
+  /** An OS error the user fixes at the destination (ENOTDIR, EACCES, ENOSPC...) as one line naming `key`. */
+  private destinationError(e: unknown, key: string): unknown {
+    const cause = ioCause(e);
+    if (e instanceof Orbax2RegError || e instanceof DestinationError || cause === undefined) return e;
+    return new DestinationError(cause, { path: describe(this, key) }, { cause: e });
   }
 }

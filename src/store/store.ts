@@ -61,6 +61,18 @@ export interface Store {
    * generations); a local directory does not, and callers that need it say so (check before use).
    */
   readonly versioned?: VersionedObjects;
+  /**
+   * Optional capability: make the names of every object under `prefix` durable. A local directory fsyncs
+   * its directories (a renamed file's name lives in its directory, not in the file); GCS objects are
+   * durable once their upload completes, so GCS has nothing to do and omits this.
+   */
+  syncNames?(prefix: string): Promise<void>;
+  /**
+   * Optional capability: removes temporary files under `prefix` whose writer is certainly gone (a local
+   * directory's write-then-rename leaves them when killed; GCS uploads leave nothing). Never removes a
+   * live writer's. Returns how many were removed.
+   */
+  removeAbandoned?(prefix: string): Promise<number>;
 }
 
 /** One version of an object: its bytes and an opaque token (a GCS generation) naming exactly that version. */
@@ -118,4 +130,23 @@ export function joinKey(...parts: string[]): string {
     .map((p) => p.replace(/^\/+|\/+$/g, ""))
     .filter((p) => p !== "")
     .join("/");
+}
+
+/** Why an OS error code means the destination cannot be written, in words (none: not a destination problem). */
+const IO_CAUSES: Readonly<Record<string, string>> = {
+  ENOTDIR: "a parent of this path is a file, not a directory",
+  EEXIST: "a file is in the way of a directory",
+  EISDIR: "is a directory, not a file",
+  ENOTEMPTY: "is a directory, not a file",
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  EROFS: "read-only file system",
+  ENOSPC: "no space left on device",
+  EDQUOT: "disk quota exceeded",
+};
+
+/** The cause of an OS error that the user can fix at the destination, or undefined for anything else. */
+export function ioCause(e: unknown): string | undefined {
+  const code = (e as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === "string" ? IO_CAUSES[code] : undefined;
 }

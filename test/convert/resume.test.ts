@@ -183,9 +183,20 @@ describe("converting again into a committed destination", () => {
     await convertWith(large.location, dest);
   }, 60_000);
 
-  test("is refused without --force: exit 2, and the checkpoint is left as it was", async () => {
+  // Changed by the issue (#5): converting the same source again used to exit 2 ("already committed").
+  test("from the same source is a success that writes nothing: exit 0, already converted, checkpoint unchanged", async () => {
+    const before = digests(snapshot(stepDir, (rel) => !rel.startsWith(`${WORK_DIR}/`)));
+    const r = await runCli(["convert", large.location, dest, "--json"]);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ resumed: true, alreadyConverted: true, committed: true, written: 0 });
+    expect(digests(snapshot(stepDir, (rel) => !rel.startsWith(`${WORK_DIR}/`)))).toEqual(before);
+    const text = await runCli(["convert", large.location, dest]);
+    expect(text.stdout).toMatch(/^already converted: /);
+  });
+
+  test("with other options (another conversion) is refused without --force: exit 2, and the checkpoint is left as it was", async () => {
     const before = digests(snapshot(stepDir, () => true));
-    const r = await runCli(["convert", large.location, dest]);
+    const r = await runCli(["convert", large.location, dest, "--params-only"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/already committed.*--force/);
     expect(r.stderr).toContain(join(stepDir, "index"));

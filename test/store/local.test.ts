@@ -1,10 +1,10 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
-import { FormatError, NotFoundError, UsageError } from "../../src/errors.js";
+import { DestinationError, FormatError, NotFoundError, UsageError } from "../../src/errors.js";
 import { LocalStore } from "../../src/store/local.js";
-import { openStore } from "../../src/store/open.js";
+import { openStore, overlaps, parseLocation, resolveLocation } from "../../src/store/open.js";
 
 function tempStore(): LocalStore {
   return new LocalStore(mkdtempSync(join(tmpdir(), "orbax2reg-store-")));
@@ -150,6 +150,98 @@ describe("LocalStore", () => {
     const s = tempStore();
     await s.write("k", new Uint8Array(3));
     expect((await s.listDir("")).files.map((f) => f.key)).toEqual(["k"]);
+  });
+});
+
+describe("LocalStore temporary files", () => {
+  const tmpOf = (pid: number) => `${pid.toString(16).padStart(8, "0")}0001`;
+
+  test("are named after the writing process, and list and listDir never show them", async () => {
+    const s = tempStore();
+    writeFileSync(join(s.root, `k.tmp-${tmpOf(process.pid)}`), "in flight");
+    await s.write("k", new Uint8Array(1));
+    expect((await s.listDir("")).files.map((f) => f.key)).toEqual(["k"]);
+    const listed: string[] = [];
+    for await (const o of s.list("")) listed.push(o.key);
+    expect(listed).toEqual(["k"]);
+  });
+
+  test("removeAbandoned deletes a dead writer's and never a live writer's", async () => {
+    const s = tempStore();
+    mkdirSync(join(s.root, "d"));
+    const live = `d/a.tmp-${tmpOf(process.pid)}`;
+    const dead = `d/b.tmp-${tmpOf(0x7fffff00)}`; // above any pid_max (at most 2^22): no such process
+    writeFileSync(join(s.root, live), "x");
+    writeFileSync(join(s.root, dead), "x");
+    expect(await s.removeAbandoned("d/")).toBe(1);
+    expect(readdirSync(join(s.root, "d"))).toEqual([live.slice(2)]);
+  });
+
+  test("copyRangeTo returns what it stored, and a missing source is a NotFoundError", async () => {
+    const src = tempStore();
+    await src.write("f", new Uint8Array(1 << 20));
+    await expect(src.copyRangeTo("f", 0, 1 << 20, src, "g/h", new Uint8Array(64 << 10))).resolves.toEqual({
+      size: 1 << 20,
+      crc32c: expect.any(Number),
+    });
+    await expect(src.copyRangeTo("missing", 0, 1, src, "x", new Uint8Array(4))).rejects.toThrow(NotFoundError);
+  });
+});
+
+describe("LocalStore destination errors", () => {
+  test("a file where a directory must be is a DestinationError naming the key and the cause", async () => {
+    const s = tempStore();
+    await s.write("f", new Uint8Array(1));
+    await expect(s.write("f/g", new Uint8Array(1))).rejects.toThrow(DestinationError);
+    await expect(s.write("f/g", new Uint8Array(1))).rejects.toThrow(/\/f\/g: (a parent of this path is a file|a file is in the way)/);
+  });
+
+  test("a directory where an object goes is a DestinationError", async () => {
+    const s = tempStore();
+    mkdirSync(join(s.root, "index", "x"), { recursive: true });
+    await expect(s.write("index", new Uint8Array(1))).rejects.toThrow(/\/index: is a directory, not a file/);
+    expect(existsSync(join(s.root, "index", "x"))).toBe(true);
+  });
+
+  test("syncNames fsyncs the directories under a prefix (and succeeds on an empty store)", async () => {
+    const s = tempStore();
+    await s.write("a/b/c", new Uint8Array(1));
+    await expect(s.syncNames("a")).resolves.toBeUndefined();
+    await expect(s.syncNames("")).resolves.toBeUndefined();
+  });
+});
+
+describe("locations", () => {
+  test.each([
+    ["gs://b//x/y/", "x/y", "gs://b/x/y"],
+    ["gs://b/x//y//", "x/y", "gs://b/x/y"],
+    ["gs://b", "", "gs://b"],
+    ["gs://b///", "", "gs://b"],
+  ])("%s is bucket b, prefix %j, url %s", (location, prefix, url) => {
+    expect(parseLocation(location)).toEqual({ kind: "gcs", bucket: "b", prefix, url });
+  });
+
+  test("gs:// names with . or .. segments, or no bucket, are refused", () => {
+    expect(() => parseLocation("gs://b/x/../y")).toThrow(UsageError);
+    expect(() => parseLocation("gs://b/./y")).toThrow(UsageError);
+    expect(() => parseLocation("gs:///x")).toThrow(UsageError);
+  });
+
+  test("GcsStore receives the canonical prefix", async () => {
+    const s = (await openStore("gs://b//x//y/")) as unknown as { prefix: string; url: string };
+    expect(s.prefix).toBe("x/y");
+    expect(s.url).toBe("gs://b/x/y");
+  });
+
+  test("local locations resolve symlinks of their deepest existing ancestor", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "orbax2reg-loc-"));
+    mkdirSync(join(dir, "real"));
+    symlinkSync(join(dir, "real"), join(dir, "link"));
+    const real = await resolveLocation(join(dir, "real", "not", "yet"));
+    expect(await resolveLocation(join(dir, "link", "not", "yet"))).toBe(real);
+    expect(await resolveLocation(`file://${join(dir, "link")}/not/./yet/`)).toBe(real);
+    expect(overlaps(await resolveLocation(join(dir, "link")), real)).toBe(true);
+    expect(overlaps(await resolveLocation(join(dir, "real2")), await resolveLocation(join(dir, "real")))).toBe(false);
   });
 });
 

@@ -1,0 +1,149 @@
+import { ConflictError, Orbax2RegError } from "../errors.js";
+import { describe, joinKey, type Store } from "../store/store.js";
+import { CLAIM_KEY, PLAN_KEY, type Plan, parsePlan } from "./plan-format.js";
+
+/**
+ * Who holds a destination step: the conversion whose plan is on record in `<step>/.orbax2reg/plan.json`.
+ * A plan is put on record only where none is (create-if-absent, so of two conversions racing for one
+ * step exactly one wins), or by `--force`, which replaces it and clears the step. Writers and finalize
+ * carry their plan's id; finalize commits only while that plan is still the one on record.
+ */
+
+export type Claim =
+  /** Our plan is now on record: a fresh conversion. */
+  | { readonly kind: "new"; readonly plan: Plan }
+  /** The same conversion (same source and options) was already on record: resume it, under its id. */
+  | { readonly kind: "resumed"; readonly plan: Plan; readonly committed: boolean };
+
+const encoder = new TextEncoder();
+
+/** The plan on record for the step, or undefined; a plan this orbax2reg cannot read is another conversion's. */
+export async function planOnRecord(destination: Store, stepDir: string): Promise<Plan | undefined> {
+  const key = joinKey(stepDir, PLAN_KEY);
+  if ((await destination.stat(key)) === undefined) return undefined;
+  const text = new TextDecoder().decode(await destination.read(key));
+  try {
+    return parsePlan(text, describe(destination, key));
+  } catch (e) {
+    if (!(e instanceof Orbax2RegError)) throw e;
+    throw new ConflictError(`the destination step holds a plan this orbax2reg cannot use (${e.detail}); --force starts over`, {
+      path: describe(destination, key),
+    });
+  }
+}
+
+/**
+ * Puts `plan` on record for its step, or joins the identical conversion already there. Refuses a step held
+ * by another conversion (another source or other options), live or committed, and a committed step with no
+ * plan (written by something else), unless `force`: then the step is taken over (takeOver).
+ */
+export async function claimStep(destination: Store, plan: Plan, force: boolean): Promise<Claim> {
+  const stepDir = plan.destination.stepDir;
+  if (force) {
+    await takeOver(destination, plan);
+    return { kind: "new", plan };
+  }
+  const indexKey = joinKey(stepDir, "index");
+  const committed = (await destination.stat(indexKey)) !== undefined;
+  if (!committed && (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(plan))))) {
+    return { kind: "new", plan };
+  }
+  const previous = await planOnRecord(destination, stepDir);
+  if (previous !== undefined && previous.source.fingerprint === plan.source.fingerprint) {
+    return { kind: "resumed", plan: previous, committed };
+  }
+  if (committed) {
+    throw new ConflictError(
+      "the destination step is already committed (it has an index) from another source or with other options; --force replaces it",
+      {
+        path: describe(destination, indexKey),
+      },
+    );
+  }
+  throw new ConflictError(
+    `the destination step holds ${previous === undefined ? "another conversion" : `the conversion of plan ${previous.id} (another source or other options)`}, finished or still running; --force takes it over`,
+    { path: describe(destination, joinKey(stepDir, PLAN_KEY)) },
+  );
+}
+
+/**
+ * `--force`: puts `plan` on record first (from then on the previous owner's finalize refuses), removes the
+ * index (the step is uncommitted at once), then everything else of the step but our plan and the trigger's
+ * claim (a forced re-conversion must not let a late duplicate event start yet another one). Temporary
+ * files of writes still in flight are left to them; list never shows them.
+ */
+export async function takeOver(destination: Store, plan: Plan): Promise<void> {
+  const stepDir = plan.destination.stepDir;
+  const planKey = joinKey(stepDir, PLAN_KEY);
+  await destination.write(planKey, encoder.encode(JSON.stringify(plan)));
+  await destination.delete(joinKey(stepDir, "index"));
+  const keep = new Set([planKey, joinKey(stepDir, CLAIM_KEY)]);
+  const keys: string[] = [];
+  for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key)) keys.push(o.key);
+  for (const k of keys) await destination.delete(k);
+  await destination.removeAbandoned?.(`${stepDir}/`);
+}
+
+/** Refuses unless `plan` is the plan on record for its step: someone took the destination over. */
+export async function assertOwner(destination: Store, plan: Plan): Promise<void> {
+  const stepDir = plan.destination.stepDir;
+  const current = await planOnRecord(destination, stepDir);
+  if (current?.id !== plan.id) {
+    throw new ConflictError(
+      `the destination step is no longer this conversion's (plan ${plan.id}): ${current === undefined ? "its plan was removed" : `plan ${current.id} is on record`}; nothing was committed`,
+      { path: describe(destination, joinKey(stepDir, PLAN_KEY)) },
+    );
+  }
+}
+
+/** How often a writer looks whether its plan is still the one on record. */
+const OWNER_CHECK_MS = 500;
+const ID_FIELD = /"id":"([0-9a-f]+)"/;
+
+/**
+ * A writer's view of who holds the step, refreshed at most every OWNER_CHECK_MS: reads only the start of
+ * the plan on record (JSON.stringify puts `id` in its first fields), so even a plan of many MB costs a
+ * stat and a small ranged read.
+ */
+export class OwnerWatch {
+  private checked = 0;
+  private pending: Promise<void> | undefined;
+
+  constructor(
+    private readonly destination: Store,
+    private readonly plan: Plan,
+  ) {}
+
+  /** Resolves while `plan` is on record; rejects with a ConflictError once another plan is. */
+  check(): Promise<void> {
+    if (Date.now() - this.checked < OWNER_CHECK_MS) return Promise.resolve();
+    this.pending ??= this.look().finally(() => {
+      this.pending = undefined;
+    });
+    return this.pending;
+  }
+
+  private async look(): Promise<void> {
+    const key = joinKey(this.plan.destination.stepDir, PLAN_KEY);
+    const info = await this.destination.stat(key);
+    const head = info === undefined ? "" : new TextDecoder().decode(await this.destination.readRange(key, 0, Math.min(info.size, 512)));
+    const id = ID_FIELD.exec(head)?.[1];
+    if (id !== this.plan.id) {
+      throw new ConflictError(
+        `the destination step was taken over by ${id === undefined ? "another conversion" : `plan ${id}`} (--force); this conversion (plan ${this.plan.id}) stopped`,
+        { path: describe(this.destination, key) },
+      );
+    }
+    this.checked = Date.now();
+  }
+}
+
+/**
+ * After a takeover: removes what this writer wrote that the plan now on record does not plan, so that
+ * objects it had in flight when it noticed do not linger as extra arrays in the new owner's step.
+ */
+export async function retreat(destination: Store, stepDir: string, wrote: readonly string[]): Promise<void> {
+  const current = await planOnRecord(destination, stepDir).catch(() => undefined);
+  const theirs = new Set(current?.objects.map((o) => o.target) ?? []);
+  for (const target of wrote) if (!theirs.has(target)) await destination.delete(joinKey(stepDir, target));
+}
