@@ -92,13 +92,15 @@ export async function postDeployCheck(o: CheckOptions, deps: CheckDeps): Promise
 
   const run = async (stage: StageName, body: () => Promise<string>): Promise<void> => {
     const started = now();
-    let s: Stage;
+    let ok = true;
+    let detail: string;
     try {
-      s = { stage, ok: true, seconds: (now() - started) / 1000, detail: await body() };
-      s = { ...s, seconds: (now() - started) / 1000 };
+      detail = await body();
     } catch (e) {
-      s = { stage, ok: false, seconds: (now() - started) / 1000, detail: (e as Error).message };
+      ok = false;
+      detail = (e as Error).message;
     }
+    const s: Stage = { stage, ok, seconds: (now() - started) / 1000, detail };
     stages.push(s);
     deps.onStage(s);
     if (!s.ok) throw new StageFailed(s.detail);

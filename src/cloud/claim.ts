@@ -1,6 +1,6 @@
 import { CLAIM_KEY } from "../convert/plan-format.js";
 import { UsageError } from "../errors.js";
-import { joinKey, type Store, type VersionedObjects } from "../store/store.js";
+import { describe, joinKey, type Store, type VersionedObjects } from "../store/store.js";
 
 /**
  * The once-per-step claim: `<destination>/step_XXXXXXXX/.orbax2reg/claim.json`, created only if absent.
@@ -43,7 +43,7 @@ export class StepClaim {
 
   /** Where the claim lives, for messages. */
   get url(): string {
-    return `${this.store.url}/${this.key}`;
+    return describe(this.store, this.key);
   }
 
   async read(): Promise<ClaimState> {

@@ -9,7 +9,7 @@
 import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parse } from "@cdktf/hcl2json";
-import { terraform } from "../helpers/terraform.js";
+import { applyForOutputs, terraform } from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const MODULE = "terraform/modules/orbax2reg";
@@ -93,15 +93,13 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
   writeFileSync(join(dir, "test.tfvars.json"), JSON.stringify(tfvars));
   const init = terraform(["init", "-backend=false", "-input=false"], dir);
   if (init.code !== 0) throw new Error(`terraform init: ${init.out}`);
-  const state = join(dir, "terraform.tfstate");
-  const apply = terraform(["apply", "-input=false", "-auto-approve", "-var-file=test.tfvars.json", `-state=${state}`], dir);
+  const apply = applyForOutputs(dir, ["-var-file=test.tfvars.json"]);
   if (apply.code !== 0) throw new Error(`terraform apply: ${apply.out}`);
-  const out = terraform(["output", "-json", `-state=${state}`], dir);
-  const values = JSON.parse(out.stdout) as Record<string, { value: unknown }>;
+  const values = apply.outputs;
   return {
-    functionEnv: values.function_env?.value as Record<string, string>,
-    workflowEnv: values.workflow_env?.value as Record<string, string>,
-    workflowName: values.workflow_name?.value as string,
+    functionEnv: values.function_env as Record<string, string>,
+    workflowEnv: values.workflow_env as Record<string, string>,
+    workflowName: values.workflow_name as string,
   };
 }
 

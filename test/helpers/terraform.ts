@@ -45,6 +45,19 @@ export function terraform(
 }
 
 /** The hashicorp/google version the module's `~> 7.45` is checked against (docs and local build). */
+/**
+ * `terraform apply` of an initialised configuration that has no resources (variables, locals, outputs: no
+ * provider needed), into a state of its own, then the values of its outputs. `args` adds -var / -var-file.
+ */
+export function applyForOutputs(dir: string, args: string[]): { code: number; out: string; outputs: Record<string, unknown> } {
+  const state = join(tempDir("tf-state"), "s.tfstate");
+  const r = terraform(["apply", "-input=false", "-auto-approve", "-no-color", `-state=${state}`, ...args], dir);
+  if (r.code !== 0) return { code: r.code, out: r.out, outputs: {} };
+  const o = terraform(["output", "-json", "-no-color", `-state=${state}`], dir);
+  const parsed = JSON.parse(o.stdout) as Record<string, { value: unknown }>;
+  return { code: r.code, out: r.out, outputs: Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, v.value])) };
+}
+
 export const GOOGLE_PROVIDER_VERSION = "7.45.0";
 
 /**

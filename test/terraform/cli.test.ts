@@ -7,7 +7,7 @@
 import { copyFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
-import { TERRAFORM_VERSION, terraform } from "../helpers/terraform.js";
+import { applyForOutputs, TERRAFORM_VERSION, terraform } from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const MODULE = resolve("terraform/modules/orbax2reg");
@@ -54,14 +54,10 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
 
   /** Applies variables.tf + main.tf (variables and locals only) with these values; returns the locals or the error. */
   function evaluate(vars: Record<string, string | undefined>): { code: number; out: string; locals: Record<string, unknown> } {
-    const state = join(tempDir("tf-state"), "s.tfstate");
-    const args = ["apply", "-input=false", "-auto-approve", "-no-color", `-state=${state}`];
+    const args: string[] = [];
     for (const [k, v] of Object.entries({ ...REQUIRED, ...vars })) if (v !== undefined) args.push("-var", `${k}=${v}`);
-    const r = terraform(args, dir);
-    if (r.code !== 0) return { ...r, locals: {} };
-    const o = terraform(["output", "-json", "-no-color", `-state=${state}`], dir);
-    const parsed = JSON.parse(o.stdout) as Record<string, { value: unknown }>;
-    return { ...r, locals: Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, v.value])) };
+    const { code, out, outputs } = applyForOutputs(dir, args);
+    return { code, out, locals: outputs };
   }
 
   beforeAll(() => {
