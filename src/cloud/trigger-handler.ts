@@ -47,7 +47,8 @@ const CLOCK_SKEW_MS = 60_000;
  * makes sure exactly one workflow execution converts that step, and publishes `conversion.requested`.
  *
  * Delivery is at least once and a function may die between any two lines, or see an error from a call
- * that succeeded. So the claim is a lease (src/cloud/claim.ts), and executions carry labels (the step and
+ * that succeeded; a failed invocation is redelivered with backoff for up to 24 hours
+ * (https://cloud.google.com/functions/docs/bestpractices/retries). So the claim is a lease (src/cloud/claim.ts), and executions carry labels (the step and
  * its source root) that are looked up before starting one, before releasing a claim after an error, and
  * before taking over an expired claim. Malformed events are acknowledged; transient failures throw so the
  * platform redelivers.
