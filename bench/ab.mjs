@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // A/B timing of `orbax2reg convert` on the benchmark step for two builds (e.g. before and after a change),
-// interleaved with `cp -r` so that machine noise hits all three alike. Each run: destination deleted,
-// `sync`, then the command; wall time until the process exits. Prints best and median per route.
+// interleaved with `cp -r` (the I/O floor) and `cp -r` then `sync` (the floor for a durable copy: orbax2reg
+// fsyncs every object before its name, as TensorStore's file driver does) so that machine noise hits all
+// alike. Each run: destination deleted, `sync`, then the command; wall time until the process exits.
+// Prints best and median per route.
 //
 //   node bench/ab.mjs <step-dir> <label>=<repo-with-dist>[:ENV=VALUE,...] [<label>=<repo> ...] [--runs N]
 import { spawnSync } from "node:child_process";
@@ -15,6 +17,7 @@ const [step, ...builds] = args;
 const OUT = "/tmp/orbax2reg-ab";
 const routes = [
   { label: "cp -r", cmd: ["cp", ["-r", step, join(OUT, "cp")]] },
+  { label: "cp+sync", cmd: ["sh", ["-c", 'cp -r "$0" "$1" && sync', step, join(OUT, "cp")]] },
   ...builds.map((b) => {
     // label=repo or label=repo:NAME=VALUE,... (environment for that build's runs)
     const [label, rest] = [b.slice(0, b.indexOf("=")), b.slice(b.indexOf("=") + 1)];

@@ -1,12 +1,13 @@
 import { ConflictError, MetadataError, UncommittedError, UsageError } from "../errors.js";
 import { openStep, requireCommitted } from "../orbax/step.js";
 import { openStore, overlaps, resolveLocation } from "../store/open.js";
-import { describe, joinKey, type Store, type WriteResult } from "../store/store.js";
+import { describe, joinKey, type Store } from "../store/store.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { type FinalizeReport, finalize } from "./finalize.js";
 import { claimStep, retreat } from "./ownership.js";
 import { buildPlan, stepDirName } from "./plan.js";
 import { PLAN_KEY, type Plan, parsePlan, WORK_DIR } from "./plan-format.js";
+import type { Recorded } from "./records.js";
 
 export interface PlanPhaseOptions {
   readonly step?: number;
@@ -136,7 +137,7 @@ export async function convert(
   const source = await openStore(plan.source.root);
   // Even a committed step is checked object by object (and a damaged object rewritten): the objects this
   // run wrote or checked are handed to finalize, which does not read them back.
-  const trusted = new Map<string, WriteResult>();
+  const trusted = new Map<string, Recorded>();
   const execute = await executeObjects(plan, plan.objects, source, destination, { ...options, trusted });
   const done = await finalize(plan, source, destination, trusted).catch(async (e) => {
     // Taken over (--force) after our last object: what we wrote must not linger in the new owner's step.

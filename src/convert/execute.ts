@@ -2,7 +2,7 @@ import { crc32c } from "../codecs/crc32c.js";
 import { compress, rleFrame } from "../codecs/zstd.js";
 import { ChecksumError, ConflictError, FormatError } from "../errors.js";
 import { LocalStore } from "../store/local.js";
-import { describe, joinKey, type Store, type WriteResult } from "../store/store.js";
+import { describe, joinKey, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import { parseZarrMetadata, product, type ZarrArrayMeta } from "../zarr/metadata.js";
@@ -10,7 +10,7 @@ import { fillBuffer } from "../zarr/region.js";
 import { listStep, objectDefect } from "./finalize.js";
 import { OwnerWatch, retreat } from "./ownership.js";
 import { type DataRef, dataLength, type Plan, type PlannedObject } from "./plan-format.js";
-import { RecordLog, readRecords, storedCrc } from "./records.js";
+import { type Recorded, RecordLog, readRecords, sourceCrc, storedCrc } from "./records.js";
 
 export interface ExecuteOptions {
   /** Objects in flight at once. */
@@ -23,7 +23,7 @@ export interface ExecuteOptions {
    * Filled with what this process wrote or checked (target -> size and CRC-32C), so that a finalize in the
    * same process need not read those objects back.
    */
-  readonly trusted?: Map<string, WriteResult>;
+  readonly trusted?: Map<string, Recorded>;
 }
 
 export const DEFAULT_EXECUTE: ExecuteOptions = { concurrency: 16, memoryBytes: 256 << 20 };
@@ -62,7 +62,7 @@ export async function executeObjects(
   const log = new RecordLog(destination, stepDir, plan.id);
   const owner = new OwnerWatch(destination, plan);
   const wrote: string[] = [];
-  const done = (o: PlannedObject, result: WriteResult, recorded = false) => {
+  const done = (o: PlannedObject, result: Recorded, recorded = false) => {
     if (!recorded) log.add(o.target, result);
     options.trusted?.set(o.target, result);
   };
@@ -95,7 +95,7 @@ export async function executeObjects(
     }
     return m;
   };
-  const written = (o: PlannedObject, bytes: number, result: WriteResult) => {
+  const written = (o: PlannedObject, bytes: number, result: Recorded) => {
     wrote.push(o.target);
     done(o, result);
     report.written++;
@@ -209,7 +209,7 @@ export async function executeObjects(
 
 /** An object already in place: what is stored, and whether a record of this plan already says so. */
 interface Found {
-  readonly result: WriteResult;
+  readonly result: Recorded;
   readonly recorded: boolean;
 }
 
@@ -236,12 +236,9 @@ async function alreadyDone(
     if (info === undefined || (o.size !== null && info.size !== o.size)) return undefined;
     const record = records.get(o.target);
     if (record !== undefined)
-      return (await objectDefect(destination, key, o.size, info, record)) === undefined ? { result: record, recorded: true } : undefined;
-    if (o.transform !== "copy") return undefined;
-    const d = o.data;
-    let expected = 0;
-    if (d.kind === "inline") expected = crc32c(Buffer.from(d.base64, "base64"));
-    else for await (const piece of source.readStream(d.key, d.offset, d.length)) expected = crc32c(piece, expected);
+      return (await objectDefect(source, destination, o, key, info, record)) === undefined ? { result: record, recorded: true } : undefined;
+    const expected = await sourceCrc(source, o);
+    if (expected === undefined) return undefined;
     const adopted = { size: info.size, crc32c: expected };
     return (await storedCrc(destination, key, info)) === expected ? { result: adopted, recorded: false } : undefined;
   };

@@ -1,9 +1,9 @@
 import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
-import { describe, joinKey, type ObjectInfo, type Store, type WriteResult } from "../store/store.js";
+import { describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { assertOwner } from "./ownership.js";
-import type { Plan } from "./plan-format.js";
-import { type Records, readRecords, storedCrc } from "./records.js";
+import type { Plan, PlannedObject } from "./plan-format.js";
+import { type Recorded, type Records, readRecords, sourceCrc, storedCrc } from "./records.js";
 
 export interface FinalizeReport {
   objects: number;
@@ -20,23 +20,27 @@ const CHECK_CONCURRENCY = 8;
 export type Defect = "missing" | "unrecorded" | "size" | "checksum";
 
 /**
- * Whether a planned object is in place as written under this plan: listed, with the size its record and
- * the plan say, and stored bytes whose CRC-32C equals the recorded one. An object this process wrote or
- * checked itself (`mine`) is not read back from a local disk (GCS's own checksum costs nothing to compare).
+ * Whether planned object `o` is in place as written under this plan: listed, with the size its record and
+ * the plan say, and stored bytes whose CRC-32C equals the recorded one (or, for a copy recorded without
+ * one, its source's). An object this process wrote or checked itself (`mine`) is not read back from a
+ * local disk (GCS's own checksum costs nothing to compare).
  */
 export async function objectDefect(
+  source: Store,
   destination: Store,
+  o: PlannedObject,
   key: string,
-  planned: number | null,
   info: ObjectInfo | undefined,
-  record: WriteResult | undefined,
-  mine?: WriteResult,
+  record: Recorded | undefined,
+  mine?: Recorded,
 ): Promise<Defect | undefined> {
   if (info === undefined) return "missing";
   if (record === undefined) return "unrecorded";
-  if (info.size !== record.size || (planned !== null && info.size !== planned)) return "size";
-  if (info.crc32c === undefined && mine?.crc32c === record.crc32c && mine.size === info.size) return undefined;
-  return (await storedCrc(destination, key, info)) === record.crc32c ? undefined : "checksum";
+  if (info.size !== record.size || (o.size !== null && info.size !== o.size)) return "size";
+  if (info.crc32c === undefined && mine !== undefined && mine.size === info.size && mine.crc32c === record.crc32c) return undefined;
+  const expected = record.crc32c ?? (await sourceCrc(source, o));
+  if (expected === undefined) return "unrecorded";
+  return (await storedCrc(destination, key, info)) === expected ? undefined : "checksum";
 }
 
 export async function listStep(destination: Store, stepDir: string): Promise<Map<string, ObjectInfo>> {
@@ -74,7 +78,15 @@ export async function finalize(plan: Plan, source: Store, destination: Store, tr
         const release = await slots.acquire();
         try {
           const key = joinKey(stepDir, o.target);
-          const defect = await objectDefect(destination, key, o.size, existing.get(o.target), records.get(o.target), trusted.get(o.target));
+          const defect = await objectDefect(
+            source,
+            destination,
+            o,
+            key,
+            existing.get(o.target),
+            records.get(o.target),
+            trusted.get(o.target),
+          );
           if (defect !== undefined) bad.set(group, [...(bad.get(group) ?? []), { target: o.target, defect }]);
         } finally {
           release();
@@ -115,7 +127,7 @@ const WHY: Record<Defect, string> = {
   missing: "missing",
   unrecorded: "not recorded as written under this plan",
   size: "of the wrong size",
-  checksum: "different from the CRC-32C recorded when written",
+  checksum: "different from the CRC-32C of the bytes written",
 };
 
 function incomplete(bad: Map<number, { target: string; defect: Defect }[]>, path: string): Error {

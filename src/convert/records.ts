@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { crc32c } from "../codecs/crc32c.js";
 import { MetadataError } from "../errors.js";
-import { describe, joinKey, type ObjectInfo, type Store, type WriteResult } from "../store/store.js";
-import { WORK_DIR } from "./plan-format.js";
+import { describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { type PlannedObject, WORK_DIR } from "./plan-format.js";
 
 /**
  * What was written, under which plan. Every writer (a convert-group task, a convert) appends the size and
@@ -15,7 +15,18 @@ import { WORK_DIR } from "./plan-format.js";
  */
 export const RECORDS_DIR = `${WORK_DIR}/records`;
 
-export type Records = ReadonlyMap<string, WriteResult>;
+/**
+ * What a writer stored for one object: its size, and the CRC-32C of its bytes where the writer computed
+ * one. A local-to-local verbatim copy does not (checksumming every byte would cost a third of the copy's
+ * time, and the source is at hand): such an object is checked against its source instead, like an
+ * unrecorded copy.
+ */
+export interface Recorded {
+  readonly size: number;
+  readonly crc32c?: number;
+}
+
+export type Records = ReadonlyMap<string, Recorded>;
 
 /** A segment is written at most this often at first, and at most every twentieth of the time elapsed. */
 const MIN_INTERVAL_MS = 100;
@@ -23,8 +34,8 @@ const MAX_INTERVAL_MS = 10_000;
 
 interface Segment {
   readonly plan: string;
-  /** [target, size, crc32c] */
-  readonly objects: readonly (readonly [string, number, number])[];
+  /** [target, size, crc32c or null: compare with the source] */
+  readonly objects: readonly (readonly [string, number, number | null])[];
 }
 
 /**
@@ -35,7 +46,7 @@ interface Segment {
 export class RecordLog {
   private readonly writer = randomBytes(4).toString("hex");
   private readonly started = Date.now();
-  private pending: [string, number, number][] = [];
+  private pending: [string, number, number | null][] = [];
   private sequence = 0;
   private lastFlush = 0;
   private flushing: Promise<void> | undefined;
@@ -48,9 +59,9 @@ export class RecordLog {
     private readonly planId: string,
   ) {}
 
-  add(target: string, result: WriteResult): void {
+  add(target: string, result: Recorded): void {
     if (this.failure !== undefined) throw this.failure;
-    this.pending.push([target, result.size, result.crc32c]);
+    this.pending.push([target, result.size, result.crc32c ?? null]);
     this.schedule();
   }
 
@@ -92,8 +103,8 @@ export class RecordLog {
 }
 
 /** Every record of plan `planId` in the destination step (the last one wins for an object written twice). */
-export async function readRecords(store: Store, stepDir: string, planId: string): Promise<Map<string, WriteResult>> {
-  const out = new Map<string, WriteResult>();
+export async function readRecords(store: Store, stepDir: string, planId: string): Promise<Map<string, Recorded>> {
+  const out = new Map<string, Recorded>();
   const prefix = `${joinKey(stepDir, RECORDS_DIR, planId)}/`;
   for await (const o of store.list(prefix)) {
     const path = describe(store, o.key);
@@ -105,7 +116,7 @@ export async function readRecords(store: Store, stepDir: string, planId: string)
       throw e;
     }
     if (segment.plan !== planId || !Array.isArray(segment.objects)) throw new MetadataError("not a record segment of this plan", { path });
-    for (const [target, size, crc] of segment.objects) out.set(target, { size, crc32c: crc });
+    for (const [target, size, crc] of segment.objects) out.set(target, crc === null ? { size } : { size, crc32c: crc });
   }
   return out;
 }
@@ -118,5 +129,15 @@ export async function storedCrc(store: Store, key: string, info: ObjectInfo): Pr
   if (info.crc32c !== undefined) return info.crc32c;
   let sum = 0;
   for await (const piece of store.readStream(key, 0, info.size)) sum = crc32c(piece, sum);
+  return sum;
+}
+
+/** The CRC-32C a verbatim copy of `o` must have: its source bytes' (read again), or undefined if `o` is not a copy. */
+export async function sourceCrc(source: Store, o: PlannedObject): Promise<number | undefined> {
+  if (o.transform !== "copy") return undefined;
+  const d = o.data;
+  if (d.kind === "inline") return crc32c(Buffer.from(d.base64, "base64"));
+  let sum = 0;
+  for await (const piece of source.readStream(d.key, d.offset, d.length)) sum = crc32c(piece, sum);
   return sum;
 }

@@ -213,7 +213,7 @@ export class LocalStore implements Store {
    * nor a crash ever sees a partial object under its final name, and a name never reaches the disk before
    * its bytes (as TensorStore's file driver does). Failures to write are DestinationErrors naming `key`.
    */
-  private async replaceAtomically(key: string, fill: (out: FileHandle) => Promise<WriteResult>): Promise<WriteResult> {
+  private async replaceAtomically<T>(key: string, fill: (out: FileHandle) => Promise<T>): Promise<T> {
     const path = this.file(key);
     const tmp = temporaryName(path);
     let out: FileHandle | undefined;
@@ -260,7 +260,8 @@ export class LocalStore implements Store {
   /**
    * Copies `length` bytes at `offset` of `key` into `target`'s `targetKey` through `buffer` (reused by the
    * caller across copies). Between local directories this avoids a fresh buffer per piece, whose
-   * allocation and page faults cost more than the copy itself. Atomic and durable like `write`.
+   * allocation and page faults cost more than the copy itself. Atomic and durable like `write`, but no
+   * CRC-32C is computed: the copy is verbatim, so its source is what to compare it with later.
    */
   async copyRangeTo(
     key: string,
@@ -269,7 +270,7 @@ export class LocalStore implements Store {
     target: LocalStore,
     targetKey: string,
     buffer: Uint8Array,
-  ): Promise<WriteResult> {
+  ): Promise<{ size: number }> {
     let input: FileHandle;
     try {
       input = await open(this.file(key), "r");
@@ -283,20 +284,18 @@ export class LocalStore implements Store {
           offset,
         });
       }
-      return await target.replaceAtomically(targetKey, async (out) => {
-        let sum = 0;
+      await target.replaceAtomically(targetKey, async (out) => {
         for (let done = 0; done < length; ) {
           const { bytesRead } = await input
             .read(buffer, 0, Math.min(buffer.length, length - done), offset + done)
             .catch((e) => Promise.reject(new SourceFailure(this.translate(e, key))));
           if (bytesRead === 0)
             throw new SourceFailure(new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset }));
-          sum = crc32c(buffer.subarray(0, bytesRead), sum);
           await writeAll(out, buffer.subarray(0, bytesRead));
           done += bytesRead;
         }
-        return { size: length, crc32c: sum };
       });
+      return { size: length };
     } finally {
       await input.close();
     }
