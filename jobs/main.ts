@@ -2,15 +2,27 @@
 // It only reads its configuration from the environment (set per execution by the workflow through
 // container overrides) and calls the same engine the CLI uses; logs are single-line JSON for Cloud Logging.
 
-import { ATTEMPT_PATTERN, type FailureReport, failureKey, type JobPhase, type PlanSummary, SUMMARY_KEY } from "../src/cloud/job-reports.js";
+import { stopIfCancelled } from "../src/cloud/cancel.js";
+import {
+  ATTEMPT_PATTERN,
+  cloudRunExecutionName,
+  type FailureReport,
+  failureKey,
+  type JobPhase,
+  type PlanSummary,
+  type ProgressRecord,
+  progressKey,
+  SUMMARY_KEY,
+} from "../src/cloud/job-reports.js";
 import { jsonLogger, type Logger } from "../src/cloud/log.js";
+import { pruneAfterFinalize, retentionFromEnv } from "../src/cloud/retention.js";
 import { finalizePhase, groupPhase, planPhase } from "../src/convert/convert.js";
 import { stepDirName } from "../src/convert/plan.js";
 import { dataLength } from "../src/convert/plan-format.js";
 import { Orbax2RegError } from "../src/errors.js";
 import { openStore } from "../src/store/open.js";
 import { retryStats } from "../src/store/retry.js";
-import { joinKey } from "../src/store/store.js";
+import { joinKey, type Store } from "../src/store/store.js";
 
 export interface JobEnv {
   readonly [name: string]: string | undefined;
@@ -60,6 +72,120 @@ function reportTarget(env: JobEnv): { destination: string; stepDir: string; atte
   return { destination, stepDir: stepDirName(Number(step)), attempt };
 }
 
+/** How often a running task rewrites its progress record. */
+const PROGRESS_WRITE_EVERY_MS = 15_000;
+
+export interface JobOptions {
+  /** How often a running task rewrites its progress record (default 15 s). */
+  readonly progressEveryMs?: number;
+  /** Called after each progress record is written (tests watch the records go by). */
+  readonly onProgress?: (key: string, record: ProgressRecord) => void;
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+function keyOf(phase: JobPhase, group: number | null, task: number): string | undefined {
+  try {
+    return progressKey(phase, group, task);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * This task's progress record (job-reports.ts), kept up to date in the destination step. Best effort: a
+ * failed write is logged and never fails the job. Writes are chained, so they land in order and the final
+ * one (awaited before the job exits) is the one that stays.
+ */
+class Progress {
+  private readonly record: Mutable<ProgressRecord>;
+  private readonly key: string | undefined;
+  private readonly destination: string | undefined;
+  private stepDir: string | undefined;
+  private store: Promise<Store> | undefined;
+  private chain: Promise<void> = Promise.resolve();
+  private lastWrite = 0;
+
+  constructor(
+    phase: JobPhase,
+    env: JobEnv,
+    started: number,
+    private readonly log: Logger,
+    private readonly options: JobOptions,
+  ) {
+    const groupEnv = env.ORBAX2REG_GROUP;
+    const group = phase === "convert-group" && groupEnv !== undefined && /^\d+$/.test(groupEnv) ? Number(groupEnv) : null;
+    const task = taskNumber(env.CLOUD_RUN_TASK_INDEX);
+    const count = env.CLOUD_RUN_TASK_COUNT;
+    const at = new Date(started).toISOString();
+    this.record = {
+      phase,
+      group,
+      task,
+      taskCount: count !== undefined && /^\d+$/.test(count) && Number(count) > 0 ? Number(count) : 1,
+      attempt: env.ORBAX2REG_ATTEMPT || null,
+      workflowExecution: env.ORBAX2REG_EXECUTION || null,
+      execution: cloudRunExecutionName(env),
+      state: "running",
+      objects: null,
+      objectsDone: 0,
+      bytes: null,
+      bytesDone: 0,
+      startedAt: at,
+      updatedAt: at,
+      error: null,
+    };
+    // Without a usable group or task index (misconfigured) there is no key; the failure report tells the story.
+    this.key = keyOf(phase, group, task);
+    this.destination = env.ORBAX2REG_DESTINATION || undefined;
+    const step = env.ORBAX2REG_STEP;
+    this.stepDir = step !== undefined && /^\d+$/.test(step) ? stepDirName(Number(step)) : undefined;
+  }
+
+  /** The destination step, once known (a plan run without ORBAX2REG_STEP learns it from the source). */
+  at(stepDir: string): void {
+    this.stepDir ??= stepDir;
+  }
+
+  /** Updates fields without writing. */
+  set(fields: Partial<Pick<ProgressRecord, "objects" | "objectsDone" | "bytes" | "bytesDone">>): void {
+    Object.assign(this.record, fields);
+  }
+
+  /** Writes now (not awaited). */
+  write(): void {
+    if (this.key === undefined || this.destination === undefined || this.stepDir === undefined) return;
+    this.lastWrite = Date.now();
+    const snapshot: ProgressRecord = { ...this.record, updatedAt: new Date(this.lastWrite).toISOString() };
+    const key = joinKey(this.stepDir, this.key);
+    const destination = this.destination;
+    this.chain = this.chain.then(async () => {
+      try {
+        this.store ??= openStore(destination);
+        await (await this.store).write(key, encodeJson(snapshot));
+        this.options.onProgress?.(key, snapshot);
+      } catch (w) {
+        this.log.warn("could not write the progress record", { key, error: (w as Error).message });
+      }
+    });
+  }
+
+  /** Counts progress; writes when the last write is older than the interval. */
+  advance(objects: number, bytes: number): void {
+    this.record.objectsDone += objects;
+    this.record.bytesDone += bytes;
+    if (Date.now() - this.lastWrite >= (this.options.progressEveryMs ?? PROGRESS_WRITE_EVERY_MS)) this.write();
+  }
+
+  /** The last write: succeeded or failed (with the error's first line). Resolves once it has landed or failed. */
+  async finish(state: "succeeded" | "failed", error: Error | null): Promise<void> {
+    this.record.state = state;
+    this.record.error = error === null ? null : (error.message.split("\n")[0] ?? "");
+    this.write();
+    await this.chain;
+  }
+}
+
 /**
  * Runs one phase; returns the process exit code. On failure it leaves a report the workflow reads to decide
  * whether a retry can help, under a key of its own (this execution, this task, this task attempt): reports are
@@ -69,11 +195,16 @@ export async function runJob(
   phase: string | undefined,
   env: JobEnv,
   log: Logger = jsonLogger({ component: "orbax2reg-job" }),
+  options: JobOptions = {},
 ): Promise<number> {
   const started = Date.now();
+  const progress = isPhase(phase) ? new Progress(phase, env, started, log, options) : undefined;
   try {
-    if (!isPhase(phase)) throw new JobConfigError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
-    await runPhase(phase, env, log, started);
+    if (!isPhase(phase) || progress === undefined)
+      throw new JobConfigError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
+    progress.write();
+    await runPhase(phase, env, log, started, progress);
+    await progress.finish("succeeded", null);
     return 0;
   } catch (e) {
     // Bad input is permanent (exit 2: retrying cannot help); anything else may be transient (exit 1).
@@ -108,12 +239,19 @@ export async function runJob(
         phase,
       });
     }
+    await progress?.finish("failed", err);
     return permanent ? 2 : 1;
   }
 }
 
-async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: number): Promise<void> {
+async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: number, progress: Progress): Promise<void> {
   const destination = required(env, "ORBAX2REG_DESTINATION");
+  // A job the workflow started just before `orbax2reg cloud cancel` must not run (src/cloud/cancel.ts).
+  const stopIfRunCancelled = async () => {
+    if (env.ORBAX2REG_STEP && /^\d+$/.test(env.ORBAX2REG_STEP))
+      await stopIfCancelled(await openStore(destination), stepDirName(Number(env.ORBAX2REG_STEP)), env.ORBAX2REG_EXECUTION);
+  };
+  await stopIfRunCancelled();
   if (phase === "plan") {
     const source = required(env, "ORBAX2REG_SOURCE");
     const stepEnv = env.ORBAX2REG_STEP;
@@ -136,6 +274,7 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
       reused,
       committed,
     };
+    progress.at(plan.destination.stepDir);
     await (await openStore(destination)).write(joinKey(plan.destination.stepDir, SUMMARY_KEY), encodeJson(summary));
     log.info(committed ? "already converted; nothing to do" : reused ? "reusing existing plan" : "plan written", {
       phase,
@@ -159,6 +298,7 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
       taskIndex,
       taskCount,
       onObject: (e) => {
+        progress.advance(1, e.bytes);
         bytes += e.bytes;
         const now = Date.now();
         if (now - last >= PROGRESS_EVERY_MS) {
@@ -168,6 +308,7 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
         }
       },
     });
+    progress.set({ objects: report.objects, objectsDone: report.objects, bytes });
     glog.info("group done", {
       objects: report.objects,
       written: report.written,
@@ -180,7 +321,10 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
     return;
   }
   if (phase === "finalize") {
-    const report = await finalizePhase(destination, step);
+    const retention = retentionFromEnv(env); // checked before committing: a bad setting fails with nothing committed
+    const report = await finalizePhase(destination, step, stopIfRunCancelled);
+    await pruneAfterFinalize(retention, destination, step, log); // older converted steps; never fails the job
+    progress.set({ objects: report.objects, objectsDone: report.objects });
     log.info("checkpoint committed", {
       phase,
       step,

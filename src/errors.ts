@@ -71,6 +71,11 @@ export class UsageError extends Orbax2RegError {
   readonly code = "USAGE";
 }
 
+/** The pipeline run this job belongs to was cancelled (`orbax2reg cloud cancel`): it must not go on. */
+export class CancelledError extends Orbax2RegError {
+  readonly code = "CANCELLED";
+}
+
 /** A resource limit from the format's own configuration would be exceeded (e.g. max_decoded_node_bytes). */
 export class LimitError extends Orbax2RegError {
   readonly code = "LIMIT";

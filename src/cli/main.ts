@@ -2,6 +2,7 @@ import { Command, CommanderError, InvalidArgumentError } from "commander";
 import { DestinationError, Orbax2RegError, StorageIoError } from "../errors.js";
 import { ioCause } from "../store/store.js";
 import { runCloudCheck } from "./cloud.js";
+import { runCloudBackfill, runCloudCancel, runCloudStart, runCloudStatus } from "./cloud-fleet.js";
 import { runConvert, runConvertGroup, runFinalize, runPlan, runVerify } from "./convert.js";
 import { runInspect } from "./inspect.js";
 import { runOcdbtLs } from "./ocdbt-ls.js";
@@ -149,6 +150,56 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       "\nSettings come from the flags, then ORBAX2REG_WORKFLOW / ORBAX2REG_PROJECT / ORBAX2REG_REGION / ORBAX2REG_EVENTS_TOPIC,\nthen `terraform output` when run in the terraform folder that deployed the pipeline.\n\nExample (in terraform/examples/basic after terraform apply):\n  orbax2reg cloud check --bucket my-checkpoints --prefix runs",
     )
     .action(async (opts) => setExit(await runCloudCheck(opts, out)));
+
+  const SETTINGS_HELP =
+    "\nThe pipeline: --workflow, else --project and --region, else ORBAX2REG_WORKFLOW (or ORBAX2REG_PROJECT and\nORBAX2REG_REGION), else `terraform output workflow_id` when run in the terraform folder that deployed it.\nDestinations follow --destination-template, else ORBAX2REG_DESTINATION_TEMPLATE, else terraform output\ndestination_template, else the module's default gs://{bucket}/{root}/regular.";
+  const pipeline = (c: Command) =>
+    c
+      .option("--workflow <id>", "projects/P/locations/R/workflows/W")
+      .option("--project <id>", "with --region: the workflow is projects/<id>/locations/<region>/workflows/orbax2reg-convert")
+      .option("--region <region>", "the pipeline's region")
+      .option("--destination-template <t>", "where a step's regular checkpoint goes ({bucket}, {root}, {step})")
+      .option("--json", "print JSON")
+      .addHelpText("after", SETTINGS_HELP);
+  pipeline(
+    cloud
+      .command("status")
+      .description("Where each step of a checkpoint root stands: converted, running, failed, cancelled, claimed or not converted.")
+      .argument("<checkpoint-root>", "gs://BUCKET/PATH holding step_XXXXXXXX directories")
+      .option("--step <n>", "only this step", stepNumber)
+      .option("--watch", "refresh until nothing is running")
+      .option("--interval <seconds>", "with --watch: seconds between refreshes", positive, 10),
+  ).action(async (root: string, opts) => setExit(await runCloudStatus(root, opts, out)));
+  pipeline(
+    cloud
+      .command("start")
+      .description("Start one conversion of an Orbax step, claimed as the trigger claims it (refused while one runs).")
+      .argument("<step-dir>", "gs://BUCKET/PATH/step_XXXXXXXX")
+      .option("--destination <root>", "the regular checkpoint root (default: from the destination template)")
+      .option("--force", "replace a step already converted")
+      .option("--params-only", "convert only the model/ leaves")
+      .option("--groups <n>", "parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else 8)", positive),
+  ).action(async (stepDir: string, opts) => setExit(await runCloudStart(stepDir, opts, out)));
+  pipeline(
+    cloud
+      .command("backfill")
+      .description("Start conversions for committed steps that have neither a converted step nor a live claim.")
+      .argument("<checkpoint-root>", "gs://BUCKET/PATH holding step_XXXXXXXX directories")
+      .option("--from <n>", "first step", stepNumber)
+      .option("--to <n>", "last step", stepNumber)
+      .option("--every <k>", "only steps divisible by k", positive, 1)
+      .option("--max-running <r>", "conversions of this root running at once", positive, 4)
+      .option("--poll <seconds>", "while --max-running conversions run, how often to look again", positive, 15)
+      .option("--dry-run", "print what would start, start nothing")
+      .option("--groups <n>", "parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else 8)", positive),
+  ).action(async (root: string, opts) => setExit(await runCloudBackfill(root, opts, out)));
+  pipeline(
+    cloud
+      .command("cancel")
+      .description("Cancel a step's conversion and its running job executions; no index is written, and a later start resumes.")
+      .argument("<checkpoint-root>", "gs://BUCKET/PATH holding step_XXXXXXXX directories")
+      .requiredOption("--step <n>", "the step", stepNumber),
+  ).action(async (root: string, opts) => setExit(await runCloudCancel(root, opts, out)));
 
   return program;
 }

@@ -2,18 +2,20 @@
  * The one event schema published on the events topic (see docs/events.md). Attributes carry `type` and
  * `step` so subscriptions can filter without parsing the body.
  */
-export type ConversionEventType = "conversion.requested" | "conversion.succeeded" | "conversion.failed";
+export type ConversionEventType = "conversion.requested" | "conversion.succeeded" | "conversion.failed" | "conversion.pruned";
 
 export interface ConversionEvent {
   readonly type: ConversionEventType;
-  /** The Orbax step converted (gs:// URL). */
+  /** The Orbax step converted (gs:// URL); for conversion.pruned, the one the deleted step was converted from. */
   readonly source: string;
   /** The regular checkpoint's root (gs:// URL); the step lands in `<destination>/step_XXXXXXXX`. */
   readonly destination: string;
+  /** The step converted; for conversion.pruned, the step deleted. */
   readonly step: number;
   /** The Workflows execution name, when one exists. */
   readonly execution: string | null;
   readonly arrays: number | null;
+  /** Bytes of array data converted (succeeded); bytes deleted (pruned). */
   readonly bytes: number | null;
   /** Seconds from the start of the workflow to this event. */
   readonly duration: number | null;

@@ -12,6 +12,8 @@ export interface WorkflowArgument {
   readonly destination: string;
   readonly step: number;
   readonly groups: number;
+  /** params_only keeps only the model/ leaves; force replaces an already committed step. */
+  readonly options?: { readonly params_only?: boolean; readonly force?: boolean };
 }
 
 export interface ExecutionRef {
@@ -21,6 +23,8 @@ export interface ExecutionRef {
   readonly state: string;
   /** RFC 3339; when the execution was created. */
   readonly startTime: string;
+  /** RFC 3339; when it finished, if it has. */
+  readonly endTime?: string;
   /** The JSON argument it was started with. */
   readonly argument: string;
   /** For a failed execution, the error payload (JSON). */
@@ -32,11 +36,16 @@ export interface ExecutionRef {
 export interface Executions {
   /** Starts an execution; returns its name. */
   start(workflow: string, argument: WorkflowArgument, labels: Record<string, string>): Promise<string>;
-  /** Executions of `workflow` carrying all of `labels`, newest first. */
-  find(workflow: string, labels: Record<string, string>): Promise<ExecutionRef[]>;
+  /** Executions of `workflow` carrying all of `labels` (and in `state`, when given), newest first; at most 100. */
+  find(workflow: string, labels: Record<string, string>, state?: string): Promise<ExecutionRef[]>;
   /** One execution by name. */
   get(name: string): Promise<ExecutionRef>;
+  /** Cancels a running execution; its state afterwards. */
+  cancel(name: string): Promise<ExecutionRef>;
 }
+
+/** An execution that may still do work: running, or queued behind the workflow's concurrency limit. */
+export const isLive = (e: ExecutionRef): boolean => e.state === "ACTIVE" || e.state === "QUEUED";
 
 /**
  * Labels that identify a step's conversion: its number, and a short hash of the checkpoint root it came
@@ -46,7 +55,12 @@ export interface Executions {
  */
 export function executionLabels(source: string, step: number): Record<string, string> {
   const root = source.replace(/\/+$/, "").replace(/\/[^/]*$/, "");
-  return { step: String(step), source: createHash("sha256").update(root).digest("hex").slice(0, 16) };
+  return { step: String(step), source: rootLabel(root) };
+}
+
+/** The `source` label of every execution converting a step of checkpoint root `root` (gs://bucket/path). */
+export function rootLabel(root: string): string {
+  return createHash("sha256").update(root).digest("hex").slice(0, 16);
 }
 
 /**
@@ -81,14 +95,14 @@ export function workflowsExecutions(client: ExecutionsClient): Executions {
       if (!execution.name) throw new Error(`createExecution on ${workflow} returned no execution name`);
       return execution.name;
     },
-    async find(workflow, labels) {
+    async find(workflow, labels, state) {
       // Listing is safe to repeat: a few quick tries ride out a blip.
       let found: protos.google.cloud.workflows.executions.v1.IExecution[] = [];
       for (let attempt = 1; ; attempt++) {
         try {
           // One page, newest first: a step has a handful of executions at most.
           [found] = await client.listExecutions(
-            { parent: workflow, filter: labelFilter(labels), pageSize: 100 },
+            { parent: workflow, filter: [labelFilter(labels), ...(state ? [`state="${state}"`] : [])].join(" AND "), pageSize: 100 },
             { timeout: LIST_TIMEOUT_MS, autoPaginate: false },
           );
           break;
@@ -103,6 +117,11 @@ export function workflowsExecutions(client: ExecutionsClient): Executions {
       const [e] = await client.getExecution({ name }, { timeout: LIST_TIMEOUT_MS });
       return ref(e);
     },
+    async cancel(name) {
+      // https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/cancel
+      const [e] = await client.cancelExecution({ name }, { timeout: LIST_TIMEOUT_MS });
+      return ref(e);
+    },
   };
 }
 
@@ -111,6 +130,7 @@ function ref(e: protos.google.cloud.workflows.executions.v1.IExecution): Executi
     name: e.name ?? "",
     state: String(e.state ?? "STATE_UNSPECIFIED"),
     startTime: timestamp(e.startTime),
+    ...(e.endTime ? { endTime: timestamp(e.endTime) } : {}),
     argument: e.argument ?? "",
     ...(e.error?.payload ? { error: e.error.payload } : {}),
     ...(e.result ? { result: e.result } : {}),

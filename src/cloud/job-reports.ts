@@ -68,3 +68,68 @@ export interface FailureReport {
   readonly message: string;
   readonly time: string;
 }
+
+/**
+ * Progress records: every task of every job keeps one small object up to date while it runs, so that
+ * `orbax2reg cloud status` can tell converted / running (groups done, bytes so far) / failed without asking
+ * Cloud Run. One object per phase part, overwritten in place: `plan.json`, `group-<g>.task-<t>.json`,
+ * `finalize.json`. A later run of the same part overwrites the earlier one's record.
+ */
+export const PROGRESS_PREFIX = `${WORK_DIR}/progress/`;
+
+const isIndex = (n: number) => Number.isSafeInteger(n) && n >= 0;
+
+/** Where one task of one phase (and group, for convert-group) keeps its progress record. */
+export function progressKey(phase: JobPhase, group: number | null, task: number): string {
+  if (!isIndex(task)) throw new Error(`invalid task index ${task}`);
+  if (phase === "convert-group") {
+    if (group === null || !isIndex(group)) throw new Error(`convert-group progress needs a group, got ${group}`);
+    return `${PROGRESS_PREFIX}group-${group}.task-${task}.json`;
+  }
+  return `${PROGRESS_PREFIX}${phase}.json`;
+}
+
+export interface ProgressRecord {
+  readonly phase: JobPhase;
+  readonly group: number | null;
+  /** CLOUD_RUN_TASK_INDEX (0 outside Cloud Run). */
+  readonly task: number;
+  /** CLOUD_RUN_TASK_COUNT (1 outside Cloud Run). */
+  readonly taskCount: number;
+  /** ORBAX2REG_ATTEMPT: the workflow's id for this job execution. */
+  readonly attempt: string | null;
+  /** ORBAX2REG_EXECUTION: the Workflows execution that started this job execution. */
+  readonly workflowExecution: string | null;
+  /** Full Cloud Run execution name projects/P/locations/R/jobs/J/executions/E when known, else null. */
+  readonly execution: string | null;
+  readonly state: "running" | "succeeded" | "failed";
+  /**
+   * Objects and bytes of this task's work, and how many are done (skipped as already present counts as
+   * done). Totals are null when unknown: always for plan, and for convert-group until its share is done
+   * (the step's totals are in summary.json).
+   */
+  readonly objects: number | null;
+  readonly objectsDone: number;
+  readonly bytes: number | null;
+  readonly bytesDone: number;
+  /** RFC 3339. */
+  readonly startedAt: string;
+  /** RFC 3339; a running record much older than the write interval belongs to a task that died. */
+  readonly updatedAt: string;
+  /** The failure's one line. */
+  readonly error: string | null;
+}
+
+/**
+ * The full name of the Cloud Run job execution this process runs in, as the Run Admin API v2 names it
+ * (projects/P/locations/R/jobs/J/executions/E), or null when the environment does not say. Cloud Run sets
+ * CLOUD_RUN_JOB and CLOUD_RUN_EXECUTION in every job container
+ * (https://cloud.google.com/run/docs/container-contract#jobs-env-vars); the project and region come from
+ * terraform (ORBAX2REG_PROJECT, ORBAX2REG_REGION), as Cloud Run does not tell a job where it runs.
+ */
+export function cloudRunExecutionName(env: Readonly<Record<string, string | undefined>>): string | null {
+  const parts = [env.ORBAX2REG_PROJECT, env.ORBAX2REG_REGION, env.CLOUD_RUN_JOB, env.CLOUD_RUN_EXECUTION];
+  if (parts.some((p) => p === undefined || p === "" || p.includes("/"))) return null;
+  const [project, region, job, execution] = parts;
+  return `projects/${project}/locations/${region}/jobs/${job}/executions/${execution}`;
+}

@@ -10,13 +10,18 @@ import type { Env } from "./env.js";
  *   2. the environment: ORBAX2REG_WORKFLOW (full id or name), ORBAX2REG_PROJECT or GOOGLE_CLOUD_PROJECT,
  *      ORBAX2REG_REGION, ORBAX2REG_EVENTS_TOPIC;
  *   3. `terraform output -json` when the command runs in the terraform root that deployed it
- *      (outputs workflow_id and events_topic_id of terraform/examples/basic).
+ *      (outputs workflow_id, events_topic_id, destination_template and groups of terraform/examples/basic);
+ *   4. for the destination template and groups only: the module's defaults.
  */
 export interface CloudSettings {
   /** projects/P/locations/R/workflows/W */
   readonly workflow: string;
   /** projects/P/topics/T, when known. */
   readonly eventsTopic: string | undefined;
+  /** Where a step's regular checkpoint goes: placeholders {bucket}, {root}, {step} (src/cloud/trigger.ts). */
+  readonly destinationTemplate: string;
+  /** Parameter groups a conversion is split into. */
+  readonly groups: number;
 }
 
 export interface CloudFlags {
@@ -24,7 +29,13 @@ export interface CloudFlags {
   readonly project?: string;
   readonly region?: string;
   readonly eventsTopic?: string;
+  readonly destinationTemplate?: string;
+  readonly groups?: number;
 }
+
+/** terraform/modules/orbax2reg's defaults for destination_template and groups. */
+export const DEFAULT_DESTINATION_TEMPLATE = "gs://{bucket}/{root}/regular";
+export const DEFAULT_GROUPS = 8;
 
 /** The default workflow name (terraform's name_prefix "orbax2reg" + "-convert"). */
 export const DEFAULT_WORKFLOW_NAME = "orbax2reg-convert";
@@ -40,6 +51,11 @@ export function resolveCloudSettings(
     if (outputs === null) outputs = terraformOutputs();
     const v = outputs?.[name];
     return typeof v === "string" && v !== "" ? v : undefined;
+  };
+  const tfNumber = (name: string): string | undefined => {
+    if (outputs === null) outputs = terraformOutputs();
+    const v = outputs?.[name];
+    return typeof v === "number" ? String(v) : typeof v === "string" && v !== "" ? v : undefined;
   };
   const nonEmpty = (v: string | undefined) => (v === undefined || v === "" ? undefined : v);
 
@@ -62,7 +78,18 @@ export function resolveCloudSettings(
     );
   }
   const eventsTopic = nonEmpty(flags.eventsTopic) ?? nonEmpty(env.ORBAX2REG_EVENTS_TOPIC) ?? tf("events_topic_id");
-  return { workflow, eventsTopic };
+  const destinationTemplate =
+    nonEmpty(flags.destinationTemplate) ??
+    nonEmpty(env.ORBAX2REG_DESTINATION_TEMPLATE) ??
+    tf("destination_template") ??
+    DEFAULT_DESTINATION_TEMPLATE;
+  const groupsText = flags.groups !== undefined ? String(flags.groups) : (nonEmpty(env.ORBAX2REG_GROUPS) ?? tfNumber("groups"));
+  if (groupsText !== undefined && !/^[1-9]\d*$/.test(groupsText)) {
+    throw new UsageError(
+      `groups must be a positive whole number, got ${JSON.stringify(groupsText)} (--groups, ORBAX2REG_GROUPS or terraform output groups)`,
+    );
+  }
+  return { workflow, eventsTopic, destinationTemplate, groups: groupsText === undefined ? DEFAULT_GROUPS : Number(groupsText) };
 }
 
 /** Outputs of the terraform root in `dir`, or undefined when it is none (or terraform is not installed). */

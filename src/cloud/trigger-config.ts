@@ -56,6 +56,8 @@ export function triggerConfigFromEnv(env: Env): TriggerHandlerConfig {
     destinationTemplate,
     groups: integer(env, "ORBAX2REG_GROUPS", { min: 1, max: 100, fallback: 8 }),
     eventsTopic: eventsTopic === "" ? undefined : eventsTopic,
+    // Only steps divisible by this are converted (1: every step).
+    convertEveryNSteps: integer(env, "ORBAX2REG_CONVERT_EVERY_N_STEPS", { min: 1, max: 99_999_999, fallback: 1 }),
     claimLeaseMs: integer(env, "ORBAX2REG_CLAIM_LEASE_SECONDS", { min: 60, max: 3600, fallback: DEFAULT_CLAIM_LEASE_SECONDS }) * 1000,
   };
 }

@@ -9,6 +9,11 @@ export interface TriggerConfig {
   readonly rootPrefixes: readonly string[];
   /** Destination root for a step; placeholders {bucket}, {root} (the checkpoint root) and {step}. */
   readonly destinationTemplate: string;
+  /**
+   * Convert only steps divisible by this (terraform convert_every_n_steps; undefined or 1: every step).
+   * Step numbers, not a count of checkpoints: with 1000 and steps saved every 500, step 1500 is skipped.
+   */
+  readonly convertEveryNSteps?: number;
 }
 
 export type TriggerDecision =
@@ -49,6 +54,8 @@ export function classify(bucket: string, name: string, config: TriggerConfig): T
   const root = isEmergency ? parts.slice(0, -1).join("/") : parent;
   if (!watched(root, config.rootPrefixes)) return { kind: "ignore", reason: "outside the watched checkpoint roots" };
   const n = Number(step);
+  const every = config.convertEveryNSteps ?? 1;
+  if (every > 1 && n % every !== 0) return { kind: "ignore", reason: `step ${n} is not a multiple of convert_every_n_steps (${every})` };
   const at = (path: string) => (path === "" ? `gs://${bucket}` : `gs://${bucket}/${path}`);
   const destination = expand(config.destinationTemplate, { bucket, root, step: stepDirName(n) });
   const prefix = root === "" ? "" : `${root}/`;

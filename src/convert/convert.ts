@@ -109,10 +109,14 @@ export async function groupPhase(
   return { group, ...report };
 }
 
-/** Phase 3: checks completeness, copies iterator files and writes the index last. */
-export async function finalizePhase(destinationRoot: string, step: number): Promise<FinalizeReport & { plan: Plan }> {
+/** Phase 3: checks completeness, copies iterator files and writes the index last (see finalize for `beforeCommit`). */
+export async function finalizePhase(
+  destinationRoot: string,
+  step: number,
+  beforeCommit?: () => Promise<void>,
+): Promise<FinalizeReport & { plan: Plan }> {
   const { plan, destination, source } = await loadPlan(destinationRoot, step);
-  return { plan, ...(await finalize(plan, source, destination)) };
+  return { plan, ...(await finalize(plan, source, destination, new Map(), beforeCommit)) };
 }
 
 export interface ConvertResult {

@@ -54,9 +54,16 @@ export async function listStep(destination: Store, stepDir: string): Promise<Map
  * object exists as recorded under this plan (size and CRC-32C), removes what a replaced conversion left
  * under gda/, copies the iterator files, makes every name durable, then writes `index` last (AXLearn's
  * commit marker). Nothing is committed if anything is missing or differs. Safe to run again.
- * `trusted`: objects this process wrote (target -> what it stored), not read back.
+ * `trusted`: objects this process wrote (target -> what it stored), not read back. `beforeCommit` runs
+ * right before the index is written and may throw to stop the commit (a cancelled pipeline run).
  */
-export async function finalize(plan: Plan, source: Store, destination: Store, trusted: Records = new Map()): Promise<FinalizeReport> {
+export async function finalize(
+  plan: Plan,
+  source: Store,
+  destination: Store,
+  trusted: Records = new Map(),
+  beforeCommit?: () => Promise<void>,
+): Promise<FinalizeReport> {
   const stepDir = plan.destination.stepDir;
   const indexKey = joinKey(stepDir, "index");
   await assertOwner(destination, plan);
@@ -117,6 +124,7 @@ export async function finalize(plan: Plan, source: Store, destination: Store, tr
   if (current === plan.index) return { ...report, indexWritten: false };
   // Every object's name must be on disk before the index that commits them; then the index's own.
   await destination.syncNames?.(stepDir);
+  await beforeCommit?.();
   await assertOwner(destination, plan);
   await destination.write(indexKey, new TextEncoder().encode(plan.index));
   await destination.syncNames?.(stepDir);

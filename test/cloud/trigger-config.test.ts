@@ -10,6 +10,7 @@ const DEPLOYED = {
   ORBAX2REG_EVENTS_TOPIC: "projects/p/topics/orbax2reg-events",
   ORBAX2REG_GROUPS: "8",
   ORBAX2REG_CLAIM_LEASE_SECONDS: "120",
+  ORBAX2REG_CONVERT_EVERY_N_STEPS: "1",
 };
 
 const refused = (env: Record<string, string | undefined>) => {
@@ -25,6 +26,11 @@ const refused = (env: Record<string, string | undefined>) => {
 describe("the trigger function's configuration", () => {
   test('an empty ORBAX2REG_ROOT_PREFIXES (checkpoint_prefixes = [""]) watches the whole bucket', () => {
     expect(triggerConfigFromEnv(DEPLOYED)).toMatchObject({ rootPrefixes: [""], groups: 8, claimLeaseMs: 120_000 });
+  });
+
+  test("ORBAX2REG_CONVERT_EVERY_N_STEPS is how often steps are converted; unset, every step", () => {
+    expect(triggerConfigFromEnv({ ...DEPLOYED, ORBAX2REG_CONVERT_EVERY_N_STEPS: "1000" }).convertEveryNSteps).toBe(1000);
+    expect(triggerConfigFromEnv({ ORBAX2REG_WORKFLOW: DEPLOYED.ORBAX2REG_WORKFLOW }).convertEveryNSteps).toBe(1);
   });
 
   test("a prefix list is split on commas and trimmed", () => {
@@ -47,6 +53,8 @@ describe("the trigger function's configuration", () => {
     ["ORBAX2REG_GROUPS", "eight", /ORBAX2REG_GROUPS="eight"/],
     ["ORBAX2REG_EVENTS_TOPIC", "orbax2reg-events", /must be a full topic id/],
     ["ORBAX2REG_CLAIM_LEASE_SECONDS", "5", /must be an integer from 60 to 3600/],
+    ["ORBAX2REG_CONVERT_EVERY_N_STEPS", "0", /ORBAX2REG_CONVERT_EVERY_N_STEPS="0": must be an integer from 1 to/],
+    ["ORBAX2REG_CONVERT_EVERY_N_STEPS", "every 100", /ORBAX2REG_CONVERT_EVERY_N_STEPS="every 100"/],
   ])("%s=%s is refused with a message naming the variable and its value", (name, value, message) => {
     const e = refused({ ...DEPLOYED, [name]: value });
     expect(e.variable).toBe(name);

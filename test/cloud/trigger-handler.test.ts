@@ -3,8 +3,10 @@ import type { ClaimRecord } from "../../src/cloud/claim.js";
 import type { ConversionEvent } from "../../src/cloud/events.js";
 import { type ExecutionRef, type Executions, executionLabels, type WorkflowArgument } from "../../src/cloud/executions.js";
 import { jsonLogger } from "../../src/cloud/log.js";
+import { startByHand } from "../../src/cloud/start.js";
 import { ClaimBusyError, handleFinalized, type TriggerDeps } from "../../src/cloud/trigger-handler.js";
 import { CLAIM_KEY } from "../../src/convert/plan-format.js";
+import { ConflictError } from "../../src/errors.js";
 import { openStore } from "../../src/store/open.js";
 import { emulatorStorage, newBucket } from "../helpers/gcs.js";
 
@@ -51,6 +53,12 @@ class FakeExecutions implements Executions {
   async get(name: string): Promise<ExecutionRef> {
     const e = this.started.find((x) => x.name === name);
     if (!e) throw new Error(`5 NOT_FOUND: ${name}`);
+    return { ...e, argument: JSON.stringify(e.argument) };
+  }
+  async cancel(name: string): Promise<ExecutionRef> {
+    const e = this.started.find((x) => x.name === name);
+    if (!e) throw new Error(`5 NOT_FOUND: ${name}`);
+    e.state = "CANCELLED";
     return { ...e, argument: JSON.stringify(e.argument) };
   }
 }
@@ -112,6 +120,47 @@ describe("the trigger function's handler", () => {
     events = [];
   });
 
+  /** `orbax2reg cloud start` of step 100, through the same claim. */
+  const byHand = () =>
+    startByHand(
+      {
+        argument: {
+          source: `gs://${bucket}/runs/exp/step_00000100`,
+          destination: `gs://${bucket}/runs/exp/regular`,
+          step: 100,
+          groups: 4,
+        },
+      },
+      { ...deps(), workflow: WORKFLOW, claimLeaseMs: LEASE_MS },
+    );
+
+  test("by hand: a start while the step's execution runs is refused, naming it", async () => {
+    await handleFinalized(commit(bucket), deps());
+    await expect(byHand()).rejects.toThrow(ConflictError);
+    await expect(byHand()).rejects.toThrow(`is being converted by ${WORKFLOW}/executions/e1`);
+    expect(executions.started).toHaveLength(1);
+  });
+
+  test("by hand: after a run that ended (here cancelled a moment ago), a new execution starts instead of adopting the old one", async () => {
+    await handleFinalized(commit(bucket), deps());
+    await executions.cancel(`${WORKFLOW}/executions/e1`);
+    expect(await byHand()).toEqual({ kind: "started", execution: `${WORKFLOW}/executions/e2` });
+    expect(await readClaim()).toMatchObject({ execution: `${WORKFLOW}/executions/e2`, eventId: null });
+  });
+
+  test("the trigger, unlike a start by hand, adopts an execution that ended since its claim (a redelivery must not convert twice)", async () => {
+    await deadClaim(0);
+    const name = await executions.start(
+      WORKFLOW,
+      { source: "", destination: "", step: 100, groups: 4 },
+      executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100),
+    );
+    await executions.cancel(name);
+    clock += LEASE_MS + 1;
+    expect(await handleFinalized(commit(bucket), deps())).toBe("adopted");
+    expect(executions.started).toHaveLength(1);
+  });
+
   test("a step's commit marker starts one execution with the documented argument, labelled with the step and its source root", async () => {
     expect(await handleFinalized(commit(bucket), deps())).toBe("started");
     expect(executions.started).toHaveLength(1);
@@ -164,6 +213,16 @@ describe("the trigger function's handler", () => {
     expect(executions.started).toHaveLength(0);
     const [files] = await emulatorStorage().bucket(bucket).getFiles();
     expect(files).toHaveLength(0);
+  });
+
+  test("with convert_every_n_steps, a step not divisible by it starts nothing, claims nothing and publishes nothing", async () => {
+    const every = (): TriggerDeps => ({ ...deps(), config: { ...deps().config, convertEveryNSteps: 1000 } });
+    expect(await handleFinalized(commit(bucket, "runs/exp/step_00000100/commit_success.txt"), every())).toBe("ignored");
+    expect(executions.started).toHaveLength(0);
+    expect(events).toHaveLength(0);
+    const [files] = await emulatorStorage().bucket(bucket).getFiles();
+    expect(files).toHaveLength(0);
+    expect(await handleFinalized(commit(bucket, "runs/exp/step_00002000/commit_success.txt"), every())).toBe("started");
   });
 
   test("a malformed event is acknowledged, not retried", async () => {

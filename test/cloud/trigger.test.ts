@@ -48,6 +48,35 @@ describe("which finalized objects start a conversion", () => {
   });
 });
 
+describe("convert_every_n_steps", () => {
+  const every = (n: number): TriggerConfig => ({ ...config, convertEveryNSteps: n });
+
+  test("a step divisible by N is converted", () => {
+    expect(classify("train", "runs/a/step_00003000/commit_success.txt", every(1000))).toMatchObject({ kind: "convert", step: 3000 });
+  });
+
+  test("a step not divisible by N is ignored, saying why", () => {
+    expect(classify("train", "runs/a/step_00003500/commit_success.txt", every(1000))).toEqual({
+      kind: "ignore",
+      reason: "step 3500 is not a multiple of convert_every_n_steps (1000)",
+    });
+  });
+
+  test("step 0 is divisible by every N", () => {
+    expect(classify("train", "runs/a/step_00000000/commit_success.txt", every(7)).kind).toBe("convert");
+  });
+
+  test("1, or no setting, converts every step", () => {
+    for (const c of [every(1), config]) expect(classify("train", "runs/a/step_00000007/commit_success.txt", c).kind).toBe("convert");
+  });
+
+  test("applies to both halves of the emergency layout", () => {
+    expect(classify("train", "runs/e/tensors/step_00000150/commit_success.txt", every(100)).kind).toBe("ignore");
+    expect(classify("train", "runs/e/non-tensors/step_00000150/index", every(100)).kind).toBe("ignore");
+    expect(classify("train", "runs/e/non-tensors/step_00000200/index", every(100)).kind).toBe("convert");
+  });
+});
+
 describe("AXLearn's emergency layout", () => {
   test("the tensors commit marker converts once the non-tensors index exists too", () => {
     expect(classify("train", "runs/e/tensors/step_00000100/commit_success.txt", config)).toEqual({

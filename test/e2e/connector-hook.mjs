@@ -7,6 +7,9 @@
 // outcome in a state file; operations.get reads that state (holding the answer briefly while the execution
 // runs, so polling loops do not spin); jobs.executions.cancel kills the execution's processes. Without
 // skip_polling, jobs.run waits for the tasks itself, as the connector waits for the operation.
+// The executions' state (run-state.mjs) counts tasks running / succeeded / failed / cancelled, so that
+// run-api.mjs can serve the Run Admin API's executions.get and executions.cancel from it. The task processes get
+// what Cloud Run and terraform set on a job: CLOUD_RUN_JOB/EXECUTION/TASK_*, ORBAX2REG_PROJECT and _REGION.
 //
 // Environment (set by the tests on the emulator, inherited here):
 //   ORBAX2REG_GCS_ENDPOINT  fake-gcs-server      PUBSUB_EMULATOR_HOST  the Pub/Sub emulator
@@ -23,10 +26,11 @@
 //                  "times": N applies a fault to the first N matching calls only.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import * as runState from "./run-state.mjs";
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const JOB_MAIN = fileURLToPath(new URL("../../dist/jobs/main.js", import.meta.url));
@@ -37,13 +41,8 @@ const STATE_DIR = process.env.E2E_RUN_STATE ?? join(process.env.E2E_HOOK_LOG ? d
 mkdirSync(STATE_DIR, { recursive: true });
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const stateFile = (id) => join(STATE_DIR, `${id}.json`);
-const readState = (id) => (existsSync(stateFile(id)) ? JSON.parse(readFileSync(stateFile(id), "utf8")) : undefined);
-function writeState(id, state) {
-  const tmp = `${stateFile(id)}.${process.pid}.tmp`;
-  writeFileSync(tmp, JSON.stringify(state));
-  renameSync(tmp, stateFile(id));
-}
+const readState = (id) => runState.readState(STATE_DIR, id);
+const writeState = (id, state) => runState.writeState(STATE_DIR, id, state);
 const record = (connector, entry) => {
   if (process.env.E2E_HOOK_LOG) appendFileSync(process.env.E2E_HOOK_LOG, `${JSON.stringify({ connector, at: Date.now(), ...entry })}\n`);
 };
@@ -75,22 +74,29 @@ function takeFault(test) {
 
 // ---------------------------------------------------------------------------------------------- Cloud Run
 
-/** Runs every task of a job execution as a local process; resolves to the number of failed tasks. */
+/** Runs every task of a job execution as a local process; resolves to the number of failed tasks. `onSpawn(child, task)`. */
 async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}) {
   const codes = await Promise.all(
     Array.from({ length: taskCount }, (_, task) => {
       const child = spawn(process.execPath, [JOB_MAIN, phase], {
         env: {
           ...process.env,
+          // E2E_JOB_ENV, {phase: {NAME: VALUE}}: the job's own env (jobs.tf), under the execution's overrides, which
+          // win: Cloud Run merges a job's env with an execution's container overrides.
+          ...(process.env.E2E_JOB_ENV ? JSON.parse(process.env.E2E_JOB_ENV)[phase] : undefined),
           ...env,
           CLOUD_RUN_TASK_INDEX: String(task),
           CLOUD_RUN_TASK_COUNT: String(taskCount),
           CLOUD_RUN_TASK_ATTEMPT: "0",
           CLOUD_RUN_EXECUTION: execution.split("/").at(-1),
+          // projects/P/locations/R/jobs/J/executions/E: Cloud Run names the job; terraform sets project and region.
+          CLOUD_RUN_JOB: execution.split("/")[5],
+          ORBAX2REG_PROJECT: execution.split("/")[1],
+          ORBAX2REG_REGION: execution.split("/")[3],
         },
         stdio: ["ignore", "pipe", "pipe"],
       });
-      onSpawn(child);
+      onSpawn(child, task);
       child.stdout.on("data", jobLog);
       child.stderr.on("data", jobLog);
       return new Promise((resolve) => child.on("close", (code) => resolve(code ?? 1)));
@@ -99,14 +105,7 @@ async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}) {
   return codes.filter((c) => c !== 0).length;
 }
 
-const executionResource = (s, counts) => ({
-  name: s.execution,
-  job: s.job,
-  taskCount: s.taskCount,
-  succeededCount: counts.succeeded,
-  failedCount: counts.failed,
-  cancelledCount: counts.cancelled,
-});
+const executionResource = runState.executionResource;
 
 function operationOf(s) {
   const op = {
@@ -158,6 +157,8 @@ async function runJob(args) {
     taskCount,
     env,
     fault: fault?.fault ?? (fault ? "crash" : undefined),
+    createTime: new Date().toISOString(),
+    tasks: Array.from({ length: taskCount }, () => ({ state: "pending" })),
     done: false,
   };
   writeState(id, state);
@@ -166,9 +167,40 @@ async function runJob(args) {
   return operationOf(state);
 }
 
+/** Writes task 0's progress record as a job does when it starts (src/cloud/job-reports.ts), for a hung "task". */
+async function reportRunning(s) {
+  const { openStore } = await import("../../dist/src/store/open.js");
+  const { progressKey } = await import("../../dist/src/cloud/job-reports.js");
+  const now = new Date().toISOString();
+  const group = s.group === null ? null : Number(s.group);
+  const record = {
+    phase: s.phase,
+    group,
+    task: 0,
+    taskCount: s.taskCount,
+    attempt: s.env.ORBAX2REG_ATTEMPT ?? null,
+    workflowExecution: s.env.ORBAX2REG_EXECUTION ?? null,
+    execution: s.execution,
+    state: "running",
+    objects: null,
+    objectsDone: 0,
+    bytes: null,
+    bytesDone: 0,
+    startedAt: now,
+    updatedAt: now,
+    error: null,
+  };
+  const stepDir = `step_${String(s.env.ORBAX2REG_STEP).padStart(8, "0")}`;
+  await (await openStore(s.destination)).write(
+    `${stepDir}/${progressKey(s.phase, group, 0)}`,
+    new TextEncoder().encode(JSON.stringify(record)),
+  );
+}
+
 /** The detached execution: `node connector-hook.mjs --run <id>`. */
 async function execute(id) {
   const s = readState(id);
+  if (s.done) return; // cancelled before it started
   writeState(id, { ...s, runnerPid: process.pid });
   record("execution", {
     job: s.phase,
@@ -178,23 +210,39 @@ async function execute(id) {
     event: "started",
     pid: process.pid,
   });
+  const setTask = (task, state) => {
+    const now = readState(id);
+    now.tasks[task] = { ...now.tasks[task], state };
+    writeState(id, now);
+  };
+  const setTasks = (state) => {
+    const now = readState(id);
+    writeState(id, { ...now, tasks: now.tasks.map((t) => ({ ...t, state })) });
+  };
   const finish = (outcome) => {
     const now = readState(id);
     if (now.done) return; // cancelled meanwhile
-    writeState(id, { ...now, done: true, ...outcome });
+    writeState(id, { ...now, done: true, completionTime: new Date().toISOString(), ...outcome });
     record("execution", { job: s.phase, group: s.group, destination: s.destination, execution: s.execution, event: "finished" });
   };
   if (s.fault === "crash") {
     // What a task killed without a word looks like: the execution failed, no failure report.
+    setTasks("failed");
     finish({ error: { code: 2, message: `The execution ${s.execution} failed: task 0 was terminated (injected)` } });
     return;
   }
   if (s.fault === "hang") {
+    setTasks("running");
+    await reportRunning(s); // a task that wrote its first progress record, then hung
     await sleep(HANG_LIMIT_MS); // never finishes on its own within any test; bounded all the same
     finish({ error: { code: 4, message: `The execution ${s.execution} hung (injected) and gave up` } });
     return;
   }
-  const failed = await runTasks(s.phase, s.env, s.taskCount, s.execution);
+  // Per-task state, so that executions.get counts running tasks (started and not finished).
+  const failed = await runTasks(s.phase, s.env, s.taskCount, s.execution, (child, task) => {
+    setTask(task, "running");
+    child.on("close", (code) => setTask(task, code === 0 ? "succeeded" : "failed"));
+  });
   if (failed > 0) finish({ error: { code: 2, message: `The execution ${s.execution} failed: ${failed} of ${s.taskCount} tasks failed` } });
   else
     finish({
@@ -202,7 +250,7 @@ async function execute(id) {
     });
 }
 
-const idOf = (name) => name.split("/").at(-1);
+const idOf = runState.idOf;
 
 // googleapis.run.v2.projects.locations.operations.get
 async function getOperation(args) {
@@ -227,15 +275,6 @@ async function getOperation(args) {
   }
 }
 
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 // googleapis.run.v2.projects.locations.jobs.executions.cancel (the connector waits until it is cancelled)
 async function cancelExecution(args) {
   const id = idOf(args.name);
@@ -244,27 +283,14 @@ async function cancelExecution(args) {
     fail({ message: `HTTP server responded with error code 404: execution ${args.name} not found`, code: 404, tags: ["HttpError"] });
   if (s.done)
     fail({ message: "HTTP server responded with error code 400: the execution has already finished", code: 400, tags: ["HttpError"] });
-  // The runner writes its pid as it starts; give it a moment if the cancel comes first.
-  let pid = s.runnerPid;
-  for (let i = 0; pid === undefined && i < 50; i++) {
-    await sleep(20);
-    pid = readState(id)?.runnerPid;
-  }
-  if (pid !== undefined) {
-    try {
-      process.kill(-pid, "SIGKILL"); // the runner and its tasks: one process group
-    } catch {}
-    while (alive(pid)) await sleep(20);
-  }
-  const cancelled = { ...readState(id), done: true, error: { code: 1, message: `The execution ${s.execution} was cancelled` } };
-  writeState(id, cancelled);
+  const cancelled = await runState.killExecution(STATE_DIR, id); // shared with run-api.mjs
   record("googleapis.run.v2.projects.locations.jobs.executions.cancel", {
     job: s.phase,
     group: s.group,
     destination: s.destination,
     execution: s.execution,
   });
-  return executionResource(s, { succeeded: 0, failed: 0, cancelled: s.taskCount });
+  return executionResource(cancelled);
 }
 
 // ------------------------------------------------------------------------------------------ Cloud Storage

@@ -1,10 +1,10 @@
-// What terraform deploys, for the end-to-end test: the function's environment_variables and the workflow's
-// user_env_vars, evaluated by the real terraform from the files in terraform/ for the example root's
+// What terraform deploys, for the end-to-end test: the function's environment_variables, the workflow's
+// user_env_vars and each Cloud Run job's static env (jobs.tf: its dynamic "env" block's for_each), evaluated by the real terraform from the files in terraform/ for the example root's
 // defaults (plus the tfvars a test gives), never retyped here. So a default the code rejects fails a test.
 //
 // How: the example's `module "orbax2reg"` block (read with hcl2json) calls a scratch copy of the module
 // made of its variables.tf and main.tf (variables and locals only: no resources, so no provider is needed)
-// plus outputs holding the two maps' expressions exactly as written. The few resource attributes those
+// plus jobs.tf's locals and outputs holding the maps' expressions exactly as written. The few resource attributes those
 // maps reference are replaced by the values the google provider gives them (documented id formats).
 import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -30,6 +30,8 @@ const PROVIDER_VALUES: Record<string, string> = {
   "google_cloud_run_v2_job.plan.name": "local.names.plan_job",
   "google_cloud_run_v2_job.convert_group.name": "local.names.group_job",
   "google_cloud_run_v2_job.finalize.name": "local.names.finalize_job",
+  // google_artifact_registry_repository: repository_id is the configured id (jobs.tf's image local)
+  "google_artifact_registry_repository.images.repository_id": "var.artifact_repository_id",
 };
 
 export interface Deployed {
@@ -39,16 +41,22 @@ export interface Deployed {
   readonly workflowEnv: Record<string, string>;
   /** The workflow's name (its id's last segment). */
   readonly workflowName: string;
+  /** Each job's static env by phase (plan, convert-group, finalize), under the workflow's per-execution overrides. */
+  readonly jobEnv: Record<string, Record<string, string>>;
 }
 
 type Obj = Record<string, unknown>;
 const block = async (file: string): Promise<Obj> => (await parse(file, readFileSync(file, "utf8"))) as Obj;
 const first = (v: unknown): Obj => (Array.isArray(v) ? v[0] : v) as Obj;
 
-/** Rewrites resource references in a map of "${...}" expressions into the provider's values. */
+/** Rewrites resource references in a map of "${...}" expressions (nested maps too) into the provider's values. */
 function substitute(map: Obj, where: string): Obj {
   const out: Obj = {};
   for (const [k, v] of Object.entries(map)) {
+    if (typeof v === "object" && v !== null && !Array.isArray(v)) {
+      out[k] = substitute(v as Obj, `${where}.${k}`);
+      continue;
+    }
     out[k] = String(v).replace(/\b(google_[a-z0-9_]+\.[a-z0-9_]+\.[a-z0-9_]+)\b/g, (ref) => {
       const value = PROVIDER_VALUES[ref];
       if (value === undefined) throw new Error(`${where}.${k} references ${ref}: add its provider value to test/e2e/deployed.ts`);
@@ -67,6 +75,19 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
   const wf = first(first(first((await block(`${MODULE}/workflow.tf`)).resource as Obj).google_workflows_workflow).convert);
   const workflowEnv = first(wf.user_env_vars);
   const moduleCall = first(first((await block(`${EXAMPLE}/main.tf`)).module as Obj).orbax2reg);
+  // Each job's env is its container's dynamic "env" for_each, over jobs.tf's locals; its phase is its second arg.
+  const jobsTf = await block(`${MODULE}/jobs.tf`);
+  const jobLocals: Obj = Object.assign({}, ...((jobsTf.locals ?? []) as Obj[]));
+  const jobs = first(first(jobsTf.resource as Obj).google_cloud_run_v2_job);
+  const jobEnvExpressions: Obj = {};
+  for (const [name, body] of Object.entries(jobs)) {
+    const container = first(first(first(first(body).template).template).containers);
+    const phase = (container.args as string[])[1];
+    const forEach = first(first(container.dynamic).env).for_each;
+    if (phase === undefined || forEach === undefined)
+      throw new Error(`jobs.tf: job ${name} has no phase argument or no dynamic "env" block`);
+    jobEnvExpressions[phase] = forEach;
+  }
 
   const dir = tempDir("deployed");
   mkdirSync(join(dir, "module"));
@@ -76,7 +97,9 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
   writeFileSync(
     join(dir, "module/probe.tf.json"),
     JSON.stringify({
+      locals: substitute(jobLocals, "jobs.tf locals"),
       output: {
+        job_env: { value: jobEnvExpressions },
         function_env: { value: substitute(functionEnv, "function.tf environment_variables") },
         workflow_env: { value: substitute(workflowEnv, "workflow.tf user_env_vars") },
         workflow_name: { value: `\${local.names.workflow}` },
@@ -87,7 +110,9 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
     join(dir, "main.tf.json"),
     JSON.stringify({
       module: { orbax2reg: { ...moduleCall, source: "./module" } },
-      output: Object.fromEntries(["function_env", "workflow_env", "workflow_name"].map((o) => [o, { value: `\${module.orbax2reg.${o}}` }])),
+      output: Object.fromEntries(
+        ["function_env", "workflow_env", "workflow_name", "job_env"].map((o) => [o, { value: `\${module.orbax2reg.${o}}` }]),
+      ),
     }),
   );
   writeFileSync(join(dir, "test.tfvars.json"), JSON.stringify(tfvars));
@@ -100,6 +125,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
     functionEnv: values.function_env as Record<string, string>,
     workflowEnv: values.workflow_env as Record<string, string>,
     workflowName: values.workflow_name as string,
+    jobEnv: values.job_env as Record<string, Record<string, string>>,
   };
 }
 

@@ -1,6 +1,7 @@
 // Starts the local stand-ins of the end-to-end test on loopback: the Pub/Sub emulator, the Workflows
-// emulator and the trigger function under the real functions-framework. (fake-gcs-server is started by the
-// global setup for every test file.) All are installed by scripts/install.sh.
+// emulator, the Cloud Run Admin API stand-in and the trigger function under the real functions-framework.
+// (fake-gcs-server is started by the global setup for every test file.) All are installed by scripts/install.sh.
+import { fileURLToPath } from "node:url";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
 
 /** Google's pstest in-memory Pub/Sub server (tools/pubsub-emulator). */
@@ -39,4 +40,14 @@ export async function startFunction(env: NodeJS.ProcessEnv, logFile: string): Pr
   const args = ["--target=onCheckpointFinalized", "--signature-type=cloudevent", `--port=${port}`, "--host=127.0.0.1"];
   args.push("--source=dist/functions/index.js");
   return serve("functions-framework", bin, args, port, { env, logFile });
+}
+
+/**
+ * The Cloud Run Admin API stand-in (test/e2e/run-api.mjs): executions.get and executions.cancel of the job
+ * executions connector-hook.mjs runs, read from their state directory (its E2E_RUN_STATE).
+ */
+export async function startRunApi(stateDir: string, logFile: string): Promise<Running> {
+  const port = await freePort();
+  const script = fileURLToPath(new URL("./run-api.mjs", import.meta.url));
+  return serve("Run Admin API stand-in", process.execPath, [script, "--state-dir", stateDir, "--port", String(port)], port, { logFile });
 }

@@ -81,6 +81,8 @@ beforeAll(async () => {
         E2E_HOOK_LOG: join(work, "hooks.jsonl"),
         E2E_JOB_LOG: join(work, "jobs.jsonl"),
         E2E_FAULTS: join(work, "faults.json"),
+        // The jobs' own environment as jobs.tf deploys it (the workflow's overrides win over it).
+        E2E_JOB_ENV: JSON.stringify(deployed.jobEnv),
       },
     },
     join(work, "workflows.log"),

@@ -2,7 +2,16 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
-import { type FailureReport, failureKey, failuresPrefix, type PlanSummary, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
+import {
+  type FailureReport,
+  failureKey,
+  failuresPrefix,
+  type PlanSummary,
+  PROGRESS_PREFIX,
+  type ProgressRecord,
+  progressKey,
+  SUMMARY_KEY,
+} from "../../src/cloud/job-reports.js";
 import { jsonLogger } from "../../src/cloud/log.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 
@@ -141,5 +150,128 @@ describe("the job entry point", () => {
   test("log lines are single-line JSON with severity, message and the phase's fields", async () => {
     await runJob("plan", env(), log());
     expect(lines.at(-1)).toMatchObject({ severity: "INFO", message: "plan written", phase: "plan", step: 100 });
+  });
+});
+
+describe("progress records", () => {
+  /** Every record a run writes, in order, with its key relative to the step. */
+  const watch = () => {
+    const seen: { key: string; record: ProgressRecord }[] = [];
+    const options = {
+      progressEveryMs: 0,
+      onProgress: (key: string, record: ProgressRecord) => seen.push({ key: key.slice(tiny.stepDir.length + 1), record }),
+    };
+    return { seen, options };
+  };
+  const cloudRun = {
+    ORBAX2REG_PROJECT: "p1",
+    ORBAX2REG_REGION: "europe-west4",
+    CLOUD_RUN_JOB: "orbax2reg-convert-group",
+    CLOUD_RUN_EXECUTION: "orbax2reg-convert-group-x7k2p",
+  };
+
+  test("keys name the phase, and the group and task of a convert-group task", () => {
+    expect(progressKey("plan", null, 0)).toBe(".orbax2reg/progress/plan.json");
+    expect(progressKey("convert-group", 3, 1)).toBe(".orbax2reg/progress/group-3.task-1.json");
+    expect(progressKey("finalize", null, 0)).toBe(".orbax2reg/progress/finalize.json");
+    expect(() => progressKey("convert-group", null, 0)).toThrow(/needs a group/);
+    expect(PROGRESS_PREFIX).toBe(".orbax2reg/progress/");
+  });
+
+  test("a convert-group task's record goes from running to succeeded, counting objects and bytes", async () => {
+    expect(await runJob("plan", env({ ORBAX2REG_GROUPS: "2" }), log())).toBe(0);
+    const { seen, options } = watch();
+    const task = env({ ORBAX2REG_GROUP: "1", ORBAX2REG_ATTEMPT: "g1", ORBAX2REG_EXECUTION: "wf-exec-1", ...cloudRun });
+    expect(await runJob("convert-group", task, log(), options)).toBe(0);
+
+    expect(new Set(seen.map((s) => s.key))).toEqual(new Set([progressKey("convert-group", 1, 0)]));
+    const states = seen.map((s) => s.record.state);
+    expect(states[0]).toBe("running");
+    expect(states.at(-1)).toBe("succeeded");
+    expect(states.slice(0, -1).every((s) => s === "running")).toBe(true);
+    expect(seen.length).toBeGreaterThan(2); // written while copying, not only at start and end
+    const done = seen.map((s) => s.record.bytesDone);
+    expect(done).toEqual([...done].sort((a, b) => a - b));
+
+    const last = readJson<ProgressRecord>(progressKey("convert-group", 1, 0));
+    expect(last).toEqual(seen.at(-1)?.record);
+    expect(last).toMatchObject({
+      phase: "convert-group",
+      group: 1,
+      task: 0,
+      taskCount: 1,
+      attempt: "g1",
+      workflowExecution: "wf-exec-1",
+      state: "succeeded",
+      error: null,
+    });
+    expect(last.objects).toBeGreaterThan(0);
+    expect(last.objectsDone).toBe(last.objects);
+    expect(last.bytesDone).toBeGreaterThan(0);
+    expect(last.bytes).toBe(last.bytesDone);
+    expect(Date.parse(last.updatedAt)).toBeGreaterThanOrEqual(Date.parse(last.startedAt));
+  });
+
+  test("plan and finalize write a record as they start and as they end", async () => {
+    const plan = watch();
+    expect(await runJob("plan", env({ ORBAX2REG_GROUPS: "1" }), log(), plan.options)).toBe(0);
+    expect(plan.seen.map((s) => [s.key, s.record.state])).toEqual([
+      [progressKey("plan", null, 0), "running"],
+      [progressKey("plan", null, 0), "succeeded"],
+    ]);
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0" }), log())).toBe(0);
+    const finalize = watch();
+    expect(await runJob("finalize", env(), log(), finalize.options)).toBe(0);
+    expect(finalize.seen.map((s) => s.record.state)).toEqual(["running", "succeeded"]);
+    expect(readJson<ProgressRecord>(progressKey("finalize", null, 0))).toMatchObject({
+      phase: "finalize",
+      group: null,
+      state: "succeeded",
+    });
+  });
+
+  test("a failed task's record says failed, with the error's one line; the failure report is written as before", async () => {
+    expect(await runJob("plan", env(), log())).toBe(0);
+    const { seen, options } = watch();
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "7", ORBAX2REG_ATTEMPT: "f1" }), log(), options)).toBe(2);
+    expect(seen.map((s) => s.record.state)).toEqual(["running", "failed"]);
+    const record = readJson<ProgressRecord>(progressKey("convert-group", 7, 0));
+    expect(record.state).toBe("failed");
+    expect(record.error).toMatch(/group 7 does not exist/);
+    expect(record.error).not.toMatch(/\n/);
+    expect(reportsOf("f1")).toEqual(["permanent.task-0.attempt-0.json"]);
+  });
+
+  test("the record names the full Cloud Run execution when project, region, job and execution are all known", async () => {
+    expect(await runJob("plan", env(), log())).toBe(0);
+    expect(
+      await runJob(
+        "convert-group",
+        env({ ORBAX2REG_GROUP: "0", CLOUD_RUN_TASK_INDEX: "0", CLOUD_RUN_TASK_COUNT: "2", ...cloudRun }),
+        log(),
+      ),
+    ).toBe(0);
+    expect(readJson<ProgressRecord>(progressKey("convert-group", 0, 0))).toMatchObject({
+      taskCount: 2,
+      execution: "projects/p1/locations/europe-west4/jobs/orbax2reg-convert-group/executions/orbax2reg-convert-group-x7k2p",
+    });
+    const { ORBAX2REG_REGION: _, ...noRegion } = cloudRun;
+    expect(
+      await runJob(
+        "convert-group",
+        env({ ORBAX2REG_GROUP: "0", CLOUD_RUN_TASK_INDEX: "1", CLOUD_RUN_TASK_COUNT: "2", ...noRegion }),
+        log(),
+      ),
+    ).toBe(0);
+    expect(readJson<ProgressRecord>(progressKey("convert-group", 0, 1)).execution).toBeNull();
+  });
+
+  test("a progress record that cannot be written is logged and does not fail the job", async () => {
+    // A file where the progress directory should be: every progress write fails.
+    mkdirSync(join(destination, tiny.stepDir, ".orbax2reg"), { recursive: true });
+    writeFileSync(join(destination, tiny.stepDir, PROGRESS_PREFIX.slice(0, -1)), "");
+    expect(await runJob("plan", env(), log())).toBe(0);
+    expect(readJson<PlanSummary>(SUMMARY_KEY).committed).toBe(false);
+    expect(lines.filter((l) => l.severity === "WARNING").map((l) => l.message)).toContain("could not write the progress record");
   });
 });

@@ -7,6 +7,7 @@
 import { copyFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
+import { deployedSettings } from "../e2e/deployed.js";
 import { applyForOutputs, TERRAFORM_VERSION, terraform } from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -101,6 +102,11 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     ["function_build_service_account", "projects/my-project/serviceAccounts/no-email"],
     ["function_timeout_seconds", "541"],
     ["destination_bucket", "gs://regular"],
+    ["convert_every_n_steps", "0"],
+    ["convert_every_n_steps", "2.5"],
+    ["keep_last_n", "-1"],
+    ["keep_last_n", "1.5"],
+    ["keep_every_n_steps", "-1000"],
   ])("validation rejects %s = %s", (name, value) => {
     const r = evaluate({ [name]: value });
     expect(r.code, r.out).not.toBe(0);
@@ -156,5 +162,33 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     const ok = evaluate({ destination_template: "gs://other/{root}", destination_bucket: "other" });
     expect(ok.locals.destination_bucket).toBe("other");
     expect(ok.locals.destination_matches_template).toBe(true);
+  });
+});
+
+describe("step selection and retention, as the example root deploys them (test/e2e/deployed.ts)", () => {
+  const TFVARS = { project_id: "my-project", checkpoint_bucket: "ckpts", function_source_bucket: "src-bucket" };
+
+  test("by default: every step converted, no retention variable on the finalize job, project and region on every job", async () => {
+    const d = await deployedSettings(TFVARS);
+    expect(d.functionEnv.ORBAX2REG_CONVERT_EVERY_N_STEPS).toBe("1");
+    const location = { ORBAX2REG_PROJECT: "my-project", ORBAX2REG_REGION: "us-central1" };
+    expect(d.jobEnv).toEqual({
+      plan: location,
+      "convert-group": location,
+      finalize: { ...location, ORBAX2REG_EVENTS_TOPIC: "projects/my-project/topics/orbax2reg-events" },
+    });
+  });
+
+  test("convert_every_n_steps, keep_last_n and keep_every_n_steps reach the function and the finalize job", async () => {
+    const d = await deployedSettings({ ...TFVARS, convert_every_n_steps: 1000, keep_last_n: 2, keep_every_n_steps: 3000 });
+    expect(d.functionEnv.ORBAX2REG_CONVERT_EVERY_N_STEPS).toBe("1000");
+    expect(d.jobEnv.finalize).toMatchObject({ ORBAX2REG_KEEP_LAST_N: "2", ORBAX2REG_KEEP_EVERY_N_STEPS: "3000" });
+    expect(d.jobEnv.plan).not.toHaveProperty("ORBAX2REG_KEEP_LAST_N");
+  });
+
+  test("a rule left null is not set at all (the job reads unset as off)", async () => {
+    const d = await deployedSettings({ ...TFVARS, keep_last_n: 5 });
+    expect(d.jobEnv.finalize?.ORBAX2REG_KEEP_LAST_N).toBe("5");
+    expect(d.jobEnv.finalize).not.toHaveProperty("ORBAX2REG_KEEP_EVERY_N_STEPS");
   });
 });

@@ -102,9 +102,9 @@ describe.skipIf(!present)(
       });
 
       test("creates everything and nothing else", () => {
-        // 11 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 24 resources, and 19 grants:
-        // GCS agent 1, trigger 2, function 4, workflow 7 (3 jobs), jobs 2, build 3.
-        expect(summary).toBe("Plan: 43 to add, 0 to change, 0 to destroy.");
+        // 11 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 24 resources, and 20 grants:
+        // GCS agent 1, trigger 2, function 4, workflow 7 (3 jobs), jobs 3, build 3.
+        expect(summary).toBe("Plan: 44 to add, 0 to change, 0 to destroy.");
         expect(changes.every((c) => c.change.actions.join() === "create" || c.change.actions.join() === "read")).toBe(true);
       });
 
@@ -147,6 +147,7 @@ describe.skipIf(!present)(
           "google_project_iam_member.workflow_log_writer": "roles/logging.logWriter",
           "google_storage_bucket_iam_member.jobs_checkpoint_object_viewer": "roles/storage.objectViewer",
           "google_storage_bucket_iam_member.jobs_destination_object_user": "roles/storage.objectUser",
+          "google_pubsub_topic_iam_member.jobs_events_publisher": "roles/pubsub.publisher",
           "google_project_iam_member.build_log_writer[0]": "roles/logging.logWriter",
           "google_artifact_registry_repository_iam_member.build_writes_function_images[0]": "roles/artifactregistry.writer",
           // The project number is read at apply, so the condition is only known then.
@@ -178,7 +179,7 @@ describe.skipIf(!present)(
         function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
         pubsub_agent_token_creator: "true",
       });
-      expect(summary).toBe("Plan: 40 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 41 to add, 0 to change, 0 to destroy.");
       const addresses = changes.map((c) => c.address);
       expect(addresses.filter((a) => a.includes(".build"))).toEqual([]);
       expect(after(changes, "google_project_iam_member.pubsub_agent_token_creator[0]").role).toBe("roles/iam.serviceAccountTokenCreator");

@@ -193,7 +193,15 @@ describe("Cloud Function", () => {
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
       ORBAX2REG_CLAIM_LEASE_SECONDS: ex("tostring(var.function_timeout_seconds + 60)"),
+      ORBAX2REG_CONVERT_EVERY_N_STEPS: ex("tostring(var.convert_every_n_steps)"),
     });
+  });
+
+  test("converts every step by default (convert_every_n_steps = 1, never null)", () => {
+    const v = mod.variable.convert_every_n_steps;
+    expect(v?.default).toBe(1);
+    expect(v?.type).toBe(ex("number"));
+    expect(v?.nullable).toBe(false);
   });
 
   test("defaults: watch the whole bucket, write next to the root, 8 groups", () => {
@@ -325,6 +333,40 @@ describe("Cloud Run jobs", () => {
     expect(mod.variable.max_retries?.default).toBe(3);
   });
 
+  test("each job's environment is its entry of local.job_env: job_env under the module's own variables", () => {
+    for (const [name, phase] of Object.entries(JOBS)) {
+      const env = at(container(name), "dynamic", "env", 0);
+      expect(at(env, "for_each"), name).toBe(ex(`local.job_env["${phase}"]`));
+      expect(at(env, "content", 0), name).toEqual({ name: ex("env.key"), value: ex("env.value") });
+    }
+    expect(mod.locals.job_env).toEqual({
+      plan: ex("merge(var.job_env, local.job_location_env)"),
+      "convert-group": ex("merge(var.job_env, local.job_location_env)"),
+      finalize: ex("merge(var.job_env, local.job_location_env, local.finalize_env)"),
+    });
+  });
+
+  test("every job gets ORBAX2REG_PROJECT and ORBAX2REG_REGION", () => {
+    expect(mod.locals.job_location_env).toEqual({ ORBAX2REG_PROJECT: ex("var.project_id"), ORBAX2REG_REGION: ex("var.region") });
+  });
+
+  test("finalize gets the events topic and the retention variables that are set", () => {
+    const finalize = bare(mod.locals.finalize_env);
+    expect(finalize).toContain("ORBAX2REG_EVENTS_TOPIC = google_pubsub_topic.events.id");
+    expect(finalize).toMatch(/ORBAX2REG_KEEP_LAST_N\s+= var\.keep_last_n/);
+    expect(finalize).toMatch(/ORBAX2REG_KEEP_EVERY_N_STEPS = var\.keep_every_n_steps/);
+    expect(finalize).toContain("if value != null");
+  });
+
+  test("retention is off by default: keep_last_n and keep_every_n_steps default to null", () => {
+    for (const name of ["keep_last_n", "keep_every_n_steps"]) {
+      const v = mod.variable[name];
+      expect(v?.type, name).toBe(ex("number"));
+      expect(v && "default" in v && v.default === null, name).toBe(true);
+      expect(String(v?.description), name).toContain("axlearn/common/checkpointer.py");
+    }
+  });
+
   test("deletion_protection follows the deletion_protection variable (default true) on the jobs and the workflow", () => {
     expect(mod.variable.deletion_protection?.default).toBe(true);
     for (const name of Object.keys(JOBS)) {
@@ -373,7 +415,11 @@ describe("IAM", () => {
       "roles/run.viewer @ project",
       "roles/storage.objectViewer @ bucket local.destination_bucket",
     ],
-    jobs: ["roles/storage.objectUser @ bucket local.destination_bucket", "roles/storage.objectViewer @ bucket var.checkpoint_bucket"],
+    jobs: [
+      "roles/pubsub.publisher @ topic google_pubsub_topic.events",
+      "roles/storage.objectUser @ bucket local.destination_bucket",
+      "roles/storage.objectViewer @ bucket var.checkpoint_bucket",
+    ],
     build: [
       "roles/artifactregistry.writer @ repository google_artifact_registry_repository.function_builds",
       "roles/logging.logWriter @ project",
@@ -609,6 +655,13 @@ describe("documentation", () => {
     for (const name of [...Object.keys(mod.variable), ...Object.keys(mod.output)]) expect(readme, name).toContain(`| \`${name}\` |`);
   });
 
+  test("the module and the example output the destination template and the group count (the CLI reads them)", () => {
+    expect(mod.output.destination_template?.value).toBe(ex("var.destination_template"));
+    expect(mod.output.groups?.value).toBe(ex("var.groups"));
+    expect(example.output.destination_template?.value).toBe(ex("module.orbax2reg.destination_template"));
+    expect(example.output.groups?.value).toBe(ex("module.orbax2reg.groups"));
+  });
+
   test("the module's outputs name what it created", () => {
     expect(Object.keys(mod.output)).toEqual(
       expect.arrayContaining([
@@ -639,6 +692,14 @@ describe("example root", () => {
     for (const name of required) expect(m, name).toHaveProperty(name);
     const known = new Set([...Object.keys(mod.variable), "source", "version", "providers", "depends_on", "count", "for_each"]);
     for (const arg of Object.keys(m ?? {})) expect(known.has(arg), `unknown module argument ${arg}`).toBe(true);
+  });
+
+  test("passes the step selection and retention variables through", () => {
+    const m = example.module.orbax2reg;
+    for (const name of ["convert_every_n_steps", "keep_last_n", "keep_every_n_steps"]) {
+      expect(m?.[name], name).toBe(ex(`var.${name}`));
+      expect(example.variable[name]?.default, name).toBe(mod.variable[name]?.default);
+    }
   });
 
   test("terraform.tfvars.example sets every example variable without a default", () => {

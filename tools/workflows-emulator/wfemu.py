@@ -16,6 +16,8 @@ requirements.txt) and adds what that package lacks for this project:
   --backoff-scale (0 in tests = no sleeping);
 * per-execution GOOGLE_CLOUD_* built-in variables and `--env KEY=VALUE` user variables
   for `sys.get_env`;
+* `:cancel` that stops the execution: its thread stops at the next step, connector call (the running hook
+  is killed) or sys.sleep, beyond the reach of try/except, and starts no further hook;
 * a strict standard library: only the functions and argument types Google documents (int(5)
   raises TypeError, as in the cloud), documented connector_params only; sys.sleep is scaled by
   --backoff-scale like retry delays.
@@ -69,6 +71,43 @@ def _get_env(name, default=None):
 
 
 sys_utils.get_env = _get_env
+
+# ---------------------------------------------------------------- cancellation
+_CANCEL: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("wfemu_cancel", default=None)
+
+
+class ExecutionCancelled(BaseException):
+    """Stops a cancelled execution's thread (and its parallel branches) at the next step boundary, connector
+    call or sleep. A BaseException on purpose: the workflow's try/except and retry catch only WorkflowError,
+    and the package maps only Exception subclasses to workflow errors, so no step can catch it, as a
+    cancelled execution never runs on in Google either
+    (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/cancel)."""
+
+
+def _check_cancelled():
+    event = _CANCEL.get()
+    if event is not None and event.is_set():
+        raise ExecutionCancelled()
+
+
+def _wait(seconds):
+    """time.sleep that ends at once, raising ExecutionCancelled, when the execution is cancelled."""
+    event = _CANCEL.get()
+    if event is None:
+        time.sleep(seconds)
+    elif event.wait(seconds):
+        raise ExecutionCancelled()
+
+
+_pkg_execute_step = wf.execute_step
+
+
+def _execute_step(step_id, config, context):
+    _check_cancelled()
+    return _pkg_execute_step(step_id, config, context)
+
+
+wf.execute_step = _execute_step  # every step, nested ones and parallel branches included, starts here
 
 # ---------------------------------------------------------------- stdlib gaps / fixes
 import urllib.parse as _up  # noqa: E402
@@ -234,7 +273,7 @@ def _map_get(obj, keys):
 def _sleep(seconds):
     if seconds < 0:
         raise ValueError("sys.sleep: negative duration")
-    time.sleep(seconds * BACKOFF_SCALE)  # like retry backoff: --backoff-scale 0 makes polling loops instant
+    _wait(seconds * BACKOFF_SCALE)  # like retry backoff: --backoff-scale 0 makes polling loops instant
 
 
 def _namespace(**functions):
@@ -392,14 +431,31 @@ def run_connector(rendered_step):
     env.update(_EXEC_ENV.get())
     env["WFEMU_CONNECTOR"] = name
     payload = {"connector": name, "args": _plain(rendered_step.get("args", {}))}
-    try:
-        proc = subprocess.run(spec["command"], input=json.dumps(payload), capture_output=True, text=True,
-                              cwd=spec.get("cwd", _HOOKS_DIR), env=env, timeout=spec["timeout"])
-    except subprocess.TimeoutExpired:
-        _raise(f"{name}: hook timed out after {spec['timeout']}s", ["TimeoutError"])
-    if proc.stderr:
-        sys.stderr.write(proc.stderr)
-    out = proc.stdout.strip()
+    _check_cancelled()  # a cancelled execution starts no further hook
+    proc = subprocess.Popen(spec["command"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=spec.get("cwd", _HOOKS_DIR), env=env)
+    deadline = time.monotonic() + spec["timeout"]
+    event = _CANCEL.get()
+    stdin = json.dumps(payload)
+    while True:
+        try:
+            stdout, stderr = proc.communicate(stdin, timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            stdin = None  # sent already; communicate() refuses it a second time
+            # Only the hook is stopped: what it started on "Cloud Run" runs on, as a job execution outlives a
+            # cancelled workflow.
+            if event is not None and event.is_set():
+                proc.kill()
+                proc.communicate()
+                raise ExecutionCancelled()
+            if time.monotonic() >= deadline:
+                proc.kill()
+                proc.communicate()
+                _raise(f"{name}: hook timed out after {spec['timeout']}s", ["TimeoutError"])
+    if stderr:
+        sys.stderr.write(stderr)
+    out = stdout.strip()
     if proc.returncode == 0:
         if not out:
             return None
@@ -449,7 +505,7 @@ def _retry_execute(self):
                                             context=wf.keep_only_subworkflows(context))
                 if not ok:
                     break
-            time.sleep(min(delay, max_delay) * BACKOFF_SCALE)
+            _wait(min(delay, max_delay) * BACKOFF_SCALE)
             delay *= mult
     if "except" in step:
         context[step["except"]["as"]] = last.payload.to_dict() if hasattr(last.payload, "to_dict") else last.payload
@@ -553,6 +609,7 @@ PROJECT = "test-project"
 LOCATION = "us-central1"
 WORKFLOWS_DIR = "."
 _EXECUTIONS: dict[str, dict] = {}
+_CANCEL_EVENTS: dict[str, threading.Event] = {}  # set by :cancel; the execution's thread stops at its next step
 _LOCK = threading.Lock()
 # Faults for the next createExecution calls (POST /_emulator/faults), for the trigger's crash tests:
 # "fail-before-create" answers 503 and creates nothing; "fail-after-create" creates the execution and
@@ -605,17 +662,23 @@ def _error_payload(err: BaseException) -> dict:
     return _plain(payload)
 
 
-def _run(execution: dict, config: dict, params: dict, env: dict):
+def _run(execution: dict, config: dict, params: dict, env: dict, cancel: threading.Event):
     _EXEC_ENV.set(env)
+    _CANCEL.set(cancel)
     t0 = time.time()
     try:
         result = wf.execute_workflow(config, params)
         update = {"state": "SUCCEEDED", "result": json.dumps(_plain(result))}
+    except ExecutionCancelled:
+        log.info("execution %s stopped: cancelled", execution["name"])
+        return  # the cancel request set CANCELLED and endTime
     except BaseException as err:  # noqa: BLE001 - every failure becomes a FAILED execution
         log.warning("execution %s failed: %s", execution["name"], err)
         update = {"state": "FAILED",
                   "error": {"payload": json.dumps(_error_payload(err)), "context": f"{err.__class__.__name__}: {err}"}}
     with _LOCK:
+        if execution["state"] == "CANCELLED":
+            return  # cancelled just as it finished: it stays cancelled
         execution.update(update)
         execution["endTime"] = _now()
         execution["duration"] = f"{time.time() - t0:.6f}s"
@@ -658,10 +721,12 @@ def create_execution(project, location, wid, body):
     env = {"GOOGLE_CLOUD_PROJECT_ID": project, "GOOGLE_CLOUD_LOCATION": location,
            "GOOGLE_CLOUD_WORKFLOW_ID": wid, "GOOGLE_CLOUD_WORKFLOW_REVISION_ID": revision,
            "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": exec_id}
+    cancel = threading.Event()
     with _LOCK:
         _EXECUTIONS[name] = execution
+        _CANCEL_EVENTS[name] = cancel
         snapshot = copy.deepcopy(execution)
-    threading.Thread(target=contextvars.Context().run, args=(_run, execution, config, params, env), daemon=True).start()
+    threading.Thread(target=contextvars.Context().run, args=(_run, execution, config, params, env, cancel), daemon=True).start()
     return 200, snapshot
 
 
@@ -742,11 +807,12 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(503, {"error": {"code": 503, "status": "UNAVAILABLE", "message": "injected: execution created, answer lost"}})
             return self._send(code, created)
         m = _RE_EXEC.match(path)
-        if m and m.group(2):  # best effort: the worker thread keeps running, the state says CANCELLED
+        if m and m.group(2):  # CANCELLED at once; the workflow's thread stops at its next step, call or sleep
             with _LOCK:
                 ex = _EXECUTIONS.get(m.group(1))
                 if ex and ex["state"] == "ACTIVE":
                     ex.update(state="CANCELLED", endTime=_now())
+                    _CANCEL_EVENTS[m.group(1)].set()
                 out = copy.deepcopy(ex)
             return self._send(200, out) if out else self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": "execution not found"}})
         return self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": path}})

@@ -36,6 +36,11 @@ module "orbax2reg" {
   destination_bucket   = var.destination_bucket
   destination_template = var.destination_template
 
+  # Which steps are converted, and how many converted steps are kept (default: every step, all kept).
+  convert_every_n_steps = var.convert_every_n_steps
+  keep_last_n           = var.keep_last_n
+  keep_every_n_steps    = var.keep_every_n_steps
+
   function_source_bucket = var.function_source_bucket
   # One of the two: a CI-uploaded object wins over the local zip.
   function_source_zip    = var.function_source_object == null ? var.function_source_zip : null

@@ -17,6 +17,16 @@ output "job_names" {
   }
 }
 
+output "destination_template" {
+  description = "Destination root template of the converted steps ({bucket}, {root}, {step}); the CLI reads it."
+  value       = module.orbax2reg.destination_template
+}
+
+output "groups" {
+  description = "Number of groups a checkpoint is split into; the CLI reads it."
+  value       = module.orbax2reg.groups
+}
+
 output "events_topic_id" {
   description = "Pub/Sub topic with the pipeline's events; subscribe to it to follow conversions."
   value       = module.orbax2reg.events_topic_id

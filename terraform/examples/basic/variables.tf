@@ -32,6 +32,24 @@ variable "destination_template" {
   default     = "gs://{bucket}/{root}/regular"
 }
 
+variable "convert_every_n_steps" {
+  description = "Convert only steps whose number is divisible by this; 1 converts every step."
+  type        = number
+  default     = 1
+}
+
+variable "keep_last_n" {
+  description = "Keep the newest N converted steps (AXLearn's keep_last_n); null keeps every step unless keep_every_n_steps is set."
+  type        = number
+  default     = null
+}
+
+variable "keep_every_n_steps" {
+  description = "Of the older converted steps, keep one at least every N steps (AXLearn's keep_every_n_steps); null turns the rule off."
+  type        = number
+  default     = null
+}
+
 variable "function_source_bucket" {
   description = "Existing bucket for the function's source zip."
   type        = string

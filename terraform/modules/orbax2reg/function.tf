@@ -73,6 +73,8 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
       ORBAX2REG_DESTINATION_TEMPLATE = var.destination_template
       ORBAX2REG_EVENTS_TOPIC         = google_pubsub_topic.events.id
       ORBAX2REG_GROUPS               = tostring(var.groups)
+      # Only steps divisible by this are converted.
+      ORBAX2REG_CONVERT_EVERY_N_STEPS = tostring(var.convert_every_n_steps)
       # A claim whose delivery died (no execution recorded in it) may be taken over after this long; it must exceed
       # the function's timeout, so that a live delivery never loses its claim.
       ORBAX2REG_CLAIM_LEASE_SECONDS = tostring(var.function_timeout_seconds + 60)

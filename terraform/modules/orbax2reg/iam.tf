@@ -279,10 +279,13 @@ resource "google_storage_bucket_iam_member" "jobs_checkpoint_object_viewer" {
   member = "serviceAccount:${google_service_account.jobs.email}"
 }
 
-# Create, overwrite (resume, --force: overwriting needs storage.objects.delete too), read, list and delete (leftovers)
-# the objects of the regular checkpoints. Storage Object User does all that without Storage Object Admin's rights on
-# object ACLs; Storage Object Creator could neither read, overwrite nor delete.
+# Create, overwrite (resume, --force: overwriting needs storage.objects.delete too), read, list and delete (leftovers,
+# and the finalize job's retention: keep_last_n / keep_every_n_steps delete older converted steps) the objects of the
+# regular checkpoints. Storage Object User does all that without Storage Object Admin's rights on object ACLs (it holds
+# storage.objects.delete: Google names it the role for deleting objects through the API); Storage Object Creator
+# could neither read, overwrite nor delete.
 # https://cloud.google.com/storage/docs/access-control/iam-roles
+# https://cloud.google.com/storage/docs/deleting-objects
 resource "google_storage_bucket_iam_member" "jobs_destination_object_user" {
   bucket = local.destination_bucket
   role   = "roles/storage.objectUser"
@@ -294,6 +297,15 @@ resource "google_storage_bucket_iam_member" "jobs_destination_object_user" {
       error_message = "destination_template writes to bucket \"${local.template_bucket}\" but destination_bucket is \"${local.destination_bucket}\": set destination_bucket to the template's bucket (or leave it null with a gs://{bucket}/... template)."
     }
   }
+}
+
+# The finalize job announces each converted step its retention deletes (conversion.pruned), on the events topic only.
+# https://cloud.google.com/pubsub/docs/access-control
+resource "google_pubsub_topic_iam_member" "jobs_events_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.events.name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${google_service_account.jobs.email}"
 }
 
 # ---------------------------------------------------------------------------------------------------------------------

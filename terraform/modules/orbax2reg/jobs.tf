@@ -1,7 +1,8 @@
 # Three Cloud Run jobs running the same image, one per phase of the conversion: `node dist/jobs/main.js <phase>`.
 # The jobs read everything conversion-specific (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP,
 # ORBAX2REG_GROUP, ...) from environment variables the workflow sets per execution as container overrides; the
-# definitions here only fix the image, command, size, timeout, retries and identity.
+# definitions here fix the image, command, size, timeout, retries, identity and the static environment (local.job_env:
+# job_env, the project and region, and for finalize the retention policy and the events topic).
 #
 # deletion_protection: the provider refuses to destroy (or replace) a job while this is true. It defaults to true
 # here as in the provider; see the README for the two-step destroy.
@@ -9,6 +10,30 @@
 locals {
   # Default image: in the repository this module creates (referencing it makes the jobs wait for the repository).
   image = var.image != null ? var.image : "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.images.repository_id}/${local.names.image_package}:${var.image_tag}"
+
+  # Static environment of each job, under the workflow's per-execution overrides: Cloud Run merges a job's env with an
+  # execution's container overrides, the overrides winning.
+  # https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs/run#containeroverride
+  # Every job: where it runs (its code names its Cloud Run executions from these). These win over job_env.
+  job_location_env = {
+    ORBAX2REG_PROJECT = var.project_id
+    ORBAX2REG_REGION  = var.region
+  }
+  # finalize only: the retention policy (a rule left null is not set, i.e. off) and the topic for conversion.pruned.
+  finalize_env = merge(
+    { ORBAX2REG_EVENTS_TOPIC = google_pubsub_topic.events.id },
+    {
+      for name, value in {
+        ORBAX2REG_KEEP_LAST_N        = var.keep_last_n
+        ORBAX2REG_KEEP_EVERY_N_STEPS = var.keep_every_n_steps
+      } : name => tostring(value) if value != null
+    },
+  )
+  job_env = {
+    plan            = merge(var.job_env, local.job_location_env)
+    "convert-group" = merge(var.job_env, local.job_location_env)
+    finalize        = merge(var.job_env, local.job_location_env, local.finalize_env)
+  }
 }
 
 # Phase 1: list the Orbax step and write <destination>/step_XXXXXXXX/.orbax2reg/plan.json with the groups.
@@ -40,7 +65,7 @@ resource "google_cloud_run_v2_job" "plan" {
         }
 
         dynamic "env" {
-          for_each = var.job_env
+          for_each = local.job_env["plan"]
           content {
             name  = env.key
             value = env.value
@@ -90,7 +115,7 @@ resource "google_cloud_run_v2_job" "convert_group" {
         }
 
         dynamic "env" {
-          for_each = var.job_env
+          for_each = local.job_env["convert-group"]
           content {
             name  = env.key
             value = env.value
@@ -139,7 +164,7 @@ resource "google_cloud_run_v2_job" "finalize" {
         }
 
         dynamic "env" {
-          for_each = var.job_env
+          for_each = local.job_env["finalize"]
           content {
             name  = env.key
             value = env.value

@@ -87,6 +87,16 @@ output "destination_bucket" {
   value       = local.destination_bucket
 }
 
+output "destination_template" {
+  description = "Where a converted step goes: the destination root template, with {bucket}, {root} and {step} (ORBAX2REG_DESTINATION_TEMPLATE)."
+  value       = var.destination_template
+}
+
+output "groups" {
+  description = "Number of groups a checkpoint is split into (ORBAX2REG_GROUPS)."
+  value       = var.groups
+}
+
 output "trigger_region" {
   description = "Region of the function's Eventarc trigger (the checkpoint bucket's location)."
   value       = local.trigger_region

@@ -143,6 +143,44 @@ variable "max_parallel_groups" {
 }
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Step selection and retention (docs/events.md, "Step selection and retention")
+# ---------------------------------------------------------------------------------------------------------------------
+
+variable "convert_every_n_steps" {
+  description = "Convert only steps whose number is divisible by this (ORBAX2REG_CONVERT_EVERY_N_STEPS on the function); other steps are ignored. Step numbers, not a count of checkpoints: with 1000, steps 1000, 2000, ... are converted. 1 converts every step."
+  type        = number
+  default     = 1
+  nullable    = false
+
+  validation {
+    condition     = var.convert_every_n_steps >= 1 && var.convert_every_n_steps <= 99999999 && floor(var.convert_every_n_steps) == var.convert_every_n_steps
+    error_message = "convert_every_n_steps must be an integer from 1 to 99999999 (AXLearn steps are at most 8 digits)."
+  }
+}
+
+variable "keep_last_n" {
+  description = "After each conversion, keep the newest N converted steps in the destination root and delete older ones not kept by keep_every_n_steps (ORBAX2REG_KEEP_LAST_N on the finalize job). Means what AXLearn's Checkpointer.Config.keep_last_n means for its garbage collection (axlearn/common/checkpointer.py). Only steps this tool converted (with its .orbax2reg/ record and an index) are counted or deleted, never the step just written. null or 0: this rule is off; with keep_every_n_steps also null, everything is kept (the default)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.keep_last_n == null ? true : try(var.keep_last_n >= 0 && var.keep_last_n <= 99999999 && floor(var.keep_last_n) == var.keep_last_n, false)
+    error_message = "keep_last_n must be null or a non-negative integer."
+  }
+}
+
+variable "keep_every_n_steps" {
+  description = "Of the converted steps older than the keep_last_n newest, keep one at least every N steps and delete the rest (ORBAX2REG_KEEP_EVERY_N_STEPS on the finalize job), as AXLearn's Checkpointer.Config.keep_every_n_steps does (axlearn/common/checkpointer.py): walking oldest first, a step is kept when its number is at least N past the last one kept. Step numbers, not a count of checkpoints. null or 0: this rule is off."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.keep_every_n_steps == null ? true : try(var.keep_every_n_steps >= 0 && var.keep_every_n_steps <= 99999999 && floor(var.keep_every_n_steps) == var.keep_every_n_steps, false)
+    error_message = "keep_every_n_steps must be null or a non-negative integer."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Cloud Function (2nd gen)
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -258,7 +296,7 @@ variable "workflow_call_log_level" {
 }
 
 variable "events_topic_name" {
-  description = "Name of the Pub/Sub topic the function and the workflow publish conversion events to (conversion.requested, conversion.succeeded, conversion.failed; see docs/events.md)."
+  description = "Name of the Pub/Sub topic the function, the workflow and the finalize job publish conversion events to (conversion.requested, conversion.succeeded, conversion.failed, conversion.pruned; see docs/events.md)."
   type        = string
   default     = "orbax2reg-events"
 
@@ -389,7 +427,7 @@ variable "max_retries" {
 }
 
 variable "job_env" {
-  description = "Extra environment variables for all three job containers (e.g. ORBAX2REG_MEMORY_MIB). The per-conversion variables (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP, ORBAX2REG_GROUP, ...) are set by the workflow as execution overrides and win over these."
+  description = "Extra environment variables for all three job containers (e.g. ORBAX2REG_MEMORY_MIB). The per-conversion variables (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP, ORBAX2REG_GROUP, ...) are set by the workflow as execution overrides and win over these; ORBAX2REG_PROJECT, ORBAX2REG_REGION and finalize's ORBAX2REG_EVENTS_TOPIC / ORBAX2REG_KEEP_* are set by the module and win too."
   type        = map(string)
   default     = {}
 }

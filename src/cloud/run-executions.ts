@@ -1,0 +1,161 @@
+import type { ExecutionsClient, protos } from "@google-cloud/run";
+
+/**
+ * Cloud Run job executions, as `orbax2reg cloud status|cancel` need them: how many tasks of an execution run,
+ * succeeded, failed or were cancelled, and cancelling one. Run Admin API v2, `projects.locations.jobs.executions`
+ * (https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs.executions).
+ */
+
+export interface JobExecutionStatus {
+  readonly name: string;
+  readonly taskCount: number;
+  readonly running: number;
+  readonly succeeded: number;
+  readonly failed: number;
+  readonly cancelled: number;
+  /** completionTime is set: the execution has finished (succeeded, failed or cancelled). */
+  readonly done: boolean;
+  readonly logUri: string | null;
+  readonly createTime: string | null;
+  readonly completionTime: string | null;
+}
+
+export interface JobExecutions {
+  /** undefined when Cloud Run says NOT_FOUND. */
+  get(name: string): Promise<JobExecutionStatus | undefined>;
+  /** Cancels a running execution; resolves (no error) when it had already finished or is gone. */
+  cancel(name: string): Promise<void>;
+}
+
+/** A call to the Run Admin API that failed; `code` is the gRPC status code (the REST fallback maps HTTP onto it). */
+export class RunApiError extends Error {
+  override readonly name = "RunApiError";
+  constructor(
+    readonly method: "get" | "cancel",
+    readonly execution: string,
+    readonly code: number | undefined,
+    cause: unknown,
+  ) {
+    super(`Cloud Run executions.${method} ${execution}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
+/**
+ * gRPC status codes (https://github.com/googleapis/googleapis/blob/master/google/rpc/code.proto), and the HTTP
+ * statuses that stand for them (https://cloud.google.com/apis/design/errors#handling_errors): over the REST
+ * fallback an error may carry either, depending on whether the body could be parsed. They never overlap.
+ */
+const isNotFound = (code: number | undefined) => code === 5 || code === 404;
+const isRetryable = (code: number | undefined) => code === 4 || code === 14 || code === 503 || code === 504;
+
+/** Per-call deadlines: a status or cancel command should answer in seconds, not the client's default minute. */
+const GET_TIMEOUT_MS = 10_000;
+const CANCEL_TIMEOUT_MS = 30_000;
+/** get: tries in all, and the first pause between them (doubling). */
+const GET_TRIES = 4;
+const GET_BACKOFF_MS = 250;
+/**
+ * How long cancel waits for the execution to finish once Cloud Run has accepted the cancel: the operation
+ * it returns completes when the tasks have stopped, which is not worth waiting for without bound.
+ */
+const CANCEL_WAIT_MS = 60_000;
+const CANCEL_POLL_MS = 1_000;
+
+const codeOf = (e: unknown): number | undefined => {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === "number" ? code : undefined;
+};
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Job executions through @google-cloud/run's v2 ExecutionsClient. */
+export function runJobExecutions(client: ExecutionsClient): JobExecutions {
+  async function get(name: string): Promise<JobExecutionStatus | undefined> {
+    // executions.get is safe to repeat (the client's own config retries nothing: all methods non_idempotent).
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const [execution] = await client.getExecution({ name }, { timeout: GET_TIMEOUT_MS });
+        return status(execution);
+      } catch (e) {
+        const code = codeOf(e);
+        if (isNotFound(code)) return undefined;
+        if (!isRetryable(code) || attempt >= GET_TRIES) throw new RunApiError("get", name, code, e);
+        await sleep(GET_BACKOFF_MS * 2 ** (attempt - 1));
+      }
+    }
+  }
+
+  return {
+    get,
+    async cancel(name) {
+      // Sent once: a lost answer is settled by looking at the execution, not by cancelling again.
+      // executions.cancel answers a long-running Operation whose response is the Execution
+      // (https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs.executions/cancel).
+      let operation: { done?: boolean | null };
+      try {
+        [operation] = await client.cancelExecution({ name }, { timeout: CANCEL_TIMEOUT_MS });
+      } catch (e) {
+        if (isNotFound(codeOf(e))) return;
+        // Already finished (Cloud Run refuses to cancel it), or the answer was lost: look again.
+        const now = await get(name).catch(() => null);
+        if (now === undefined || now?.done) return;
+        throw new RunApiError("cancel", name, codeOf(e), e);
+      }
+      if (operation.done) return;
+      // Accepted: wait a bounded time for the tasks to stop, then leave it to Cloud Run.
+      const deadline = Date.now() + CANCEL_WAIT_MS;
+      while (Date.now() < deadline) {
+        const now = await get(name).catch(() => null);
+        if (now === undefined || now?.done) return;
+        await sleep(CANCEL_POLL_MS);
+      }
+    },
+  };
+}
+
+/**
+ * The fields of the v2 Execution resource that say how far it got: taskCount, runningCount, succeededCount,
+ * failedCount, cancelledCount, logUri, createTime, completionTime
+ * (https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs.executions#Execution). Counts
+ * that are zero are absent in proto3 JSON, hence the defaults.
+ */
+function status(e: protos.google.cloud.run.v2.IExecution): JobExecutionStatus {
+  const completionTime = timestamp(e.completionTime);
+  return {
+    name: e.name ?? "",
+    taskCount: e.taskCount ?? 0,
+    running: e.runningCount ?? 0,
+    succeeded: e.succeededCount ?? 0,
+    failed: e.failedCount ?? 0,
+    cancelled: e.cancelledCount ?? 0,
+    done: completionTime !== null,
+    logUri: e.logUri || null,
+    createTime: timestamp(e.createTime),
+    completionTime,
+  };
+}
+
+/** A protobuf Timestamp ({seconds, nanos}; seconds may be a Long or a string) as RFC 3339, or null when unset. */
+function timestamp(t: { seconds?: unknown; nanos?: unknown } | string | null | undefined): string | null {
+  if (typeof t === "string") return t || null;
+  if (!t || t.seconds === undefined || t.seconds === null) return null;
+  const ms = Number(String(t.seconds)) * 1000 + Math.floor(Number(t.nanos ?? 0) / 1e6);
+  return Number.isFinite(ms) ? new Date(ms).toISOString() : null;
+}
+
+/**
+ * A Run v2 Executions client. `endpoint` (http://host:port, from ORBAX2REG_RUN_ENDPOINT) points it at a local
+ * stand-in (test/e2e/run-api.mjs) over the REST fallback, without credentials.
+ */
+export async function runExecutionsClient(endpoint?: string): Promise<ExecutionsClient> {
+  const { ExecutionsClient } = await import("@google-cloud/run");
+  if (!endpoint) return new ExecutionsClient();
+  const url = new URL(endpoint);
+  const { PassThroughClient } = await import("google-auth-library");
+  return new ExecutionsClient({
+    fallback: true,
+    protocol: url.protocol.replace(":", ""),
+    apiEndpoint: url.hostname,
+    port: Number(url.port),
+    authClient: new PassThroughClient(),
+  } as unknown as ConstructorParameters<typeof ExecutionsClient>[0]);
+}

@@ -1,0 +1,281 @@
+import { stepDirName } from "../convert/plan.js";
+import { UsageError } from "../errors.js";
+import { listSteps, parseStepName } from "../orbax/step.js";
+import { joinKey, type Store } from "../store/store.js";
+import { Budget } from "../util/budget.js";
+import { StepClaim } from "./claim.js";
+import { type ExecutionRef, type Executions, isLive, rootLabel } from "./executions.js";
+import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "./job-reports.js";
+import type { JobExecutionStatus, JobExecutions } from "./run-executions.js";
+import { expand } from "./trigger.js";
+
+/**
+ * Where each step of a checkpoint root stands in the pipeline, from what is on GCS (the step's claim, plan
+ * summary, progress records and `index`) and the Workflows executions labelled with the step, and, for a
+ * running step, its Cloud Run job executions.
+ */
+export type StepStatus =
+  | {
+      readonly state: "converted";
+      readonly bytes: number | null;
+      readonly seconds: number | null;
+      readonly finishedAt: string | null;
+      readonly execution: string | null;
+    }
+  | {
+      readonly state: "running";
+      readonly execution: string;
+      readonly startedAt: string;
+      readonly elapsedSeconds: number;
+      /** From the plan summary; null until the plan job has written it. */
+      readonly groups: number | null;
+      readonly groupsDone: number;
+      readonly bytes: number | null;
+      readonly bytesDone: number;
+      /** The phase the newest progress record of this run is in. */
+      readonly phase: string | null;
+      /** Cloud Run job executions still running (task counts, log link). */
+      readonly jobs: readonly JobExecutionStatus[];
+    }
+  | {
+      readonly state: "failed";
+      readonly execution: string;
+      readonly finishedAt: string | null;
+      readonly phase: string | null;
+      readonly group: number | null;
+      readonly error: string;
+      /** False when the failure says the input or configuration is wrong: running it again cannot help. */
+      readonly retryable: boolean;
+      readonly logUri: string | null;
+    }
+  | { readonly state: "cancelled"; readonly execution: string; readonly finishedAt: string | null }
+  | { readonly state: "claimed"; readonly claimedAt: string; readonly expired: boolean }
+  | { readonly state: "not-converted"; readonly committed: boolean; readonly reason: string };
+
+export interface StepRow {
+  readonly step: number;
+  /** The Orbax step (gs:// URL). */
+  readonly source: string;
+  /** The regular checkpoint root the step converts into. */
+  readonly destination: string;
+  readonly status: StepStatus;
+}
+
+export interface FleetDeps {
+  openStore(location: string): Promise<Store>;
+  readonly executions: Executions;
+  /** Cloud Run job executions; undefined: no job details. */
+  readonly jobs?: JobExecutions;
+  readonly workflow: string;
+  readonly destinationTemplate: string;
+  readonly claimLeaseMs: number;
+  readonly now?: () => number;
+}
+
+/** A checkpoint root as the pipeline names its parts. */
+export interface CheckpointRoot {
+  /** gs://bucket/path, without a trailing slash. */
+  readonly url: string;
+  readonly bucket: string;
+  /** The path inside the bucket ("" for the bucket's top level). */
+  readonly path: string;
+}
+
+export function parseRoot(location: string): CheckpointRoot {
+  const m = /^gs:\/\/([^/]+)\/*(.*?)\/*$/.exec(location);
+  if (!m) throw new UsageError(`a checkpoint root is gs://BUCKET[/PATH], got ${JSON.stringify(location)}`);
+  const path = (m[2] as string).replace(/\/{2,}/g, "/");
+  const bucket = m[1] as string;
+  return { url: path === "" ? `gs://${bucket}` : `gs://${bucket}/${path}`, bucket, path };
+}
+
+/** The Orbax step and the destination root of step `step` under `root`, as the trigger function names them. */
+export function locate(root: CheckpointRoot, step: number, template: string): { source: string; destination: string } {
+  return {
+    source: `${root.url}/${stepDirName(step)}`,
+    destination: expand(template, { bucket: root.bucket, root: root.path, step: stepDirName(step) }),
+  };
+}
+
+/** Steps looked at in parallel (each costs a few small GCS reads). */
+const CONCURRENCY = 8;
+/** Records written this long before an execution started still count as its own (clock skew). */
+const SKEW_MS = 60_000;
+
+/**
+ * The status of every step under `rootLocation` (or only `onlyStep`): steps with an Orbax directory, and,
+ * when the destination root does not depend on the step, steps converted earlier whose Orbax directory is
+ * gone (Orbax keeps only the last few). Sorted by step.
+ */
+export async function stepStatuses(rootLocation: string, onlyStep: number | undefined, deps: FleetDeps): Promise<StepRow[]> {
+  const root = parseRoot(rootLocation);
+  const source = await deps.openStore(root.url);
+  const committed = new Map<number, boolean>();
+  for (const s of await listSteps(source)) {
+    if (onlyStep === undefined || s.step === onlyStep) committed.set(s.step, (committed.get(s.step) ?? false) || s.commit.committed);
+  }
+  const steps = new Set<number>(committed.keys());
+  if (!deps.destinationTemplate.includes("{step}")) {
+    const destination = await deps.openStore(locate(root, 0, deps.destinationTemplate).destination);
+    for (const dir of (await destination.listDir("")).dirs) {
+      const n = parseStepName(dir);
+      if (n !== undefined && (onlyStep === undefined || n === onlyStep)) steps.add(n);
+    }
+  }
+  if (onlyStep !== undefined) steps.add(onlyStep);
+  const executions = await deps.executions.find(deps.workflow, { source: rootLabel(root.url) });
+  const slots = new Budget(CONCURRENCY);
+  const rows = await Promise.all(
+    [...steps].map(async (step) => {
+      const release = await slots.acquire();
+      try {
+        const where = locate(root, step, deps.destinationTemplate);
+        const newest = executions.find((e) => argumentStep(e) === step);
+        return { step, ...where, status: await statusOf(step, where.destination, committed.get(step), newest, deps) };
+      } finally {
+        release();
+      }
+    }),
+  );
+  return rows.sort((a, b) => a.step - b.step);
+}
+
+/** The step an execution converts, from its argument. */
+function argumentStep(e: ExecutionRef): number | undefined {
+  try {
+    const step = (JSON.parse(e.argument) as { step?: unknown }).step;
+    return typeof step === "number" ? step : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function statusOf(
+  step: number,
+  destinationRoot: string,
+  committed: boolean | undefined,
+  listed: ExecutionRef | undefined,
+  deps: FleetDeps,
+): Promise<StepStatus> {
+  const now = deps.now ?? Date.now;
+  const destination = await deps.openStore(destinationRoot);
+  const stepDir = stepDirName(step);
+  const [index, claimState] = await Promise.all([
+    destination.stat(joinKey(stepDir, "index")),
+    destination.versioned
+      ? new StepClaim(destination, stepDir, deps.claimLeaseMs, now).read()
+      : Promise.resolve({ kind: "absent" as const }),
+  ]);
+  // The claim names the execution the pipeline started; a newer one (started from the console) may be listed.
+  let execution = listed;
+  if (claimState.kind === "started" && claimState.record.execution !== listed?.name) {
+    const claimed = await deps.executions.get(claimState.record.execution as string).catch(() => undefined);
+    if (claimed && (!execution || claimed.startTime > execution.startTime)) execution = claimed;
+  }
+
+  if (execution && isLive(execution)) return running(destination, stepDir, execution, deps, now());
+  if (index) {
+    const summary = await readJson<PlanSummary>(destination, joinKey(stepDir, SUMMARY_KEY));
+    const result =
+      execution?.state === "SUCCEEDED" ? parseJson<{ bytes?: number; seconds?: { total?: number } }>(execution.result) : undefined;
+    return {
+      state: "converted",
+      bytes: result?.bytes ?? summary?.bytes ?? null,
+      seconds: result?.seconds?.total ?? null,
+      finishedAt: execution?.endTime ?? null,
+      execution: execution?.name ?? null,
+    };
+  }
+  if (execution?.state === "FAILED") return failed(destination, stepDir, execution, deps);
+  if (execution?.state === "CANCELLED") return { state: "cancelled", execution: execution.name, finishedAt: execution.endTime ?? null };
+  if (claimState.kind === "pending") return { state: "claimed", claimedAt: claimState.record.claimedAt, expired: claimState.expired };
+  const reason =
+    committed === undefined
+      ? "no Orbax step directory"
+      : !committed
+        ? "the Orbax step is not committed"
+        : execution?.state === "SUCCEEDED"
+          ? "converted once, since deleted"
+          : "never started";
+  return { state: "not-converted", committed: committed === true, reason };
+}
+
+async function running(destination: Store, stepDir: string, execution: ExecutionRef, deps: FleetDeps, now: number): Promise<StepStatus> {
+  const summary = await readJson<PlanSummary>(destination, joinKey(stepDir, SUMMARY_KEY));
+  const records = await progressOf(destination, stepDir, execution);
+  const groups = summary?.groups ?? null;
+  const perGroup = new Map<number, ProgressRecord[]>();
+  for (const r of records)
+    if (r.phase === "convert-group" && r.group !== null) perGroup.set(r.group, [...(perGroup.get(r.group) ?? []), r]);
+  const groupsDone = [...perGroup.values()].filter(
+    (rs) => rs.length >= (rs[0]?.taskCount ?? 1) && rs.every((r) => r.state === "succeeded"),
+  ).length;
+  const newest = records.reduce<ProgressRecord | undefined>((a, r) => (a === undefined || r.updatedAt > a.updatedAt ? r : a), undefined);
+  const jobNames = [...new Set(records.filter((r) => r.state === "running" && r.execution).map((r) => r.execution as string))];
+  const jobs = deps.jobs ? (await Promise.all(jobNames.map((n) => deps.jobs?.get(n).catch(() => undefined)))).filter(isDefined) : [];
+  return {
+    state: "running",
+    execution: execution.name,
+    startedAt: execution.startTime,
+    elapsedSeconds: Math.max(0, Math.round((now - Date.parse(execution.startTime)) / 1000)),
+    groups,
+    groupsDone,
+    bytes: summary?.bytes ?? null,
+    bytesDone: records.filter((r) => r.phase === "convert-group").reduce((s, r) => s + r.bytesDone, 0),
+    phase: newest?.phase ?? null,
+    jobs: jobs.filter((j) => !j.done),
+  };
+}
+
+async function failed(destination: Store, stepDir: string, execution: ExecutionRef, deps: FleetDeps): Promise<StepStatus> {
+  const payload = parseJson<{ message?: string; tags?: string[] }>(execution.error);
+  const records = await progressOf(destination, stepDir, execution);
+  const culprit = records
+    .filter((r) => r.state === "failed")
+    .reduce<ProgressRecord | undefined>((a, r) => (a === undefined || r.updatedAt > a.updatedAt ? r : a), undefined);
+  const tags = payload?.tags ?? [];
+  const job = culprit?.execution && deps.jobs ? await deps.jobs.get(culprit.execution).catch(() => undefined) : undefined;
+  return {
+    state: "failed",
+    execution: execution.name,
+    finishedAt: execution.endTime ?? null,
+    phase: culprit?.phase ?? null,
+    group: culprit?.group ?? null,
+    error: firstLine(culprit?.error ?? payload?.message ?? execution.error ?? "unknown error"),
+    retryable: !tags.includes("PermanentError") && !tags.includes("ValueError"),
+    logUri: job?.logUri ?? null,
+  };
+}
+
+/** The progress records written for `execution`'s run (older runs' records are left out by their time). */
+async function progressOf(destination: Store, stepDir: string, execution: ExecutionRef): Promise<ProgressRecord[]> {
+  const since = Date.parse(execution.startTime) - SKEW_MS;
+  return (await progressRecords(destination, stepDir)).filter((r) => !(Date.parse(r.updatedAt) < since));
+}
+
+/** Every job's progress record in a destination step (one being rewritten or damaged is left out). */
+export async function progressRecords(store: Store, stepDir: string): Promise<ProgressRecord[]> {
+  const out: ProgressRecord[] = [];
+  for await (const o of store.list(`${joinKey(stepDir, PROGRESS_PREFIX)}/`)) {
+    const r = parseJson<ProgressRecord>(new TextDecoder().decode(await store.read(o.key).catch(() => new Uint8Array())));
+    if (r) out.push(r);
+  }
+  return out;
+}
+
+async function readJson<T>(store: Store, key: string): Promise<T | undefined> {
+  if ((await store.stat(key)) === undefined) return undefined;
+  return parseJson<T>(new TextDecoder().decode(await store.read(key)));
+}
+
+function parseJson<T>(text: string | undefined): T | undefined {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    return undefined;
+  }
+}
+
+const firstLine = (s: string) => s.split("\n")[0] as string;
+const isDefined = <T>(v: T | undefined): v is T => v !== undefined;
