@@ -42,3 +42,13 @@ export function integer(env: Env, name: string, o: { min: number; max: number; f
   }
   return Number(v);
 }
+
+/** ORBAX2REG_EVENTS_TOPIC: a full topic id, or undefined (absent or empty: no events). */
+export function eventsTopic(env: Env): string | undefined {
+  const topic = optionalString(env, "ORBAX2REG_EVENTS_TOPIC", "");
+  if (topic === "") return undefined;
+  return requiredString(env, "ORBAX2REG_EVENTS_TOPIC", {
+    re: /^projects\/[^/]+\/topics\/[^/]+$/,
+    what: "a full topic id, projects/PROJECT/topics/NAME",
+  });
+}

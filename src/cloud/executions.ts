@@ -162,13 +162,21 @@ function timestamp(t: { seconds?: unknown; nanos?: unknown } | string | null | u
 export async function executionsClient(endpoint?: string): Promise<ExecutionsClient> {
   const { ExecutionsClient } = await import("@google-cloud/workflows");
   if (!endpoint) return new ExecutionsClient();
+  return new ExecutionsClient((await emulatorClientOptions(endpoint)) as ConstructorParameters<typeof ExecutionsClient>[0]);
+}
+
+/**
+ * Options for a google-gax client that talks REST to a local stand-in at `endpoint` (http://host:port),
+ * without credentials: the Workflows emulator, the Cloud Run Admin API stand-in.
+ */
+export async function emulatorClientOptions(endpoint: string): Promise<object> {
   const url = new URL(endpoint);
   const { PassThroughClient } = await import("google-auth-library");
-  return new ExecutionsClient({
+  return {
     fallback: true,
     protocol: url.protocol.replace(":", ""),
     apiEndpoint: url.hostname,
     port: Number(url.port),
     authClient: new PassThroughClient(),
-  } as unknown as ConstructorParameters<typeof ExecutionsClient>[0]);
+  };
 }

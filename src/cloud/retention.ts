@@ -2,7 +2,7 @@ import { stepDirName } from "../convert/plan.js";
 import { PLAN_KEY } from "../convert/plan-format.js";
 import { UsageError } from "../errors.js";
 import { describe, joinKey, type Store } from "../store/store.js";
-import { ConfigError, type Env, integer, optionalString, requiredString } from "./env.js";
+import { ConfigError, type Env, eventsTopic, integer } from "./env.js";
 import type { ConversionEvent } from "./events.js";
 import type { Logger } from "./log.js";
 
@@ -278,16 +278,9 @@ export function retentionFromEnv(env: Env): RetentionConfig {
       const v = integer(env, name, { min: 0, max: 99_999_999, fallback: 0 });
       return v === 0 ? null : v;
     };
-    const eventsTopic = optionalString(env, "ORBAX2REG_EVENTS_TOPIC", "");
-    if (eventsTopic !== "") {
-      requiredString(env, "ORBAX2REG_EVENTS_TOPIC", {
-        re: /^projects\/[^/]+\/topics\/[^/]+$/,
-        what: "a full topic id, projects/PROJECT/topics/NAME",
-      });
-    }
     return {
       policy: { keepLastN: rule("ORBAX2REG_KEEP_LAST_N"), keepEveryNSteps: rule("ORBAX2REG_KEEP_EVERY_N_STEPS") },
-      eventsTopic: eventsTopic === "" ? undefined : eventsTopic,
+      eventsTopic: eventsTopic(env),
       execution: env.ORBAX2REG_EXECUTION || null,
     };
   } catch (e) {

@@ -1,4 +1,5 @@
 import type { ExecutionsClient, protos } from "@google-cloud/run";
+import { emulatorClientOptions } from "./executions.js";
 
 /**
  * Cloud Run job executions, as `orbax2reg cloud status|cancel` need them: how many tasks of an execution run,
@@ -149,13 +150,5 @@ function timestamp(t: { seconds?: unknown; nanos?: unknown } | string | null | u
 export async function runExecutionsClient(endpoint?: string): Promise<ExecutionsClient> {
   const { ExecutionsClient } = await import("@google-cloud/run");
   if (!endpoint) return new ExecutionsClient();
-  const url = new URL(endpoint);
-  const { PassThroughClient } = await import("google-auth-library");
-  return new ExecutionsClient({
-    fallback: true,
-    protocol: url.protocol.replace(":", ""),
-    apiEndpoint: url.hostname,
-    port: Number(url.port),
-    authClient: new PassThroughClient(),
-  } as unknown as ConstructorParameters<typeof ExecutionsClient>[0]);
+  return new ExecutionsClient((await emulatorClientOptions(endpoint)) as ConstructorParameters<typeof ExecutionsClient>[0]);
 }

@@ -1,4 +1,4 @@
-import { ConfigError, type Env, integer, optionalString, requiredString } from "./env.js";
+import { ConfigError, type Env, eventsTopic, integer, optionalString, requiredString } from "./env.js";
 import type { TriggerConfig } from "./trigger.js";
 
 /** Everything the trigger function is configured with (terraform/modules/orbax2reg/function.tf). */
@@ -43,19 +43,12 @@ export function triggerConfigFromEnv(env: Env): TriggerHandlerConfig {
       "must be a gs://BUCKET/PATH template whose only placeholders are {bucket}, {root} and {step}",
     );
   }
-  const eventsTopic = optionalString(env, "ORBAX2REG_EVENTS_TOPIC", "");
-  if (eventsTopic !== "") {
-    requiredString(env, "ORBAX2REG_EVENTS_TOPIC", {
-      re: /^projects\/[^/]+\/topics\/[^/]+$/,
-      what: "a full topic id, projects/PROJECT/topics/NAME",
-    });
-  }
   return {
     workflow,
     rootPrefixes,
     destinationTemplate,
     groups: integer(env, "ORBAX2REG_GROUPS", { min: 1, max: 100, fallback: 8 }),
-    eventsTopic: eventsTopic === "" ? undefined : eventsTopic,
+    eventsTopic: eventsTopic(env),
     // Only steps divisible by this are converted (1: every step).
     convertEveryNSteps: integer(env, "ORBAX2REG_CONVERT_EVERY_N_STEPS", { min: 1, max: 99_999_999, fallback: 1 }),
     claimLeaseMs: integer(env, "ORBAX2REG_CLAIM_LEASE_SECONDS", { min: 60, max: 3600, fallback: DEFAULT_CLAIM_LEASE_SECONDS }) * 1000,

@@ -1,8 +1,10 @@
 // Starts the local stand-ins of the end-to-end test on loopback: the Pub/Sub emulator, the Workflows
 // emulator, the Cloud Run Admin API stand-in and the trigger function under the real functions-framework.
 // (fake-gcs-server is started by the global setup for every test file.) All are installed by scripts/install.sh.
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
+import { type Deployed, workflowsDir } from "./deployed.js";
 
 /** Google's pstest in-memory Pub/Sub server (tools/pubsub-emulator). */
 export async function startPubsub(logFile: string): Promise<Running> {
@@ -50,4 +52,28 @@ export async function startRunApi(stateDir: string, logFile: string): Promise<Ru
   const port = await freePort();
   const script = fileURLToPath(new URL("./run-api.mjs", import.meta.url));
   return serve("Run Admin API stand-in", process.execPath, [script, "--state-dir", stateDir, "--port", String(port)], port, { logFile });
+}
+
+/**
+ * The deployed conversion workflow on the Workflows emulator, its connector calls run by connector-hook.mjs
+ * with the jobs' environment as jobs.tf deploys it (the workflow's overrides win over it). The hook's logs
+ * (hooks.jsonl, jobs.jsonl), the executions' state (runs/) and the faults file (faults.json) live in `work`.
+ */
+export function startDeployedWorkflow(work: string, deployed: Deployed, env: NodeJS.ProcessEnv): Promise<Running> {
+  return startWorkflows(
+    {
+      workflowsDir: workflowsDir(deployed.workflowName),
+      hooks: resolve("test/e2e/hooks.yaml"),
+      userEnv: deployed.workflowEnv,
+      env: {
+        ...env,
+        E2E_HOOK_LOG: join(work, "hooks.jsonl"),
+        E2E_JOB_LOG: join(work, "jobs.jsonl"),
+        E2E_RUN_STATE: join(work, "runs"),
+        E2E_FAULTS: join(work, "faults.json"),
+        E2E_JOB_ENV: JSON.stringify(deployed.jobEnv),
+      },
+    },
+    join(work, "workflows.log"),
+  );
 }

@@ -1,13 +1,13 @@
 import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
-import type { StepRow } from "../../src/cloud/status.js";
+import type { StepRow, StepStatus } from "../../src/cloud/status.js";
 import { type CliResult, runBin, runBinAsync } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
-import { type Deployed, deployedSettings, workflowsDir } from "./deployed.js";
-import { startRunApi, startWorkflows } from "./emulators.js";
+import { type Deployed, deployedSettings } from "./deployed.js";
+import { startDeployedWorkflow, startRunApi } from "./emulators.js";
 
 // `orbax2reg cloud status | start | backfill | cancel` against the pipeline on loopback: the real
 // workflows/convert.yaml on the Workflows emulator, the job entry point as local processes
@@ -34,24 +34,8 @@ beforeAll(async () => {
     METADATA_SERVER_DETECTION: "none",
   };
   writeFileSync(join(work, "faults.json"), "[]");
-  workflows = await startWorkflows(
-    {
-      workflowsDir: workflowsDir(deployed.workflowName),
-      hooks: resolve("test/e2e/hooks.yaml"),
-      userEnv: deployed.workflowEnv,
-      env: {
-        ...emulators,
-        E2E_HOOK_LOG: join(work, "hooks.jsonl"),
-        E2E_JOB_LOG: join(work, "jobs.jsonl"),
-        E2E_RUN_STATE: join(work, "runs"),
-        E2E_FAULTS: join(work, "faults.json"),
-        E2E_PUBSUB_LOG: join(work, "published.jsonl"), // events are pipeline.test.ts's business
-        // The jobs' own environment as jobs.tf deploys it (the workflow's overrides win over it).
-        E2E_JOB_ENV: JSON.stringify(deployed.jobEnv),
-      },
-    },
-    join(work, "workflows.log"),
-  );
+  // Events are pipeline.test.ts's business: here they go to a file.
+  workflows = await startDeployedWorkflow(work, deployed, { ...emulators, E2E_PUBSUB_LOG: join(work, "published.jsonl") });
   runApi = await startRunApi(join(work, "runs"), join(work, "run-api.log"));
   cliEnv = {
     ...emulators,
@@ -182,7 +166,11 @@ describe("orbax2reg cloud status", () => {
     // A later start resumes it; the result verifies against the source.
     const again = await cloud(["start", `gs://${bucket}/${ROOT_PATH}/${stepDir(200)}`]);
     expect(again.code).toBe(0);
-    expect(await settled(bucket, 200)).toMatchObject({ state: "converted" });
+    const resumed = (await settled(bucket, 200)) as Extract<StepStatus, { state: "converted" }>;
+    expect(resumed).toMatchObject({ state: "converted" });
+    // The new execution reused the cancelled one's plan, and its groups skipped what was already written.
+    const execution = (await (await fetch(`${workflows.url}/v1/${resumed.execution}`)).json()) as { result: string };
+    expect(JSON.parse(execution.result)).toMatchObject({ resumed: true, already_converted: false });
     const verified = runBin(["verify", `gs://${bucket}/${ROOT_PATH}/${stepDir(200)}`, `${destinationOf(bucket)}/${stepDir(200)}`], cliEnv);
     expect(verified.stdout).toMatch(/ 0 failed/);
     expect(verified.code).toBe(0);

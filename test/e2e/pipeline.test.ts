@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { PubSub } from "@google-cloud/pubsub";
 import { ExecutionsClient, type protos } from "@google-cloud/workflows";
 import { PassThroughClient } from "google-auth-library";
@@ -10,8 +10,8 @@ import { runBin, runBinAsync } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
-import { type Deployed, deployedSettings, workflowsDir } from "./deployed.js";
-import { startFunction, startPubsub, startWorkflows } from "./emulators.js";
+import { type Deployed, deployedSettings } from "./deployed.js";
+import { startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
 
 // The whole Google Cloud pipeline on loopback, no cloud project: a real Orbax checkpoint lands in a
 // fake-gcs-server bucket, its finalize events go to the trigger function served by the real
@@ -71,22 +71,7 @@ beforeAll(async () => {
     GOOGLE_CLOUD_PROJECT: PROJECT,
     METADATA_SERVER_DETECTION: "none",
   };
-  workflows = await startWorkflows(
-    {
-      workflowsDir: workflowsDir(deployed.workflowName),
-      hooks: resolve("test/e2e/hooks.yaml"),
-      userEnv: deployed.workflowEnv,
-      env: {
-        ...emulators,
-        E2E_HOOK_LOG: join(work, "hooks.jsonl"),
-        E2E_JOB_LOG: join(work, "jobs.jsonl"),
-        E2E_FAULTS: join(work, "faults.json"),
-        // The jobs' own environment as jobs.tf deploys it (the workflow's overrides win over it).
-        E2E_JOB_ENV: JSON.stringify(deployed.jobEnv),
-      },
-    },
-    join(work, "workflows.log"),
-  );
+  workflows = await startDeployedWorkflow(work, deployed, emulators);
   // The deployed environment, plus where the emulators listen.
   const endpoints = { ...emulators, ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url };
   functionEnv = { ...deployed.functionEnv, ...endpoints };

@@ -1,0 +1,126 @@
+import { stepDirName } from "../convert/plan.js";
+import { openStore } from "../store/open.js";
+import { joinKey, type Store } from "../store/store.js";
+import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey } from "./job-reports.js";
+import type { Logger } from "./log.js";
+
+/** Cloud Run's task index and attempt (container contract), 0 outside Cloud Run. */
+export const taskNumber = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : 0);
+
+const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
+
+type JobEnv = Readonly<Record<string, string | undefined>>;
+
+/** How often a running task rewrites its progress record. */
+const PROGRESS_WRITE_EVERY_MS = 15_000;
+
+export interface JobOptions {
+  /** How often a running task rewrites its progress record (default 15 s). */
+  readonly progressEveryMs?: number;
+  /** Called after each progress record is written (tests watch the records go by). */
+  readonly onProgress?: (key: string, record: ProgressRecord) => void;
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+function keyOf(phase: JobPhase, group: number | null, task: number): string | undefined {
+  try {
+    return progressKey(phase, group, task);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * This task's progress record (job-reports.ts), kept up to date in the destination step. Best effort: a
+ * failed write is logged and never fails the job. Writes are chained, so they land in order and the final
+ * one (awaited before the job exits) is the one that stays.
+ */
+export class Progress {
+  private readonly record: Mutable<ProgressRecord>;
+  private readonly key: string | undefined;
+  private readonly destination: string | undefined;
+  private stepDir: string | undefined;
+  private store: Promise<Store> | undefined;
+  private chain: Promise<void> = Promise.resolve();
+  private lastWrite = 0;
+
+  constructor(
+    phase: JobPhase,
+    env: JobEnv,
+    started: number,
+    private readonly log: Logger,
+    private readonly options: JobOptions,
+  ) {
+    const groupEnv = env.ORBAX2REG_GROUP;
+    const group = phase === "convert-group" && groupEnv !== undefined && /^\d+$/.test(groupEnv) ? Number(groupEnv) : null;
+    const task = taskNumber(env.CLOUD_RUN_TASK_INDEX);
+    const count = env.CLOUD_RUN_TASK_COUNT;
+    const at = new Date(started).toISOString();
+    this.record = {
+      phase,
+      group,
+      task,
+      taskCount: count !== undefined && /^\d+$/.test(count) && Number(count) > 0 ? Number(count) : 1,
+      attempt: env.ORBAX2REG_ATTEMPT || null,
+      workflowExecution: env.ORBAX2REG_EXECUTION || null,
+      execution: cloudRunExecutionName(env),
+      state: "running",
+      objects: null,
+      objectsDone: 0,
+      bytes: null,
+      bytesDone: 0,
+      startedAt: at,
+      updatedAt: at,
+      error: null,
+    };
+    // Without a usable group or task index (misconfigured) there is no key; the failure report tells the story.
+    this.key = keyOf(phase, group, task);
+    this.destination = env.ORBAX2REG_DESTINATION || undefined;
+    const step = env.ORBAX2REG_STEP;
+    this.stepDir = step !== undefined && /^\d+$/.test(step) ? stepDirName(Number(step)) : undefined;
+  }
+
+  /** The destination step, once known (a plan run without ORBAX2REG_STEP learns it from the source). */
+  at(stepDir: string): void {
+    this.stepDir ??= stepDir;
+  }
+
+  /** Updates fields without writing. */
+  set(fields: Partial<Pick<ProgressRecord, "objects" | "objectsDone" | "bytes" | "bytesDone">>): void {
+    Object.assign(this.record, fields);
+  }
+
+  /** Writes now (not awaited). */
+  write(): void {
+    if (this.key === undefined || this.destination === undefined || this.stepDir === undefined) return;
+    this.lastWrite = Date.now();
+    const snapshot: ProgressRecord = { ...this.record, updatedAt: new Date(this.lastWrite).toISOString() };
+    const key = joinKey(this.stepDir, this.key);
+    const destination = this.destination;
+    this.chain = this.chain.then(async () => {
+      try {
+        this.store ??= openStore(destination);
+        await (await this.store).write(key, encodeJson(snapshot));
+        this.options.onProgress?.(key, snapshot);
+      } catch (w) {
+        this.log.warn("could not write the progress record", { key, error: (w as Error).message });
+      }
+    });
+  }
+
+  /** Counts progress; writes when the last write is older than the interval. */
+  advance(objects: number, bytes: number): void {
+    this.record.objectsDone += objects;
+    this.record.bytesDone += bytes;
+    if (Date.now() - this.lastWrite >= (this.options.progressEveryMs ?? PROGRESS_WRITE_EVERY_MS)) this.write();
+  }
+
+  /** The last write: succeeded or failed (with the error's first line). Resolves once it has landed or failed. */
+  async finish(state: "succeeded" | "failed", error: Error | null): Promise<void> {
+    this.record.state = state;
+    this.record.error = error === null ? null : (error.message.split("\n")[0] ?? "");
+    this.write();
+    await this.chain;
+  }
+}
