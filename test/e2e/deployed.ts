@@ -1,5 +1,6 @@
 // What terraform deploys, for the end-to-end test: the function's environment_variables, the workflow's
-// user_env_vars and each Cloud Run job's static env (jobs.tf: its dynamic "env" block's for_each), evaluated by the real terraform from the files in terraform/ for the example root's
+// user_env_vars and each Cloud Run job's static env (jobs.tf: its dynamic "env" block's for_each, for every instance of
+// the job resource's own for_each), evaluated by the real terraform from the files in terraform/ for the example root's
 // defaults (plus the tfvars a test gives), never retyped here. So a default the code rejects fails a test.
 //
 // How: the example's `module "orbax2reg"` block (read with hcl2json) calls a scratch copy of the module
@@ -26,10 +27,10 @@ const PROVIDER_VALUES: Record<string, string> = {
   // google_pubsub_topic: id = projects/{{project}}/topics/{{name}}
   "google_pubsub_topic.events.id": `"projects/\${var.project_id}/topics/\${var.events_topic_name}"`,
   "google_pubsub_topic.events.name": "var.events_topic_name",
-  // google_cloud_run_v2_job: name is the configured name
-  "google_cloud_run_v2_job.plan.name": "local.names.plan_job",
-  "google_cloud_run_v2_job.convert_group.name": "local.names.group_job",
-  "google_cloud_run_v2_job.finalize.name": "local.names.finalize_job",
+  // google_cloud_run_v2_job (one instance per phase): name is the configured name
+  'google_cloud_run_v2_job.phase["plan"].name': "local.names.plan_job",
+  'google_cloud_run_v2_job.phase["convert-group"].name': "local.names.group_job",
+  'google_cloud_run_v2_job.phase["finalize"].name': "local.names.finalize_job",
   // google_artifact_registry_repository: repository_id is the configured id (jobs.tf's image local)
   "google_artifact_registry_repository.images.repository_id": "var.artifact_repository_id",
 };
@@ -57,7 +58,8 @@ function substitute(map: Obj, where: string): Obj {
       out[k] = substitute(v as Obj, `${where}.${k}`);
       continue;
     }
-    out[k] = String(v).replace(/\b(google_[a-z0-9_]+\.[a-z0-9_]+\.[a-z0-9_]+)\b/g, (ref) => {
+    // type.name.attribute, or type.name["key"].attribute for an instance of a for_each resource.
+    out[k] = String(v).replace(/\b(google_[a-z0-9_]+\.[a-z0-9_]+(?:\["[a-z0-9_-]+"\])?\.[a-z0-9_]+)\b/g, (ref) => {
       const value = PROVIDER_VALUES[ref];
       if (value === undefined) throw new Error(`${where}.${k} references ${ref}: add its provider value to test/e2e/deployed.ts`);
       return `(${value})`;
@@ -76,17 +78,26 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
   const workflowEnv = first(wf.user_env_vars);
   const moduleCall = first(first((await block(`${EXAMPLE}/main.tf`)).module as Obj).orbax2reg);
   // Each job's env is its container's dynamic "env" for_each, over jobs.tf's locals; its phase is its second arg.
+  // A job resource with a for_each (google_cloud_run_v2_job.phase, over local.jobs) is one job per instance: both are
+  // evaluated for each of its keys, each.key and each.value bound by a for expression.
   const jobsTf = await block(`${MODULE}/jobs.tf`);
   const jobLocals: Obj = Object.assign({}, ...((jobsTf.locals ?? []) as Obj[]));
   const jobs = first(first(jobsTf.resource as Obj).google_cloud_run_v2_job);
-  const jobEnvExpressions: Obj = {};
+  const jobEnvMaps: string[] = [];
   for (const [name, body] of Object.entries(jobs)) {
-    const container = first(first(first(first(body).template).template).containers);
-    const phase = (container.args as string[])[1];
+    const job = first(body);
+    const container = first(first(first(job.template).template).containers);
+    const phase = (container.args as unknown[])[1];
     const forEach = first(first(container.dynamic).env).for_each;
-    if (phase === undefined || forEach === undefined)
+    if (typeof phase !== "string" || typeof forEach !== "string")
       throw new Error(`jobs.tf: job ${name} has no phase argument or no dynamic "env" block`);
-    jobEnvExpressions[phase] = forEach;
+    const expression = (v: string) => (/^\$\{(.*)\}$/s.exec(v)?.[1] ?? JSON.stringify(v)).replace(/\beach\.(key|value)\b/g, "each_$1");
+    if (/\$\{/.test(phase) && !/^\$\{[^$]*\}$/s.test(phase))
+      throw new Error(`jobs.tf: job ${name}'s phase argument ${phase} is a template`);
+    const entry = `(${expression(phase)}) => ${expression(forEach)}`;
+    jobEnvMaps.push(
+      job.for_each === undefined ? `{ ${entry} }` : `{ for each_key, each_value in ${expression(String(job.for_each))} : ${entry} }`,
+    );
   }
 
   const dir = tempDir("deployed");
@@ -99,7 +110,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
     JSON.stringify({
       locals: substitute(jobLocals, "jobs.tf locals"),
       output: {
-        job_env: { value: jobEnvExpressions },
+        job_env: substitute({ value: `\${merge(${jobEnvMaps.join(", ")})}` }, "jobs.tf job env"),
         function_env: { value: substitute(functionEnv, "function.tf environment_variables") },
         workflow_env: { value: substitute(workflowEnv, "workflow.tf user_env_vars") },
         workflow_name: { value: `\${local.names.workflow}` },

@@ -23,6 +23,7 @@ interface TfDir {
   output: Record<string, Obj>;
   module: Record<string, Obj>;
   locals: Obj;
+  moved: Obj[];
   terraform: Obj[];
 }
 
@@ -63,7 +64,7 @@ async function loadDir(dir: string): Promise<TfDir> {
   const files = readdirSync(dir)
     .filter((f) => f.endsWith(".tf"))
     .map((f) => join(dir, f));
-  const merged: TfDir = { files, resource: {}, data: {}, variable: {}, output: {}, module: {}, locals: {}, terraform: [] };
+  const merged: TfDir = { files, resource: {}, data: {}, variable: {}, output: {}, module: {}, locals: {}, moved: [], terraform: [] };
   for (const file of files) {
     const json = await parse(file, readFileSync(file, "utf8"));
     for (const kind of ["resource", "data"] as const) {
@@ -82,6 +83,7 @@ async function loadDir(dir: string): Promise<TfDir> {
       }
     }
     for (const l of (json.locals ?? []) as Obj[]) Object.assign(merged.locals, l);
+    merged.moved.push(...((json.moved ?? []) as Obj[]));
     merged.terraform.push(...((json.terraform ?? []) as Obj[]));
   }
   return merged;
@@ -91,6 +93,33 @@ function resource(dir: TfDir, type: string, name: string): Obj {
   const r = dir.resource[type]?.[name];
   if (!r) throw new Error(`resource ${type}.${name} is missing`);
   return r;
+}
+
+/**
+ * One instance of a `for_each = local.<map>` resource: its body with `each.key` and `each.value.<attribute>` (of
+ * local.<map>[key]) put in, i.e. what hcl2json gives for the same block written out for that key alone.
+ */
+function instance(dir: TfDir, type: string, name: string, key: string): Obj {
+  const r = resource(dir, type, name);
+  const map = /^local\.(\w+)$/.exec(bare(r.for_each))?.[1];
+  const values = map === undefined ? undefined : at(dir.locals, map, key);
+  if (!isObj(values)) throw new Error(`resource ${type}.${name}: no local.<map> for_each with the key ${key}`);
+  const put = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(put);
+    if (isObj(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, put(x)]));
+    if (typeof v !== "string") return v;
+    const out = v
+      .replace(/\$\{each\.key\}/g, key)
+      .replace(/\$\{each\.value\.(\w+)\}/g, (_, attribute: string) => {
+        if (!(attribute in values)) throw new Error(`resource ${type}.${name}: local.${map}["${key}"] has no ${attribute}`);
+        return String(values[attribute]);
+      })
+      .replace(/\beach\.key\b/g, JSON.stringify(key));
+    if (/\beach\./.test(out)) throw new Error(`resource ${type}.${name}: cannot put in each.* in ${v}`);
+    return out;
+  };
+  const { for_each: _, ...body } = r;
+  return put(body) as Obj;
 }
 
 let mod: TfDir;
@@ -253,9 +282,9 @@ describe("Workflow", () => {
     expect(wf().user_env_vars).toEqual({
       ORBAX2REG_PROJECT: ex("var.project_id"),
       ORBAX2REG_REGION: ex("var.region"),
-      ORBAX2REG_PLAN_JOB: ex("google_cloud_run_v2_job.plan.name"),
-      ORBAX2REG_GROUP_JOB: ex("google_cloud_run_v2_job.convert_group.name"),
-      ORBAX2REG_FINALIZE_JOB: ex("google_cloud_run_v2_job.finalize.name"),
+      ORBAX2REG_PLAN_JOB: ex('google_cloud_run_v2_job.phase["plan"].name'),
+      ORBAX2REG_GROUP_JOB: ex('google_cloud_run_v2_job.phase["convert-group"].name'),
+      ORBAX2REG_FINALIZE_JOB: ex('google_cloud_run_v2_job.phase["finalize"].name'),
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
       ORBAX2REG_MAX_PARALLEL_GROUPS: ex("tostring(var.max_parallel_groups)"),
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
@@ -287,15 +316,54 @@ describe("Workflow", () => {
 });
 
 describe("Cloud Run jobs", () => {
-  const JOBS = { plan: "plan", convert_group: "convert-group", finalize: "finalize" } as const;
-  const container = (name: string) => at(resource(mod, "google_cloud_run_v2_job", name), "template", 0, "template", 0, "containers", 0);
+  /** The jobs are the instances of google_cloud_run_v2_job.phase, one per phase (for_each = local.jobs). */
+  const PHASES = ["plan", "convert-group", "finalize"] as const;
+  const job = (phase: string) => instance(mod, "google_cloud_run_v2_job", "phase", phase);
+  const container = (phase: string) => at(job(phase), "template", 0, "template", 0, "containers", 0);
 
   test("plan, convert-group and finalize run `node dist/jobs/main.js <phase>` from the same image", () => {
-    expect(Object.keys(mod.resource.google_cloud_run_v2_job ?? {}).sort()).toEqual(Object.keys(JOBS).sort());
-    for (const [name, phase] of Object.entries(JOBS)) {
-      expect(at(container(name), "image"), name).toBe(ex("local.image"));
-      expect(at(container(name), "command"), name).toEqual(["node"]);
-      expect(at(container(name), "args"), name).toEqual(["dist/jobs/main.js", phase]);
+    expect(Object.keys(mod.resource.google_cloud_run_v2_job ?? {})).toEqual(["phase"]);
+    expect(resource(mod, "google_cloud_run_v2_job", "phase").for_each).toBe(ex("local.jobs"));
+    expect(Object.keys(mod.locals.jobs as Obj).sort()).toEqual([...PHASES].sort());
+    for (const phase of PHASES) {
+      expect(at(container(phase), "image"), phase).toBe(ex("local.image"));
+      expect(at(container(phase), "command"), phase).toEqual(["node"]);
+      expect(at(container(phase), "args"), phase).toEqual(["dist/jobs/main.js", phase]);
+    }
+  });
+
+  test("the jobs are named <name_prefix>-plan, <name_prefix>-convert-group and <name_prefix>-finalize", () => {
+    expect(job("plan").name).toBe(ex("local.names.plan_job"));
+    expect(job("convert-group").name).toBe(ex("local.names.group_job"));
+    expect(job("finalize").name).toBe(ex("local.names.finalize_job"));
+    expect(at(mod.locals.names, "plan_job")).toBe(`${ex("var.name_prefix")}-plan`);
+    expect(at(mod.locals.names, "group_job")).toBe(`${ex("var.name_prefix")}-convert-group`);
+    expect(at(mod.locals.names, "finalize_job")).toBe(`${ex("var.name_prefix")}-finalize`);
+  });
+
+  test("moved blocks keep the jobs of a deployment made when they were three resources", () => {
+    expect(mod.moved).toEqual([
+      { from: ex("google_cloud_run_v2_job.plan"), to: ex('google_cloud_run_v2_job.phase["plan"]') },
+      { from: ex("google_cloud_run_v2_job.convert_group"), to: ex('google_cloud_run_v2_job.phase["convert-group"]') },
+      { from: ex("google_cloud_run_v2_job.finalize"), to: ex('google_cloud_run_v2_job.phase["finalize"]') },
+    ]);
+    expect(readFileSync(`${MODULE}/jobs.tf`, "utf8")).toContain(
+      "# https://developer.hashicorp.com/terraform/language/modules/develop/refactoring",
+    );
+  });
+
+  test("each job refuses a CPU/memory pair Cloud Run does not run, naming its variables", () => {
+    for (const [phase, prefix] of [
+      ["plan", "plan"],
+      ["convert-group", "group"],
+      ["finalize", "finalize"],
+    ] as const) {
+      expect(at(job(phase), "lifecycle", 0, "precondition", 0), phase).toEqual({
+        condition: ex(`local.job_shape_ok["${phase}"]`),
+        error_message:
+          `${phase} job: ${prefix}_cpu = ${ex(`var.${prefix}_cpu`)} with ${prefix}_memory = ${ex(`var.${prefix}_memory`)} do not fit ` +
+          "Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi).",
+      });
     }
   });
 
@@ -309,7 +377,7 @@ describe("Cloud Run jobs", () => {
   });
 
   test("convert-group defaults to 8 vCPU / 32Gi", () => {
-    expect(at(container("convert_group"), "resources", 0, "limits")).toEqual({ cpu: ex("var.group_cpu"), memory: ex("var.group_memory") });
+    expect(at(container("convert-group"), "resources", 0, "limits")).toEqual({ cpu: ex("var.group_cpu"), memory: ex("var.group_memory") });
     expect(mod.variable.group_cpu?.default).toBe("8");
     expect(mod.variable.group_memory?.default).toBe("32Gi");
   });
@@ -323,8 +391,8 @@ describe("Cloud Run jobs", () => {
   });
 
   test("task timeout (3600s) and retries (3) come from variables", () => {
-    for (const name of Object.keys(JOBS)) {
-      const t = at(resource(mod, "google_cloud_run_v2_job", name), "template", 0, "template", 0);
+    for (const name of PHASES) {
+      const t = at(job(name), "template", 0, "template", 0);
       expect(at(t, "timeout"), name).toBe(ex("var.task_timeout"));
       expect(at(t, "max_retries"), name).toBe(ex("var.max_retries"));
       expect(at(t, "service_account"), name).toBe(ex("google_service_account.jobs.email"));
@@ -334,10 +402,10 @@ describe("Cloud Run jobs", () => {
   });
 
   test("each job's environment is its entry of local.job_env: job_env under the module's own variables", () => {
-    for (const [name, phase] of Object.entries(JOBS)) {
-      const env = at(container(name), "dynamic", "env", 0);
-      expect(at(env, "for_each"), name).toBe(ex(`local.job_env["${phase}"]`));
-      expect(at(env, "content", 0), name).toEqual({ name: ex("env.key"), value: ex("env.value") });
+    for (const phase of PHASES) {
+      const env = at(container(phase), "dynamic", "env", 0);
+      expect(at(env, "for_each"), phase).toBe(ex(`local.job_env["${phase}"]`));
+      expect(at(env, "content", 0), phase).toEqual({ name: ex("env.key"), value: ex("env.value") });
     }
     expect(mod.locals.job_env).toEqual({
       plan: ex("merge(var.job_env, local.job_location_env)"),
@@ -369,8 +437,8 @@ describe("Cloud Run jobs", () => {
 
   test("deletion_protection follows the deletion_protection variable (default true) on the jobs and the workflow", () => {
     expect(mod.variable.deletion_protection?.default).toBe(true);
-    for (const name of Object.keys(JOBS)) {
-      expect(resource(mod, "google_cloud_run_v2_job", name).deletion_protection, name).toBe(ex("var.deletion_protection"));
+    for (const name of PHASES) {
+      expect(job(name).deletion_protection, name).toBe(ex("var.deletion_protection"));
     }
     expect(resource(mod, "google_workflows_workflow", "convert").deletion_protection).toBe(ex("var.deletion_protection"));
   });
@@ -409,9 +477,9 @@ describe("IAM", () => {
     workflow: [
       "roles/logging.logWriter @ project",
       "roles/pubsub.publisher @ topic google_pubsub_topic.events",
-      "roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.convert_group",
-      "roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.finalize",
-      "roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.plan",
+      'roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.phase["convert-group"]',
+      'roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.phase["finalize"]',
+      'roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.phase["plan"]',
       "roles/run.viewer @ project",
       "roles/storage.objectViewer @ bucket local.destination_bucket",
     ],
@@ -571,8 +639,9 @@ describe("IAM", () => {
     expect(at(fn, "event_trigger", 0, "service_account_email")).toBe(ex("google_service_account.trigger.email"));
     expect(at(fn, "build_config", 0, "service_account")).toBe(ex("local.build_service_account"));
     expect(resource(mod, "google_workflows_workflow", "convert").service_account).toBe(ex("google_service_account.workflow.id"));
-    for (const job of Object.values(mod.resource.google_cloud_run_v2_job ?? {})) {
-      expect(at(job, "template", 0, "template", 0, "service_account")).toBe(ex("google_service_account.jobs.email"));
+    for (const phase of Object.keys(mod.locals.jobs as Obj)) {
+      const job = instance(mod, "google_cloud_run_v2_job", "phase", phase);
+      expect(at(job, "template", 0, "template", 0, "service_account"), phase).toBe(ex("google_service_account.jobs.email"));
     }
   });
 

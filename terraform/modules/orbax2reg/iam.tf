@@ -208,9 +208,9 @@ data "google_storage_bucket" "destination" {
 # https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs/run
 resource "google_cloud_run_v2_job_iam_member" "workflow_runs_jobs" {
   for_each = {
-    plan            = google_cloud_run_v2_job.plan.name
-    "convert-group" = google_cloud_run_v2_job.convert_group.name
-    finalize        = google_cloud_run_v2_job.finalize.name
+    plan            = google_cloud_run_v2_job.phase["plan"].name
+    "convert-group" = google_cloud_run_v2_job.phase["convert-group"].name
+    finalize        = google_cloud_run_v2_job.phase["finalize"].name
   }
 
   project  = var.project_id

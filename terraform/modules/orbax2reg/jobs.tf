@@ -1,4 +1,6 @@
 # Three Cloud Run jobs running the same image, one per phase of the conversion: `node dist/jobs/main.js <phase>`.
+# They are the instances of one resource, google_cloud_run_v2_job.phase, one per key of local.jobs (main.tf: the name,
+# CPU and memory of each phase).
 # The jobs read everything conversion-specific (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP,
 # ORBAX2REG_GROUP, ...) from environment variables the workflow sets per execution as container overrides; the
 # definitions here fix the image, command, size, timeout, retries, identity and the static environment (local.job_env:
@@ -36,10 +38,16 @@ locals {
   }
 }
 
-# Phase 1: list the Orbax step and write <destination>/step_XXXXXXXX/.orbax2reg/plan.json with the groups.
-resource "google_cloud_run_v2_job" "plan" {
+# One job per phase, keyed by the phase:
+# - "plan": list the Orbax step and write <destination>/step_XXXXXXXX/.orbax2reg/plan.json with the groups.
+# - "convert-group", once per group (the workflow fans out with ORBAX2REG_GROUP and, optionally, taskCount
+#   overrides): copy the group's chunks. The big one: 8 vCPU / 32 GiB by default, the Cloud Run maximum.
+# - "finalize": check every planned object, then write the regular checkpoint's index (its commit marker).
+resource "google_cloud_run_v2_job" "phase" {
+  for_each = local.jobs
+
   project             = var.project_id
-  name                = local.names.plan_job
+  name                = each.value.name
   location            = var.region
   labels              = var.labels
   deletion_protection = var.deletion_protection
@@ -55,17 +63,17 @@ resource "google_cloud_run_v2_job" "plan" {
       containers {
         image   = local.image
         command = ["node"]
-        args    = ["dist/jobs/main.js", "plan"]
+        args    = ["dist/jobs/main.js", each.key]
 
         resources {
           limits = {
-            cpu    = var.plan_cpu
-            memory = var.plan_memory
+            cpu    = each.value.cpu
+            memory = each.value.memory
           }
         }
 
         dynamic "env" {
-          for_each = local.job_env["plan"]
+          for_each = local.job_env[each.key]
           content {
             name  = env.key
             value = env.value
@@ -77,109 +85,29 @@ resource "google_cloud_run_v2_job" "plan" {
 
   lifecycle {
     precondition {
-      condition     = local.job_shape_ok["plan"]
-      error_message = "plan job: plan_cpu = ${var.plan_cpu} with plan_memory = ${var.plan_memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
+      condition     = local.job_shape_ok[each.key]
+      error_message = "${each.key} job: ${each.value.cpu_variable} = ${each.value.cpu} with ${each.value.memory_variable} = ${each.value.memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
     }
   }
 
   depends_on = [google_project_service.required]
 }
 
-# Phase 2, once per group (the workflow fans out with ORBAX2REG_GROUP and, optionally, taskCount overrides):
-# copy the group's chunks. The big one: 8 vCPU / 32 GiB by default, the Cloud Run maximum.
-resource "google_cloud_run_v2_job" "convert_group" {
-  project             = var.project_id
-  name                = local.names.group_job
-  location            = var.region
-  labels              = var.labels
-  deletion_protection = var.deletion_protection
-
-  template {
-    task_count = 1
-
-    template {
-      service_account = google_service_account.jobs.email
-      timeout         = var.task_timeout
-      max_retries     = var.max_retries
-
-      containers {
-        image   = local.image
-        command = ["node"]
-        args    = ["dist/jobs/main.js", "convert-group"]
-
-        resources {
-          limits = {
-            cpu    = var.group_cpu
-            memory = var.group_memory
-          }
-        }
-
-        dynamic "env" {
-          for_each = local.job_env["convert-group"]
-          content {
-            name  = env.key
-            value = env.value
-          }
-        }
-      }
-    }
-  }
-
-  lifecycle {
-    precondition {
-      condition     = local.job_shape_ok["convert-group"]
-      error_message = "convert-group job: group_cpu = ${var.group_cpu} with group_memory = ${var.group_memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
-    }
-  }
-
-  depends_on = [google_project_service.required]
+# The jobs were three resources before (google_cloud_run_v2_job.plan, .convert_group and .finalize): these blocks move
+# their state to the instances above, so a deployment made with them keeps its jobs (no destroy and create, which
+# deletion_protection would refuse anyway).
+# https://developer.hashicorp.com/terraform/language/modules/develop/refactoring
+moved {
+  from = google_cloud_run_v2_job.plan
+  to   = google_cloud_run_v2_job.phase["plan"]
 }
 
-# Phase 3: check every planned object, then write the regular checkpoint's index (its commit marker).
-resource "google_cloud_run_v2_job" "finalize" {
-  project             = var.project_id
-  name                = local.names.finalize_job
-  location            = var.region
-  labels              = var.labels
-  deletion_protection = var.deletion_protection
+moved {
+  from = google_cloud_run_v2_job.convert_group
+  to   = google_cloud_run_v2_job.phase["convert-group"]
+}
 
-  template {
-    task_count = 1
-
-    template {
-      service_account = google_service_account.jobs.email
-      timeout         = var.task_timeout
-      max_retries     = var.max_retries
-
-      containers {
-        image   = local.image
-        command = ["node"]
-        args    = ["dist/jobs/main.js", "finalize"]
-
-        resources {
-          limits = {
-            cpu    = var.finalize_cpu
-            memory = var.finalize_memory
-          }
-        }
-
-        dynamic "env" {
-          for_each = local.job_env["finalize"]
-          content {
-            name  = env.key
-            value = env.value
-          }
-        }
-      }
-    }
-  }
-
-  lifecycle {
-    precondition {
-      condition     = local.job_shape_ok["finalize"]
-      error_message = "finalize job: finalize_cpu = ${var.finalize_cpu} with finalize_memory = ${var.finalize_memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
-    }
-  }
-
-  depends_on = [google_project_service.required]
+moved {
+  from = google_cloud_run_v2_job.finalize
+  to   = google_cloud_run_v2_job.phase["finalize"]
 }

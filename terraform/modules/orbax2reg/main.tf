@@ -33,17 +33,39 @@ locals {
   # workflows/convert.yaml waits up to 7 days (604800 s) for one job execution, every task retry included.
   job_wait_fits = tonumber(trimsuffix(var.task_timeout, "s")) * (var.max_retries + 1) <= 604800
 
-  # Cloud Run jobs: >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi.
-  job_shapes = {
-    plan            = { cpu = var.plan_cpu, memory = var.plan_memory }
-    "convert-group" = { cpu = var.group_cpu, memory = var.group_memory }
-    finalize        = { cpu = var.finalize_cpu, memory = var.finalize_memory }
+  # The three Cloud Run jobs by phase (jobs.tf's google_cloud_run_v2_job.phase has one instance per key; the key is
+  # the job's `node dist/jobs/main.js <phase>` argument): its name, its size and the variables that set the size (for
+  # the error message of its shape check).
+  jobs = {
+    plan = {
+      name            = local.names.plan_job
+      cpu             = var.plan_cpu
+      memory          = var.plan_memory
+      cpu_variable    = "plan_cpu"
+      memory_variable = "plan_memory"
+    }
+    "convert-group" = {
+      name            = local.names.group_job
+      cpu             = var.group_cpu
+      memory          = var.group_memory
+      cpu_variable    = "group_cpu"
+      memory_variable = "group_memory"
+    }
+    finalize = {
+      name            = local.names.finalize_job
+      cpu             = var.finalize_cpu
+      memory          = var.finalize_memory
+      cpu_variable    = "finalize_cpu"
+      memory_variable = "finalize_memory"
+    }
   }
+
+  # Cloud Run jobs: >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi.
   job_memory_mib = {
-    for phase, s in local.job_shapes : phase => tonumber(regex("^[0-9]+", s.memory)) * (endswith(s.memory, "Gi") ? 1024 : 1)
+    for phase, s in local.jobs : phase => tonumber(regex("^[0-9]+", s.memory)) * (endswith(s.memory, "Gi") ? 1024 : 1)
   }
   job_shape_ok = {
-    for phase, s in local.job_shapes : phase => local.job_memory_mib[phase] <= 32768 && tonumber(s.cpu) >= (
+    for phase, s in local.jobs : phase => local.job_memory_mib[phase] <= 32768 && tonumber(s.cpu) >= (
       local.job_memory_mib[phase] > 24576 ? 8 : local.job_memory_mib[phase] > 16384 ? 6 : local.job_memory_mib[phase] > 8192 ? 4 : local.job_memory_mib[phase] > 4096 ? 2 : 1
     )
   }

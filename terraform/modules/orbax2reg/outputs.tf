@@ -20,25 +20,25 @@ output "workflow_name" {
 
 output "plan_job_name" {
   description = "Name of the plan Cloud Run job (the workflow's ORBAX2REG_PLAN_JOB)."
-  value       = google_cloud_run_v2_job.plan.name
+  value       = google_cloud_run_v2_job.phase["plan"].name
 }
 
 output "group_job_name" {
   description = "Name of the convert-group Cloud Run job (the workflow's ORBAX2REG_GROUP_JOB)."
-  value       = google_cloud_run_v2_job.convert_group.name
+  value       = google_cloud_run_v2_job.phase["convert-group"].name
 }
 
 output "finalize_job_name" {
   description = "Name of the finalize Cloud Run job (the workflow's ORBAX2REG_FINALIZE_JOB)."
-  value       = google_cloud_run_v2_job.finalize.name
+  value       = google_cloud_run_v2_job.phase["finalize"].name
 }
 
 output "job_ids" {
   description = "Full ids of the three jobs by phase (projects/<p>/locations/<r>/jobs/<name>)."
   value = {
-    plan            = google_cloud_run_v2_job.plan.id
-    "convert-group" = google_cloud_run_v2_job.convert_group.id
-    finalize        = google_cloud_run_v2_job.finalize.id
+    plan            = google_cloud_run_v2_job.phase["plan"].id
+    "convert-group" = google_cloud_run_v2_job.phase["convert-group"].id
+    finalize        = google_cloud_run_v2_job.phase["finalize"].id
   }
 }
 

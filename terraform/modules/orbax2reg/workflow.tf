@@ -20,9 +20,9 @@ resource "google_workflows_workflow" "convert" {
   user_env_vars = {
     ORBAX2REG_PROJECT             = var.project_id
     ORBAX2REG_REGION              = var.region
-    ORBAX2REG_PLAN_JOB            = google_cloud_run_v2_job.plan.name
-    ORBAX2REG_GROUP_JOB           = google_cloud_run_v2_job.convert_group.name
-    ORBAX2REG_FINALIZE_JOB        = google_cloud_run_v2_job.finalize.name
+    ORBAX2REG_PLAN_JOB            = google_cloud_run_v2_job.phase["plan"].name
+    ORBAX2REG_GROUP_JOB           = google_cloud_run_v2_job.phase["convert-group"].name
+    ORBAX2REG_FINALIZE_JOB        = google_cloud_run_v2_job.phase["finalize"].name
     ORBAX2REG_EVENTS_TOPIC        = google_pubsub_topic.events.id
     ORBAX2REG_MAX_PARALLEL_GROUPS = tostring(var.max_parallel_groups)
     ORBAX2REG_GROUPS              = tostring(var.groups)
