@@ -3,14 +3,14 @@
 // container overrides) and calls the same engine the CLI uses; logs are single-line JSON for Cloud Logging.
 
 import { stopIfCancelled } from "../src/cloud/cancel.js";
-import { type JobOptions, Progress, taskNumber } from "../src/cloud/job-progress.js";
-import { ATTEMPT_PATTERN, type FailureReport, failureKey, type JobPhase, type PlanSummary, SUMMARY_KEY } from "../src/cloud/job-reports.js";
+import { type JobOptions, Progress } from "../src/cloud/job-progress.js";
+import { type JobPhase, type PlanSummary, reportFailure, SUMMARY_KEY } from "../src/cloud/job-reports.js";
 import { jsonLogger, type Logger } from "../src/cloud/log.js";
 import { pruneAfterFinalize, retentionFromEnv } from "../src/cloud/retention.js";
 import { finalizePhase, groupPhase, planPhase } from "../src/convert/convert.js";
 import { stepDirName } from "../src/convert/plan.js";
 import { dataLength } from "../src/convert/plan-format.js";
-import { Orbax2RegError } from "../src/errors.js";
+import { Orbax2RegError, UsageError } from "../src/errors.js";
 import { openStore } from "../src/store/open.js";
 import { retryStats } from "../src/store/retry.js";
 import { joinKey } from "../src/store/store.js";
@@ -23,7 +23,7 @@ const PROGRESS_EVERY_MS = 5000;
 
 function required(env: JobEnv, name: string): string {
   const v = env[name];
-  if (v === undefined || v === "") throw new JobConfigError(`environment variable ${name} is required`);
+  if (v === undefined || v === "") throw new UsageError(`environment variable ${name} is required`);
   return v;
 }
 
@@ -31,17 +31,13 @@ function integer(env: JobEnv, name: string, fallback?: number): number {
   const v = env[name];
   if (v === undefined || v === "") {
     if (fallback !== undefined) return fallback;
-    throw new JobConfigError(`environment variable ${name} is required`);
+    throw new UsageError(`environment variable ${name} is required`);
   }
-  if (!/^\d+$/.test(v)) throw new JobConfigError(`environment variable ${name} must be a non-negative integer, got ${JSON.stringify(v)}`);
+  if (!/^\d+$/.test(v)) throw new UsageError(`environment variable ${name} must be a non-negative integer, got ${JSON.stringify(v)}`);
   return Number(v);
 }
 
 const flag = (env: JobEnv, name: string) => /^(1|true|yes)$/i.test(env[name] ?? "");
-
-export class JobConfigError extends Error {
-  override readonly name = "JobConfigError";
-}
 
 const PHASES: readonly JobPhase[] = ["plan", "convert-group", "finalize"];
 const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as JobPhase);
@@ -49,21 +45,8 @@ const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as J
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 
 /**
- * Where this job reports a failure to the workflow, when the environment says enough to know: the destination
- * step, and the id of this job execution (ORBAX2REG_ATTEMPT from the workflow, else CLOUD_RUN_EXECUTION).
- */
-function reportTarget(env: JobEnv): { destination: string; stepDir: string; attempt: string } | undefined {
-  const destination = env.ORBAX2REG_DESTINATION;
-  const step = env.ORBAX2REG_STEP;
-  const attempt = env.ORBAX2REG_ATTEMPT || env.CLOUD_RUN_EXECUTION;
-  if (!destination || !step || !/^\d+$/.test(step) || !attempt || !ATTEMPT_PATTERN.test(attempt)) return undefined;
-  return { destination, stepDir: stepDirName(Number(step)), attempt };
-}
-
-/**
  * Runs one phase; returns the process exit code. On failure it leaves a report the workflow reads to decide
- * whether a retry can help, under a key of its own (this execution, this task, this task attempt): reports are
- * never shared, so none is deleted or overwritten by another task or a later run.
+ * whether a retry can help (src/cloud/job-reports.ts, reportFailure).
  */
 export async function runJob(
   phase: string | undefined,
@@ -75,7 +58,7 @@ export async function runJob(
   const progress = isPhase(phase) ? new Progress(phase, env, started, log, options) : undefined;
   try {
     if (!isPhase(phase) || progress === undefined)
-      throw new JobConfigError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
+      throw new UsageError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
     progress.write();
     await runPhase(phase, env, log, started, progress);
     await progress.finish("succeeded", null);
@@ -83,36 +66,9 @@ export async function runJob(
   } catch (e) {
     // Bad input is permanent (exit 2: retrying cannot help); anything else may be transient (exit 1).
     const err = e as Error;
-    const permanent = e instanceof Orbax2RegError || e instanceof JobConfigError;
+    const permanent = e instanceof Orbax2RegError;
     log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000, storageRetries: retryStats() });
-    const target = reportTarget(env);
-    if (target && isPhase(phase)) {
-      const group = env.ORBAX2REG_GROUP;
-      const report: FailureReport = {
-        phase,
-        group: phase === "convert-group" && group !== undefined && /^\d+$/.test(group) ? Number(group) : null,
-        task: taskNumber(env.CLOUD_RUN_TASK_INDEX),
-        taskAttempt: taskNumber(env.CLOUD_RUN_TASK_ATTEMPT),
-        attempt: target.attempt,
-        execution: env.CLOUD_RUN_EXECUTION || null,
-        permanent,
-        errorType: err.name,
-        message: err.message,
-        time: new Date().toISOString(),
-      };
-      const key = joinKey(target.stepDir, failureKey(target.attempt, report));
-      try {
-        await (await openStore(target.destination)).write(key, encodeJson(report));
-      } catch (w) {
-        // The destination itself may be what failed; the log line above still tells the story, and the
-        // workflow treats a failure without a report as transient (retried a bounded number of times).
-        log.warn("could not write the failure report", { key, error: (w as Error).message });
-      }
-    } else if (isPhase(phase)) {
-      log.warn("no failure report written: ORBAX2REG_DESTINATION, ORBAX2REG_STEP or the execution id is missing or invalid", {
-        phase,
-      });
-    }
+    if (isPhase(phase)) await reportFailure(env, phase, err, permanent, log);
     await progress?.finish("failed", err);
     return permanent ? 2 : 1;
   }

@@ -1,4 +1,5 @@
 import { convert, finalizePhase, groupPhase, loadPlan, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
+import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../convert/defaults.js";
 import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
@@ -6,7 +7,7 @@ import { DestinationError, Orbax2RegError, UsageError } from "../errors.js";
 import { retryStats } from "../store/retry.js";
 import { formatBytes } from "./format.js";
 import type { Output } from "./output.js";
-import { ConvertProgress } from "./progress.js";
+import { ConvertProgress, CountProgress } from "./progress.js";
 
 export interface ConvertCliOptions {
   step?: number;
@@ -22,8 +23,8 @@ export interface ConvertCliOptions {
 
 function executeOptions(o: ConvertCliOptions, progress: ConvertProgress | undefined): ExecuteOptions {
   return {
-    concurrency: o.concurrency ?? 16,
-    memoryBytes: (o.memory ?? 256) << 20,
+    concurrency: o.concurrency ?? DEFAULT_CONCURRENCY,
+    memoryBytes: (o.memory ?? DEFAULT_MEMORY_MIB) << 20,
     onObject: (e) => progress?.object(e.target, e.bytes),
   };
 }
@@ -185,9 +186,9 @@ export async function runFinalize(dest: string, o: ConvertCliOptions, out: Outpu
 }
 
 export async function runVerify(orbax: string, regular: string, o: { json?: boolean }, out: Output): Promise<number> {
-  const progress = out.progress("verifying arrays", 0);
-  const result = await verify(orbax, regular, (done) => progress.update(done));
-  progress.done();
+  const progress = new CountProgress("verifying arrays", out.isTTY, (line) => out.writeErr(`${line}\n`));
+  const result = await verify(orbax, regular, (done, total) => progress.update(done, total));
+  progress.stop();
   if (o.json) out.stdout(JSON.stringify(result, null, 2));
   else {
     for (const c of result.checks) out.stdout(`${c.ok ? "PASS" : "FAIL"} ${c.name}${c.detail ? `: ${c.detail}` : ""}`);

@@ -1,12 +1,13 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../convert/defaults.js";
 import { DestinationError, Orbax2RegError, StorageIoError } from "../errors.js";
 import { ioCause } from "../store/store.js";
-import { runCloudCheck } from "./cloud.js";
-import { runCloudBackfill, runCloudCancel, runCloudStart, runCloudStatus } from "./cloud-fleet.js";
-import { runConvert, runConvertGroup, runFinalize, runPlan, runVerify } from "./convert.js";
-import { runInspect } from "./inspect.js";
-import { runOcdbtLs } from "./ocdbt-ls.js";
 import { type Output, processOutput } from "./output.js";
+
+// Each command's module is loaded when that command runs: `convert` never pays for the cloud clients'
+// modules, nor `cloud status` for the converter's codecs (Node's start-up is a fair share of a small run).
+const convertCommands = () => import("./convert.js");
+const cloudFleet = () => import("./cloud-fleet.js");
 
 // Local writes fsync each object before renaming it (durability); an fsync holds a libuv thread until the
 // disk has the bytes, so with the default 4 threads a few fsyncs would stall every other read and write.
@@ -52,7 +53,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       "after",
       "\nExamples:\n  orbax2reg inspect gs://bucket/run/checkpoints/step_00001000\n  orbax2reg inspect ./checkpoints --step 1000 --json --checksums",
     )
-    .action(async (location: string, opts) => setExit(await runInspect(location, opts, out)));
+    .action(async (location: string, opts) => setExit(await (await import("./inspect.js")).runInspect(location, opts, out)));
 
   program
     .command("convert")
@@ -62,8 +63,8 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .option("--step <n>", "with a checkpoint root: this step instead of the latest committed one", stepNumber)
     .option("--params-only", "keep only model/... leaves (a serving or evaluation export); the index is filtered to match")
     .option("--groups <n>", "parameter groups in the plan (for running groups on several machines)", positive, 1)
-    .option("--concurrency <n>", "objects copied at once", positive, 16)
-    .option("--memory <MiB>", "upper bound on buffered bytes", positive, 256)
+    .option("--concurrency <n>", "objects copied at once", positive, DEFAULT_CONCURRENCY)
+    .option("--memory <MiB>", "upper bound on buffered bytes", positive, DEFAULT_MEMORY_MIB)
     .option("--dry-run", "plan and print what would be written, write nothing")
     .option("--force", "replace a destination step that is already committed or holds another conversion")
     .option("--allow-uncommitted", "convert a step Orbax never committed (or never merged); the result may be incomplete")
@@ -72,7 +73,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       "after",
       "\nExamples:\n  orbax2reg convert gs://bucket/run/checkpoints gs://bucket/run/regular\n  orbax2reg convert ./ckpt/step_00001000 ./regular --params-only --json",
     )
-    .action(async (source: string, dest: string, opts) => setExit(await runConvert(source, dest, opts, out)));
+    .action(async (source: string, dest: string, opts) => setExit(await (await convertCommands()).runConvert(source, dest, opts, out)));
 
   program
     .command("plan")
@@ -86,7 +87,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .option("--force", "replace a committed or different conversion at the destination")
     .option("--allow-uncommitted", "plan a step Orbax never committed")
     .option("--json", "print a JSON summary")
-    .action(async (source: string, dest: string, opts) => setExit(await runPlan(source, dest, opts, out)));
+    .action(async (source: string, dest: string, opts) => setExit(await (await convertCommands()).runPlan(source, dest, opts, out)));
 
   program
     .command("convert-group")
@@ -98,10 +99,10 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .requiredOption("--group <n>", "group number (0-based)", stepNumber)
     .option("--task-index <n>", "split the group across tasks: this task (default CLOUD_RUN_TASK_INDEX or 0)", stepNumber)
     .option("--task-count <n>", "number of tasks (default CLOUD_RUN_TASK_COUNT or 1)", positive)
-    .option("--concurrency <n>", "objects copied at once", positive, 16)
-    .option("--memory <MiB>", "upper bound on buffered bytes", positive, 256)
+    .option("--concurrency <n>", "objects copied at once", positive, DEFAULT_CONCURRENCY)
+    .option("--memory <MiB>", "upper bound on buffered bytes", positive, DEFAULT_MEMORY_MIB)
     .option("--json", "print a JSON report")
-    .action(async (dest: string, opts) => setExit(await runConvertGroup(dest, opts, out)));
+    .action(async (dest: string, opts) => setExit(await (await convertCommands()).runConvertGroup(dest, opts, out)));
 
   program
     .command("finalize")
@@ -109,7 +110,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .argument("<dest-root>", LOCATION)
     .requiredOption("--step <n>", "the step the plan was made for", stepNumber)
     .option("--json", "print a JSON report")
-    .action(async (dest: string, opts) => setExit(await runFinalize(dest, opts, out)));
+    .action(async (dest: string, opts) => setExit(await (await convertCommands()).runFinalize(dest, opts, out)));
 
   program
     .command("verify")
@@ -119,7 +120,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .argument("<orbax-step>", LOCATION)
     .argument("<regular-step>", `the converted step directory (<dest-root>/step_XXXXXXXX); ${LOCATION}`)
     .option("--json", "print the checks as JSON")
-    .action(async (orbax: string, regular: string, opts) => setExit(await runVerify(orbax, regular, opts, out)));
+    .action(async (orbax: string, regular: string, opts) => setExit(await (await convertCommands()).runVerify(orbax, regular, opts, out)));
 
   const ocdbt = program.command("ocdbt").description("Low-level access to one OCDBT database.");
   ocdbt
@@ -128,7 +129,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     .argument("<db-dir>", "local path, file:// or gs:// URL")
     .option("--prefix <p>", "only keys starting with this prefix")
     .option("--json", 'print a JSON array of {"key","size","inline","file","offset"}')
-    .action(async (location: string, opts) => setExit(await runOcdbtLs(location, opts, out)));
+    .action(async (location: string, opts) => setExit(await (await import("./ocdbt-ls.js")).runOcdbtLs(location, opts, out)));
 
   const cloud = program.command("cloud").description("Work with the pipeline deployed on Google Cloud (terraform/).");
   cloud
@@ -149,7 +150,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       "after",
       "\nSettings come from the flags, then ORBAX2REG_WORKFLOW / ORBAX2REG_PROJECT / ORBAX2REG_REGION / ORBAX2REG_EVENTS_TOPIC,\nthen `terraform output` when run in the terraform folder that deployed the pipeline.\n\nExample (in terraform/examples/basic after terraform apply):\n  orbax2reg cloud check --bucket my-checkpoints --prefix runs",
     )
-    .action(async (opts) => setExit(await runCloudCheck(opts, out)));
+    .action(async (opts) => setExit(await (await import("./cloud.js")).runCloudCheck(opts, out)));
 
   const SETTINGS_HELP =
     "\nThe pipeline: --workflow, else --project and --region, else ORBAX2REG_WORKFLOW (or ORBAX2REG_PROJECT and\nORBAX2REG_REGION), else `terraform output workflow_id` when run in the terraform folder that deployed it.\nDestinations follow --destination-template, else ORBAX2REG_DESTINATION_TEMPLATE, else terraform output\ndestination_template, else the module's default gs://{bucket}/{root}/regular.";
@@ -169,7 +170,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       .option("--step <n>", "only this step", stepNumber)
       .option("--watch", "refresh until nothing is running")
       .option("--interval <seconds>", "with --watch: seconds between refreshes", positive, 10),
-  ).action(async (root: string, opts) => setExit(await runCloudStatus(root, opts, out)));
+  ).action(async (root: string, opts) => setExit(await (await cloudFleet()).runCloudStatus(root, opts, out)));
   pipeline(
     cloud
       .command("start")
@@ -179,7 +180,7 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       .option("--force", "replace a step already converted")
       .option("--params-only", "convert only the model/ leaves")
       .option("--groups <n>", "parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else 8)", positive),
-  ).action(async (stepDir: string, opts) => setExit(await runCloudStart(stepDir, opts, out)));
+  ).action(async (stepDir: string, opts) => setExit(await (await cloudFleet()).runCloudStart(stepDir, opts, out)));
   pipeline(
     cloud
       .command("backfill")
@@ -192,14 +193,14 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
       .option("--poll <seconds>", "while --max-running conversions run, how often to look again", positive, 15)
       .option("--dry-run", "print what would start, start nothing")
       .option("--groups <n>", "parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else 8)", positive),
-  ).action(async (root: string, opts) => setExit(await runCloudBackfill(root, opts, out)));
+  ).action(async (root: string, opts) => setExit(await (await cloudFleet()).runCloudBackfill(root, opts, out)));
   pipeline(
     cloud
       .command("cancel")
       .description("Cancel a step's conversion and its running job executions; no index is written, and a later start resumes.")
       .argument("<checkpoint-root>", "gs://BUCKET/PATH holding step_XXXXXXXX directories")
       .requiredOption("--step <n>", "the step", stepNumber),
-  ).action(async (root: string, opts) => setExit(await runCloudCancel(root, opts, out)));
+  ).action(async (root: string, opts) => setExit(await (await cloudFleet()).runCloudCancel(root, opts, out)));
 
   return program;
 }

@@ -88,6 +88,64 @@ export class ConvertProgress {
   }
 }
 
+/**
+ * Progress through a count of items (arrays verified, arrays hashed), like ConvertProgress: a bar on a
+ * terminal; elsewhere a JSON line on stderr every few seconds (none for a run shorter than that). The total
+ * comes with each update, since some callers learn it only once the work has started.
+ */
+export class CountProgress {
+  private done = 0;
+  private total = 0;
+  private readonly started = Date.now();
+  private lastLine = this.started;
+  private bar: cliProgress.SingleBar | undefined;
+
+  constructor(
+    private readonly label: string,
+    private readonly tty: boolean,
+    private readonly writeLine: (line: string) => void,
+  ) {}
+
+  update(done: number, total: number): void {
+    this.done = done;
+    this.total = total;
+    if (this.tty) {
+      if (this.bar === undefined) {
+        this.bar = new cliProgress.SingleBar(
+          { format: `${this.label} {bar} {value}/{total} | ETA {eta_formatted}`, hideCursor: true, clearOnComplete: true },
+          cliProgress.Presets.shades_classic,
+        );
+        this.bar.start(total, done);
+      } else {
+        this.bar.setTotal(total);
+        this.bar.update(done);
+      }
+      return;
+    }
+    const now = Date.now();
+    if (now - this.lastLine >= 3000) {
+      this.lastLine = now;
+      this.writeLine(JSON.stringify(this.snapshot()));
+    }
+  }
+
+  snapshot() {
+    const seconds = (Date.now() - this.started) / 1000;
+    const perSecond = seconds > 0 ? this.done / seconds : 0;
+    return {
+      event: "progress",
+      what: this.label,
+      done: this.done,
+      total: this.total,
+      etaSeconds: perSecond > 0 ? Math.round((this.total - this.done) / perSecond) : null,
+    };
+  }
+
+  stop(): void {
+    this.bar?.stop();
+  }
+}
+
 /** `gda/<path>/<chunk>` -> `gda/<path>`: the array an object belongs to. */
 function arrayOf(target: string): string {
   return target.slice(0, target.lastIndexOf("/"));

@@ -1,11 +1,8 @@
 import { stepDirName } from "../convert/plan.js";
 import { openStore } from "../store/open.js";
 import { joinKey, type Store } from "../store/store.js";
-import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey } from "./job-reports.js";
+import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey, taskNumber } from "./job-reports.js";
 import type { Logger } from "./log.js";
-
-/** Cloud Run's task index and attempt (container contract), 0 outside Cloud Run. */
-export const taskNumber = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : 0);
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 

@@ -1,4 +1,12 @@
+import { stepDirName } from "../convert/plan.js";
 import { WORK_DIR } from "../convert/plan-format.js";
+import { openStore } from "../store/open.js";
+import { joinKey } from "../store/store.js";
+import type { Env } from "./env.js";
+import type { Logger } from "./log.js";
+
+/** Cloud Run's task index and attempt (container contract), 0 outside Cloud Run. */
+export const taskNumber = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : 0);
 
 /**
  * The small JSON objects the Cloud Run jobs leave in the destination step's work directory for the workflow
@@ -132,4 +140,49 @@ export function cloudRunExecutionName(env: Readonly<Record<string, string | unde
   if (parts.some((p) => p === undefined || p === "" || p.includes("/"))) return null;
   const [project, region, job, execution] = parts;
   return `projects/${project}/locations/${region}/jobs/${job}/executions/${execution}`;
+}
+
+/**
+ * Where a job reports a failure to the workflow, when the environment says enough to know: the destination
+ * step, and the id of this job execution (ORBAX2REG_ATTEMPT from the workflow, else CLOUD_RUN_EXECUTION).
+ */
+function reportTarget(env: Env): { destination: string; stepDir: string; attempt: string } | undefined {
+  const destination = env.ORBAX2REG_DESTINATION;
+  const step = env.ORBAX2REG_STEP;
+  const attempt = env.ORBAX2REG_ATTEMPT || env.CLOUD_RUN_EXECUTION;
+  if (!destination || !step || !/^\d+$/.test(step) || !attempt || !ATTEMPT_PATTERN.test(attempt)) return undefined;
+  return { destination, stepDir: stepDirName(Number(step)), attempt };
+}
+
+/**
+ * Leaves the failure report of a job task under a key of its own (this execution, this task, this task
+ * attempt): reports are never shared, so none is deleted or overwritten by another task or a later run.
+ * Best effort: the destination itself may be what failed; the job's log line still tells the story, and the
+ * workflow treats a failure without a report as transient (retried a bounded number of times).
+ */
+export async function reportFailure(env: Env, phase: JobPhase, err: Error, permanent: boolean, log: Logger): Promise<void> {
+  const target = reportTarget(env);
+  if (!target) {
+    log.warn("no failure report written: ORBAX2REG_DESTINATION, ORBAX2REG_STEP or the execution id is missing or invalid", { phase });
+    return;
+  }
+  const group = env.ORBAX2REG_GROUP;
+  const report: FailureReport = {
+    phase,
+    group: phase === "convert-group" && group !== undefined && /^\d+$/.test(group) ? Number(group) : null,
+    task: taskNumber(env.CLOUD_RUN_TASK_INDEX),
+    taskAttempt: taskNumber(env.CLOUD_RUN_TASK_ATTEMPT),
+    attempt: target.attempt,
+    execution: env.CLOUD_RUN_EXECUTION || null,
+    permanent,
+    errorType: err.name,
+    message: err.message,
+    time: new Date().toISOString(),
+  };
+  const key = joinKey(target.stepDir, failureKey(target.attempt, report));
+  try {
+    await (await openStore(target.destination)).write(key, new TextEncoder().encode(JSON.stringify(report)));
+  } catch (w) {
+    log.warn("could not write the failure report", { key, error: (w as Error).message });
+  }
 }

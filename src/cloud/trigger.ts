@@ -1,4 +1,5 @@
 import { stepDirName } from "../convert/plan.js";
+import { parseStepName, TMP_MARK } from "../orbax/step.js";
 
 /**
  * Which GCS finalize events start a conversion. A training bucket produces many events per step (every
@@ -39,12 +40,12 @@ const INDEX = "/index";
 export function classify(bucket: string, name: string, config: TriggerConfig): TriggerDecision {
   // Fast path: only two object names can ever matter.
   if (!name.endsWith(COMMIT) && !name.endsWith(INDEX)) return { kind: "ignore", reason: "not a commit marker" };
-  if (name.includes(".orbax-checkpoint-tmp")) return { kind: "ignore", reason: "temporary directory" };
+  if (name.includes(TMP_MARK)) return { kind: "ignore", reason: "temporary directory" };
   const parts = name.split("/");
   const file = parts.pop() as string;
   const stepName = parts.pop();
-  const step = stepName === undefined ? undefined : /^step_(\d+)$/.exec(stepName)?.[1];
-  if (step === undefined)
+  const n = stepName === undefined ? undefined : parseStepName(stepName);
+  if (n === undefined)
     return { kind: "ignore", reason: "not directly inside a step_XXXXXXXX directory (an item-level marker or other file)" };
   const parent = parts.join("/");
   const emergencyKind = parts[parts.length - 1];
@@ -53,7 +54,6 @@ export function classify(bucket: string, name: string, config: TriggerConfig): T
   if (file === "index" && !isEmergency) return { kind: "ignore", reason: "an index outside non-tensors/" };
   const root = isEmergency ? parts.slice(0, -1).join("/") : parent;
   if (!watched(root, config.rootPrefixes)) return { kind: "ignore", reason: "outside the watched checkpoint roots" };
-  const n = Number(step);
   const every = config.convertEveryNSteps ?? 1;
   if (every > 1 && n % every !== 0) return { kind: "ignore", reason: `step ${n} is not a multiple of convert_every_n_steps (${every})` };
   const at = (path: string) => (path === "" ? `gs://${bucket}` : `gs://${bucket}/${path}`);

@@ -1,9 +1,9 @@
 import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
-import { describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
-import { Budget } from "../util/budget.js";
+import { describe, joinKey, type Store } from "../store/store.js";
+import { checkObjects, type Defect, listStep } from "./done.js";
 import { assertOwner } from "./ownership.js";
 import type { Plan, PlannedObject } from "./plan-format.js";
-import { type Recorded, type Records, readRecords, sourceCrc, storedCrc } from "./records.js";
+import type { Records } from "./records.js";
 
 export interface FinalizeReport {
   objects: number;
@@ -15,39 +15,6 @@ export interface FinalizeReport {
 
 /** Objects whose stored bytes are read back at once. */
 const CHECK_CONCURRENCY = 8;
-
-/** Why a planned object is not done. */
-export type Defect = "missing" | "unrecorded" | "size" | "checksum";
-
-/**
- * Whether planned object `o` is in place as written under this plan: listed, with the size its record and
- * the plan say, and stored bytes whose CRC-32C equals the recorded one (or, for a copy recorded without
- * one, its source's). An object this process wrote or checked itself (`mine`) is not read back from a
- * local disk (GCS's own checksum costs nothing to compare).
- */
-export async function objectDefect(
-  source: Store,
-  destination: Store,
-  o: PlannedObject,
-  key: string,
-  info: ObjectInfo | undefined,
-  record: Recorded | undefined,
-  mine?: Recorded,
-): Promise<Defect | undefined> {
-  if (info === undefined) return "missing";
-  if (record === undefined) return "unrecorded";
-  if (info.size !== record.size || (o.size !== null && info.size !== o.size)) return "size";
-  if (info.crc32c === undefined && mine !== undefined && mine.size === info.size && mine.crc32c === record.crc32c) return undefined;
-  const expected = record.crc32c ?? (await sourceCrc(source, o));
-  if (expected === undefined) return "unrecorded";
-  return (await storedCrc(destination, key, info)) === expected ? undefined : "checksum";
-}
-
-export async function listStep(destination: Store, stepDir: string): Promise<Map<string, ObjectInfo>> {
-  const existing = new Map<string, ObjectInfo>();
-  for await (const o of destination.list(`${stepDir}/`)) existing.set(o.key.slice(stepDir.length + 1), o);
-  return existing;
-}
 
 /**
  * Commits the regular checkpoint, only while `plan` is the plan on record: checks that every planned
@@ -75,32 +42,22 @@ export async function finalize(
     });
   }
 
-  const records = await readRecords(destination, stepDir, plan.id);
-  const bad = new Map<number, { target: string; defect: Defect }[]>();
   // Local files are read back to compare checksums: a few at once keep the disk busy.
-  const slots = new Budget(CHECK_CONCURRENCY);
-  await Promise.all(
-    plan.groups.flatMap((g, group) =>
-      plan.objects.slice(g.start, g.end).map(async (o) => {
-        const release = await slots.acquire();
-        try {
-          const key = joinKey(stepDir, o.target);
-          const defect = await objectDefect(
-            source,
-            destination,
-            o,
-            key,
-            existing.get(o.target),
-            records.get(o.target),
-            trusted.get(o.target),
-          );
-          if (defect !== undefined) bad.set(group, [...(bad.get(group) ?? []), { target: o.target, defect }]);
-        } finally {
-          release();
-        }
-      }),
-    ),
+  const inGroups = plan.groups.flatMap((g, group) => plan.objects.slice(g.start, g.end).map((o) => ({ o, group })));
+  const verdicts = await checkObjects(
+    plan,
+    inGroups.map((x) => x.o),
+    source,
+    destination,
+    existing,
+    { concurrency: CHECK_CONCURRENCY, mine: trusted },
   );
+  const bad = new Map<number, { target: string; defect: Defect }[]>();
+  verdicts.forEach((v, i) => {
+    if (!("defect" in v)) return;
+    const { o, group } = inGroups[i] as { o: PlannedObject; group: number };
+    bad.set(group, [...(bad.get(group) ?? []), { target: o.target, defect: v.defect }]);
+  });
   if (bad.size > 0) throw incomplete(bad, `${destination.url}/${stepDir}`);
 
   // Objects under gda/ that this plan does not have were written under a plan this one replaced.

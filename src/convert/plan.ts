@@ -34,7 +34,8 @@ export interface PlanOptions {
 }
 
 const decoder = new TextDecoder();
-const SHARD_INDEX_BYTES = 16 + 4; // one (offset, nbytes) pair + CRC-32C
+/** The index at the end of a zarr v3 shard of one inner chunk: one (offset, nbytes) pair of u64, then its CRC-32C. */
+export const SHARD_INDEX_BYTES = 16 + 4;
 
 /** `step_%08d`, AXLearn's step directory name. */
 export function stepDirName(step: number): string {

@@ -1,5 +1,5 @@
 import type { ByteReader } from "./byte-reader.js";
-import { type DataFileId, decodeDataFileTable } from "./data-file-table.js";
+import type { DataFileId } from "./data-file-table.js";
 import { type IndirectRef, readIndirectRefColumns, readStatsColumns, type SubtreeStats } from "./node-reference.js";
 
 /** One committed version: the root of its B+tree (null for an empty tree) and when it was written. */
@@ -20,10 +20,6 @@ export interface VersionNodeRef {
   readonly commitTimeNs: bigint;
   readonly height: number;
 }
-
-export type VersionTreeNode =
-  | { readonly height: 0; readonly versions: VersionEntry[] }
-  | { readonly height: number; readonly children: VersionNodeRef[] };
 
 /** Leaf entry array: the manifest's inline versions and the body of version-tree leaves. */
 export function decodeVersionEntries(r: ByteReader, files: readonly DataFileId[], arityLog2: number): VersionEntry[] {
@@ -90,23 +86,4 @@ export function decodeVersionNodeRefs(
     commitTimeNs: commitTimes[i] as bigint,
     height: entryHeights[i] as number,
   }));
-}
-
-/** A version-tree node body (after the envelope). */
-export function decodeVersionTreeNode(r: ByteReader, transitivePath: string, arityLog2: number, expectedHeight: number): VersionTreeNode {
-  const arityAt = r.offset;
-  const arity = r.u8("version_tree_arity_log2");
-  if (arity !== arityLog2) r.fail(`node arity_log2 ${arity} differs from the manifest's ${arityLog2}`, arityAt);
-  const heightAt = r.offset;
-  const height = r.u8("height");
-  if (height !== expectedHeight) r.fail(`version node height ${height}, expected ${expectedHeight}`, heightAt);
-  const files = decodeDataFileTable(r, transitivePath);
-  if (height === 0) {
-    const versions = decodeVersionEntries(r, files, arityLog2);
-    r.expectEnd("version tree leaf");
-    return { height: 0, versions };
-  }
-  const children = decodeVersionNodeRefs(r, files, { inManifest: false, childHeight: height - 1 }, 2 ** arityLog2);
-  r.expectEnd("version tree interior node");
-  return { height, children };
 }

@@ -1,4 +1,4 @@
-import { type Entry, OcdbtDatabase, type ValueLocation } from "../ocdbt/database.js";
+import type { Entry, OcdbtDatabase, ValueLocation } from "../ocdbt/database.js";
 import { compareKeys, keyBytes } from "../ocdbt/key.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 
@@ -109,8 +109,4 @@ export class DirectorySource implements KvSource {
   describe(key: string) {
     return describe(this.store, joinKey(this.root, key));
   }
-}
-
-export async function openOcdbtSource(store: Store, root: string): Promise<OcdbtSource> {
-  return new OcdbtSource(await OcdbtDatabase.open(store, root));
 }

@@ -54,7 +54,8 @@ export interface OpenStepOptions {
 }
 
 const STEP_DIR = /^step_(\d+)$/;
-const TMP_MARK = ".orbax-checkpoint-tmp";
+/** In the name of a directory Orbax is still writing (or abandoned): never a committed step. */
+export const TMP_MARK = ".orbax-checkpoint-tmp";
 
 export function parseStepName(name: string): number | undefined {
   const m = STEP_DIR.exec(name);
@@ -127,7 +128,7 @@ async function commitStatus(store: Store, stepDir: string, name: string): Promis
     return { committed: false, marker: "none", reason: "temporary directory name (save in progress or abandoned)" };
   if (await store.stat(joinKey(stepDir, "commit_success.txt"))) return { committed: true, marker: "commit_success.txt" };
   // Before orbax 0.12.3, a local save commits by renaming the temporary directory; GCS has no rename.
-  if (!store.url.startsWith("gs://")) return { committed: true, marker: "final-name" };
+  if (store.renamesAtomically === true) return { committed: true, marker: "final-name" };
   return { committed: false, marker: "none", reason: "no commit_success.txt in the step directory" };
 }
 

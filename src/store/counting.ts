@@ -29,6 +29,12 @@ export class CountingStore implements Store {
     return this.inner.url;
   }
 
+  get renamesAtomically(): boolean | undefined {
+    return this.inner.renamesAtomically;
+  }
+
+  // No rangeCopyTo: a direct copy would bypass the counts (every byte goes through readStream and write).
+
   async read(key: string): Promise<Uint8Array> {
     this.counts.reads++;
     if (this.options.log) this.reads.push(key);

@@ -4,7 +4,7 @@ import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, stat
 import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
 import { DestinationError, FormatError, NotFoundError, Orbax2RegError } from "../errors.js";
-import { checkKey, type DirListing, describe, ioCause, type ObjectInfo, type Store, type WriteResult } from "./store.js";
+import { checkKey, type DirListing, describe, ioCause, type ObjectInfo, type RangeCopy, type Store, type WriteResult } from "./store.js";
 
 const READ_PIECE = 1 << 30;
 /** Directories fsynced at once by syncNames (each holds a descriptor). */
@@ -56,6 +56,8 @@ async function writeAll(out: FileHandle, bytes: Uint8Array): Promise<void> {
 /** A directory on the local filesystem. */
 export class LocalStore implements Store {
   readonly root: string;
+  /** A directory renamed into place appears whole (see Store.renamesAtomically). */
+  readonly renamesAtomically = true;
 
   constructor(
     root: string,
@@ -255,6 +257,12 @@ export class LocalStore implements Store {
     } finally {
       await rm(tmp, { force: true }).catch(() => undefined);
     }
+  }
+
+  /** Between local directories only: copyRangeTo. */
+  rangeCopyTo(target: Store): RangeCopy | undefined {
+    if (!(target instanceof LocalStore)) return undefined;
+    return (key, offset, length, targetKey, buffer) => this.copyRangeTo(key, offset, length, target, targetKey, buffer);
   }
 
   /**

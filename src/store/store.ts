@@ -73,7 +73,27 @@ export interface Store {
    * live writer's. Returns how many were removed.
    */
   removeAbandoned?(prefix: string): Promise<number>;
+  /**
+   * Optional capability: a direct copy of byte ranges from this store into `target`, or undefined where
+   * this store has none into that target (then read a stream and write it). A local directory copies into
+   * another local directory through a buffer the caller reuses from copy to copy (a fresh buffer per piece
+   * costs more in allocation and page faults than the copy itself).
+   */
+  rangeCopyTo?(target: Store): RangeCopy | undefined;
+  /**
+   * Optional property: true where a directory can be renamed atomically (a local filesystem), so a writer
+   * may commit a directory by renaming it into place and a directory under its final name is complete.
+   * Object stores (GCS) have no rename: they omit this, and their writers commit with a marker object.
+   */
+  readonly renamesAtomically?: boolean;
 }
+
+/**
+ * Copies `length` bytes at `offset` of the source store's `key` to `targetKey` of the target store, through
+ * `buffer` (the caller's, reused across copies). Atomic and durable like `write`; verbatim, so no CRC-32C is
+ * computed: what the copy is checked against later is its source. Resolves to the size stored.
+ */
+export type RangeCopy = (key: string, offset: number, length: number, targetKey: string, buffer: Uint8Array) => Promise<{ size: number }>;
 
 /** One version of an object: its bytes and an opaque token (a GCS generation) naming exactly that version. */
 export interface Versioned {
@@ -91,10 +111,6 @@ export interface VersionedObjects {
   replace(key: string, data: Uint8Array, version: string): Promise<string | undefined>;
   /** Deletes version `version`; false when the object is gone or at another version. */
   delete(key: string, version: string): Promise<boolean>;
-}
-
-export async function exists(store: Store, key: string): Promise<boolean> {
-  return (await store.stat(key)) !== undefined;
 }
 
 /** `store.url` joined with `key`, for error messages. */

@@ -44,7 +44,6 @@ export const DTYPES: readonly DType[] = [
 
 const byZarr2 = new Map(DTYPES.map((d) => [d.zarr2, d]));
 const byZarr3 = new Map(DTYPES.map((d) => [d.zarr3, d]));
-const byName = new Map(DTYPES.map((d) => [d.name, d]));
 
 // One-byte types may be written with any byte-order mark ("|", "<" or ">"); all mean the same bytes.
 for (const d of DTYPES) {
@@ -64,8 +63,4 @@ export function dtypeFromZarr3(s: unknown, where: { path: string; key?: string }
   const d = typeof s === "string" ? byZarr3.get(s) : undefined;
   if (d === undefined) throw new UnsupportedError(`zarr v3 data_type ${JSON.stringify(s)}`, where);
   return d;
-}
-
-export function dtypeByName(name: string): DType | undefined {
-  return byName.get(name);
 }

@@ -106,8 +106,8 @@ describe.each(FIXTURE_CASES)("$label", (c) => {
     expect(existsSync(join(stepOf(c), "index"))).toBe(true);
   });
 
-  // src/convert/verify.ts:90 takes the expected step from the source (`source.step ?? 0`), so a source whose
-  // directory does not name its step, converted with --step 7, fails verify's index check: "step=0; step=7".
+  // A source whose directory does not name its step (converted with --step 7) is verified against the step
+  // the regular directory's name gives (src/convert/verify.ts: `source.step ?? parseStepName(<dest dir>)`).
   test("orbax2reg verify passes on the result", async () => {
     const r = await verify(c.location, stepOf(c));
     expect(r.checks.filter((x) => !x.ok)).toEqual([]);
@@ -238,10 +238,9 @@ describe("orbax2reg's own structure strings", () => {
     expect(structureStrings(step, entries)).toEqual(check(c).structure);
   });
 
-  // src/regular/index-file.ts:42 structureStrings() renders every value with pythonRepr(), but AXLearn builds
-  // f"{path}={value}", i.e. str(value): a string value appears without quotes ("input_iter=<class '...'>");
-  // orbax2reg quotes it and backslash-escapes the inner quotes. Equality of two lists is unaffected (the same
-  // function renders both sides), but verify's diff lines are not the strings AXLearn would show.
+  // AXLearn builds f"{path}={value}", i.e. str(value): a string value appears without quotes
+  // ("input_iter=<class '...'>"). structureStrings() (src/regular/index-file.ts) does the same, so verify's
+  // diff lines are the strings AXLearn would show.
   test("structureStrings renders an iterator's string entry exactly as AXLearn's check does", () => {
     const c = fixtureCase("iterators");
     const { step, entries } = parseIndex(readFileSync(join(stepOf(c), "index"), "utf8"), "index");

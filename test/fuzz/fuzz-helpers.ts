@@ -34,19 +34,18 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import v8 from "node:v8";
 import vm from "node:vm";
 import { parentPort, Worker } from "node:worker_threads";
-import { inspectStep } from "../../src/cli/inspect.js";
-import { crc32c } from "../../src/codecs/crc32c.js";
 import { Orbax2RegError } from "../../src/errors.js";
 import { type BtreeNode, decodeBtreeNode, type InteriorEntry, type LeafEntry } from "../../src/ocdbt/btree.js";
-import type { OcdbtConfig } from "../../src/ocdbt/config.js";
 import type { DataFileId } from "../../src/ocdbt/data-file-table.js";
 import { OcdbtDatabase } from "../../src/ocdbt/database.js";
-import { decodeEnvelope, type EnvelopeKind, MAGIC } from "../../src/ocdbt/envelope.js";
-import { decodeManifest, type Manifest } from "../../src/ocdbt/manifest.js";
+import { decodeEnvelope, type EnvelopeKind } from "../../src/ocdbt/envelope.js";
+import { decodeManifest } from "../../src/ocdbt/manifest.js";
 import type { IndirectRef } from "../../src/ocdbt/node-reference.js";
+import { inspectStep } from "../../src/orbax/inspect.js";
 import { openStep } from "../../src/orbax/step.js";
 import { LocalStore } from "../../src/store/local.js";
 import { joinKey } from "../../src/store/store.js";
+import { encodeBtreeNode, encodeManifest, envelopeOf, type VersionsManifest } from "../helpers/ocdbt-encode.js";
 
 /** Orbax's max_decoded_node_bytes (100 MB): no single allocation and no retained growth may pass it. */
 export const MEMORY_LIMIT = 100_000_000;
@@ -109,90 +108,33 @@ export function iterationSeed(seed: number, i: number): number {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Field-recording encoder
+// OCDBT encoders: the shared test encoder (test/helpers/ocdbt-encode.ts), re-exported for the fuzz tests
 // ---------------------------------------------------------------------------------------------------------
 
-export type FieldKind = "u8" | "varint" | "u32" | "u64" | "bytes";
+export {
+  concat,
+  encodeBtreeNode,
+  encodeEnvelope,
+  encodeManifest,
+  envelopeOf,
+  type Field,
+  type FieldKind,
+  FieldWriter,
+  overlongVarint,
+  type RawEnvelopeOptions as EnvelopeOptions,
+  replaceField,
+  resealEnvelope,
+  type VersionsManifest,
+  varintBytes,
+  writeDataFileTable,
+  type ZstdFrameOptions,
+  zstdFrame,
+  zstdSkippableFrame,
+} from "../helpers/ocdbt-encode.js";
 
-/** Where one encoded field lies in a body, so a test can replace exactly that field. */
-export interface Field {
-  readonly name: string;
-  readonly kind: FieldKind;
-  readonly start: number;
-  readonly end: number;
-}
-
-export function varintBytes(v: number | bigint): number[] {
-  let x = BigInt(v);
-  if (x < 0n) throw new Error(`negative varint ${x}`);
-  const out: number[] = [];
-  do {
-    let b = Number(x & 0x7fn);
-    x >>= 7n;
-    if (x !== 0n) b |= 0x80;
-    out.push(b);
-  } while (x !== 0n);
-  return out;
-}
-
-/** A varint padded with redundant continuation bytes to `length` bytes (riegeli accepts up to 10 for 64 bits). */
-export function overlongVarint(v: number | bigint, length: number): number[] {
-  const out = varintBytes(v);
-  while (out.length < length) {
-    out[out.length - 1] = (out[out.length - 1] as number) | 0x80;
-    out.push(0);
-  }
-  return out;
-}
-
-export class FieldWriter {
-  private readonly out: number[] = [];
-  readonly fields: Field[] = [];
-
-  private add(name: string, kind: FieldKind, bytes: ArrayLike<number>): void {
-    const start = this.out.length;
-    for (let i = 0; i < bytes.length; i++) this.out.push(bytes[i] as number);
-    this.fields.push({ name, kind, start, end: this.out.length });
-  }
-  u8(v: number, name: string): void {
-    this.add(name, "u8", [v & 0xff]);
-  }
-  varint(v: number | bigint, name: string): void {
-    this.add(name, "varint", varintBytes(v));
-  }
-  u32le(v: number, name: string): void {
-    this.add(name, "u32", [v & 0xff, (v >>> 8) & 0xff, (v >>> 16) & 0xff, (v >>> 24) & 0xff]);
-  }
-  u64le(v: bigint, name: string): void {
-    const b: number[] = [];
-    for (let i = 0n; i < 8n; i++) b.push(Number((v >> (8n * i)) & 0xffn));
-    this.add(name, "u64", b);
-  }
-  bytes(b: Uint8Array, name: string): void {
-    this.add(name, "bytes", b);
-  }
-  finish(): Uint8Array {
-    return Uint8Array.from(this.out);
-  }
-}
-
-/** `body` with `field` replaced by `replacement` (which may have another length). */
-export function replaceField(body: Uint8Array, field: Field, replacement: ArrayLike<number>): Uint8Array {
-  const out = new Uint8Array(body.length - (field.end - field.start) + replacement.length);
-  out.set(body.subarray(0, field.start), 0);
-  out.set(Array.from(replacement), field.start);
-  out.set(body.subarray(field.end), field.start + replacement.length);
-  return out;
-}
-
-export function concat(...parts: ArrayLike<number>[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((s, p) => s + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p instanceof Uint8Array ? p : Array.from(p), at);
-    at += p.length;
-  }
-  return out;
+/** The decoded (decompressed) body of a valid envelope, decoded by src/. */
+export function envelopeBody(bytes: Uint8Array, kind: EnvelopeKind): Uint8Array {
+  return decodeEnvelope(bytes, kind, "fuzz", 1 << 30).bytes.slice();
 }
 
 function lcp(a: Uint8Array, b: Uint8Array): number {
@@ -200,262 +142,6 @@ function lcp(a: Uint8Array, b: Uint8Array): number {
   let i = 0;
   while (i < n && a[i] === b[i]) i++;
   return i;
-}
-
-function startsWithBytes(key: Uint8Array, prefix: Uint8Array): boolean {
-  return key.length >= prefix.length && lcp(key, prefix) === prefix.length;
-}
-
-const utf8 = new TextEncoder();
-
-// ---------------------------------------------------------------------------------------------------------
-// zstd frames (raw and RLE blocks only: a valid frame without a compressor)
-// ---------------------------------------------------------------------------------------------------------
-
-export interface ZstdFrameOptions {
-  /** Frame_Content_Size to declare; null omits it; default: the real size. */
-  readonly contentSize?: number | bigint | null;
-  /** Frame_Content_Size_flag (0..3); default: 2 (4 bytes), or 3 when the declared size needs 8. */
-  readonly fcsFlag?: 0 | 1 | 2 | 3;
-  /** Single_Segment_flag; default true (no window descriptor, window = content size). */
-  readonly singleSegment?: boolean;
-  /** The window descriptor byte when not single-segment; default: the smallest window that fits a block. */
-  readonly windowDescriptor?: number;
-  /** Raw block size (default 128 KiB, the format's maximum). */
-  readonly blockSize?: number;
-  /** Sets Content_Checksum_flag and appends 4 (unchecked) bytes. */
-  readonly checksum?: boolean;
-  /** Drops the Last_Block flag of the final block (a frame that never ends). */
-  readonly noLastBlock?: boolean;
-}
-
-export function zstdFrame(data: Uint8Array, o: ZstdFrameOptions = {}): Uint8Array {
-  const singleSegment = o.singleSegment ?? true;
-  const declared = o.contentSize === undefined ? BigInt(data.length) : o.contentSize === null ? null : BigInt(o.contentSize);
-  let fcsFlag = o.fcsFlag ?? (declared !== null && declared >= 2n ** 32n ? 3 : 2);
-  if (declared === null && o.fcsFlag === undefined) fcsFlag = 0;
-  const fcsBytes = fcsFlag === 0 ? (singleSegment ? 1 : 0) : 1 << fcsFlag;
-  const fhd = (fcsFlag << 6) | (singleSegment ? 0x20 : 0) | (o.checksum ? 0x04 : 0);
-  const out: number[] = [0x28, 0xb5, 0x2f, 0xfd, fhd];
-  const blockSize = Math.max(1, Math.min(o.blockSize ?? 131072, 131072));
-  if (!singleSegment) {
-    let log = 10;
-    while (2 ** log < Math.min(blockSize, Math.max(data.length, 1))) log++;
-    out.push(o.windowDescriptor ?? (log - 10) << 3);
-  }
-  let v = (declared ?? 0n) - (fcsFlag === 1 ? 256n : 0n);
-  if (v < 0n) v = 0n;
-  for (let i = 0; i < fcsBytes; i++) {
-    out.push(Number(v & 0xffn));
-    v >>= 8n;
-  }
-  let pos = 0;
-  do {
-    const size = Math.min(blockSize, data.length - pos);
-    const last = pos + size >= data.length && !o.noLastBlock ? 1 : 0;
-    const header = (size << 3) | (0 << 1) | last;
-    out.push(header & 0xff, (header >> 8) & 0xff, (header >> 16) & 0xff);
-    for (let i = 0; i < size; i++) out.push(data[pos + i] as number);
-    pos += size;
-  } while (pos < data.length);
-  if (o.checksum) out.push(0, 0, 0, 0);
-  return Uint8Array.from(out);
-}
-
-/** A skippable frame (RFC 8878 §3.1.2) with `n` bytes of content; `declared` may claim another size. */
-export function zstdSkippableFrame(n: number, magicNibble = 0, declared = n): Uint8Array {
-  const d = declared >>> 0;
-  const head = [0x50 | (magicNibble & 0xf), 0x2a, 0x4d, 0x18, d & 0xff, (d >>> 8) & 0xff, (d >>> 16) & 0xff, (d >>> 24) & 0xff];
-  return concat(head, new Uint8Array(n));
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Envelopes
-// ---------------------------------------------------------------------------------------------------------
-
-export interface EnvelopeOptions {
-  /** 0 = raw, 1 = zstd (then `payload` must already be zstd frames). */
-  readonly compression: number;
-  /** Raw bytes of the version varint (default `[0]`). */
-  readonly versionBytes?: readonly number[];
-  /** Raw bytes of the compression varint (default: `compression` encoded). */
-  readonly compressionBytes?: readonly number[];
-  readonly magic?: number;
-  /** Length field to write (default: the real length). */
-  readonly length?: bigint;
-  /** Store a wrong CRC (default: the correct one). */
-  readonly badCrc?: boolean;
-}
-
-/** magic (BE) + length (LE u64) + version varint + compression varint + payload + CRC-32C (LE). */
-export function encodeEnvelope(kind: EnvelopeKind, payload: Uint8Array, o: EnvelopeOptions): Uint8Array {
-  const version = o.versionBytes ?? [0];
-  const compression = o.compressionBytes ?? varintBytes(o.compression);
-  const total = 12 + version.length + compression.length + payload.length + 4;
-  const out = new Uint8Array(total);
-  const view = new DataView(out.buffer);
-  view.setUint32(0, o.magic ?? MAGIC[kind], false);
-  view.setBigUint64(4, o.length ?? BigInt(total), true);
-  out.set(version, 12);
-  out.set(compression, 12 + version.length);
-  out.set(payload, 12 + version.length + compression.length);
-  const crc = crc32c(out.subarray(0, total - 4));
-  view.setUint32(total - 4, o.badCrc ? (crc ^ 1) >>> 0 : crc, true);
-  return out;
-}
-
-/** The common case: a body stored raw, or zstd-framed with default frame options. */
-export function envelopeOf(kind: EnvelopeKind, body: Uint8Array, zstd = false): Uint8Array {
-  return zstd ? encodeEnvelope(kind, zstdFrame(body), { compression: 1 }) : encodeEnvelope(kind, body, { compression: 0 });
-}
-
-/** The decoded (decompressed) body of a valid envelope, decoded by src/. */
-export function envelopeBody(bytes: Uint8Array, kind: EnvelopeKind): Uint8Array {
-  return decodeEnvelope(bytes, kind, "fuzz", 1 << 30).bytes.slice();
-}
-
-/** Recomputes the length field and CRC of an envelope after its bytes were edited in place or resized. */
-export function resealEnvelope(bytes: Uint8Array): Uint8Array {
-  const out = bytes.slice();
-  if (out.length < 16) return out;
-  const view = new DataView(out.buffer);
-  view.setBigUint64(4, BigInt(out.length), true);
-  view.setUint32(out.length - 4, crc32c(out.subarray(0, out.length - 4)), true);
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// OCDBT bodies
-// ---------------------------------------------------------------------------------------------------------
-
-interface TableFile {
-  readonly base: string;
-  readonly rel: string;
-}
-
-/** Collects data files in first-use order; base paths are stored relative to the node's transitive path. */
-class FileTable {
-  readonly files: TableFile[] = [];
-  private readonly index = new Map<string, number>();
-  constructor(private readonly transitive: string) {}
-  add(id: DataFileId): number {
-    if (!id.basePath.startsWith(this.transitive)) throw new Error(`base path ${id.basePath} outside ${this.transitive}`);
-    const base = id.basePath.slice(this.transitive.length);
-    const k = `${base}\0${id.relativePath}`;
-    let i = this.index.get(k);
-    if (i === undefined) {
-      i = this.files.length;
-      this.files.push({ base, rel: id.relativePath });
-      this.index.set(k, i);
-    }
-    return i;
-  }
-}
-
-/** OCDBT "Data file table format", prefix-compressed the way the decoder allows. */
-export function writeDataFileTable(w: FieldWriter, files: readonly TableFile[]): void {
-  const paths = files.map((f) => utf8.encode(f.base + f.rel));
-  const bases = files.map((f) => utf8.encode(f.base).length);
-  const prefixes = paths.map((p, i) => {
-    if (i === 0) return 0;
-    let n = Math.min(lcp(paths[i - 1] as Uint8Array, p), 0xffff);
-    if (bases[i] !== bases[i - 1]) n = Math.min(n, bases[i] as number, bases[i - 1] as number);
-    return n;
-  });
-  w.varint(files.length, "data file count");
-  for (let i = 1; i < files.length; i++) w.varint(prefixes[i] as number, "data file path prefix length");
-  for (let i = 0; i < files.length; i++)
-    w.varint((paths[i] as Uint8Array).length - (prefixes[i] as number), "data file path suffix length");
-  for (let i = 0; i < files.length; i++) w.varint(bases[i] as number, "data file base path length");
-  for (let i = 0; i < files.length; i++) w.bytes((paths[i] as Uint8Array).subarray(prefixes[i] as number), "data file path suffix");
-}
-
-function writeConfig(w: FieldWriter, c: OcdbtConfig): void {
-  w.bytes(c.uuid, "uuid");
-  w.u8(c.manifestKind === "single" ? 0 : 1, "manifest_kind");
-  w.varint(c.maxInlineValueBytes, "max_inline_value_bytes");
-  w.varint(c.maxDecodedNodeBytes, "max_decoded_node_bytes");
-  w.u8(c.versionTreeArityLog2, "version_tree_arity_log2");
-  w.varint(c.compression.method === "none" ? 0 : 1, "compression_method");
-  if (c.compression.method === "zstd") w.u32le(c.compression.level >>> 0, "zstd level");
-}
-
-const MISSING = (1n << 64n) - 1n;
-
-export type VersionsManifest = Manifest & { kind: "versions" };
-
-/** A "single" manifest body: config, data-file table, inline versions, version-node references. */
-export function encodeManifest(m: VersionsManifest): FieldWriter {
-  const w = new FieldWriter();
-  writeConfig(w, m.config);
-  const table = new FileTable("");
-  const rootIdx = m.inlineVersions.map((v) => (v.root === null ? 0 : table.add(v.root.file)));
-  const nodeIdx = m.versionNodes.map((n) => table.add(n.ref.file));
-  writeDataFileTable(w, table.files);
-  const vs = m.inlineVersions;
-  w.varint(vs.length, "version count");
-  for (const v of vs) w.varint(v.generation, "generation_number");
-  for (const v of vs) w.u8(v.rootHeight, "root_height");
-  for (const i of rootIdx) w.varint(i, "version root data file index");
-  for (const v of vs) w.varint(v.root === null ? MISSING : BigInt(v.root.offset), "version root offset");
-  for (const v of vs) w.varint(v.root === null ? MISSING : BigInt(v.root.length), "version root length");
-  for (const v of vs) w.varint(v.stats.numKeys, "version num_keys");
-  for (const v of vs) w.varint(v.stats.numTreeBytes, "version num_tree_bytes");
-  for (const v of vs) w.varint(v.stats.numIndirectValueBytes, "version num_indirect_value_bytes");
-  for (const v of vs) w.u64le(v.commitTimeNs, "commit_time");
-  const ns = m.versionNodes;
-  w.varint(ns.length, "version node count");
-  for (const n of ns) w.varint(n.generation, "version node generation_number");
-  for (const i of nodeIdx) w.varint(i, "version node data file index");
-  for (const n of ns) w.varint(n.ref.offset, "version node offset");
-  for (const n of ns) w.varint(n.ref.length, "version node length");
-  for (const n of ns) w.varint(n.numGenerations, "num_generations");
-  for (const n of ns) w.u64le(n.commitTimeNs, "version node commit_time");
-  for (const n of ns) w.u8(n.height, "entry_height");
-  return w;
-}
-
-/**
- * A B+tree node body (OCDBT spec "B+tree node format"). `prefix` is the implicit key prefix the parent
- * gives the node and `transitive` the base path it is read through: both are stripped, as TensorStore does.
- */
-export function encodeBtreeNode(node: BtreeNode, prefix: Uint8Array, transitive: string): FieldWriter {
-  const w = new FieldWriter();
-  w.u8(node.height, "height");
-  const table = new FileTable(transitive);
-  const leaf = node.height === 0;
-  const leafEntries = node.entries as LeafEntry[];
-  const interior = node.entries as InteriorEntry[];
-  const fileIdx = leaf
-    ? leafEntries.flatMap((e) => (e.value.kind === "indirect" ? [table.add(e.value.ref.file)] : []))
-    : interior.map((e) => table.add(e.ref.file));
-  writeDataFileTable(w, table.files);
-  const n = node.entries.length;
-  w.varint(n, "entry count");
-  const rel = node.entries.map((e) => {
-    if (!startsWithBytes(e.key, prefix)) throw new Error("entry key outside the node's prefix");
-    return e.key.subarray(prefix.length);
-  });
-  const shared = rel.map((k, i) => (i === 0 ? 0 : Math.min(lcp(rel[i - 1] as Uint8Array, k), 0xffff)));
-  for (let i = 1; i < n; i++) w.varint(shared[i] as number, "key prefix length");
-  for (let i = 0; i < n; i++) w.varint((rel[i] as Uint8Array).length - (shared[i] as number), "key suffix length");
-  if (!leaf) for (const e of interior) w.varint(e.childPrefix.length - prefix.length, "subtree common prefix length");
-  for (let i = 0; i < n; i++) w.bytes((rel[i] as Uint8Array).subarray(shared[i] as number), "key suffix");
-  if (leaf) {
-    for (const e of leafEntries) w.varint(e.value.kind === "inline" ? e.value.bytes.length : e.value.ref.length, "value length");
-    for (const e of leafEntries) w.u8(e.value.kind === "inline" ? 0 : 1, "value kind");
-    for (const i of fileIdx) w.varint(i, "value data file index");
-    for (const e of leafEntries) if (e.value.kind === "indirect") w.varint(e.value.ref.offset, "value offset");
-    for (const e of leafEntries) if (e.value.kind === "inline") w.bytes(e.value.bytes, "inline value");
-  } else {
-    for (const i of fileIdx) w.varint(i, "child data file index");
-    for (const e of interior) w.varint(e.ref.offset, "child offset");
-    for (const e of interior) w.varint(e.ref.length, "child length");
-    for (const e of interior) w.varint(e.stats.numKeys, "child num_keys");
-    for (const e of interior) w.varint(e.stats.numTreeBytes, "child num_tree_bytes");
-    for (const e of interior) w.varint(e.stats.numIndirectValueBytes, "child num_indirect_value_bytes");
-  }
-  return w;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -897,6 +583,7 @@ async function transpileForWorker(): Promise<string> {
   };
   walk(join(REPO, "src"));
   sources.push(fileURLToPath(import.meta.url));
+  sources.push(join(REPO, "test/helpers/ocdbt-encode.ts")); // the shared encoder this file imports
   for (const file of sources) {
     const { outputText } = ts.transpileModule(readFileSync(file, "utf8"), {
       fileName: file,

@@ -6,10 +6,10 @@ import { cpSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { inspectStep } from "../../src/cli/inspect.js";
 import type { InteriorEntry, LeafEntry } from "../../src/ocdbt/btree.js";
 import { OcdbtDatabase } from "../../src/ocdbt/database.js";
 import { keyString } from "../../src/ocdbt/key.js";
+import { inspectStep } from "../../src/orbax/inspect.js";
 import { openStep } from "../../src/orbax/step.js";
 import { LocalStore } from "../../src/store/local.js";
 import {

@@ -25,7 +25,6 @@ export async function runCli(args: string[]): Promise<CliResult> {
     warn: (line) => {
       stderr += `warning: ${line}\n`;
     },
-    progress: () => ({ update() {}, done() {} }),
     isTTY: false,
   };
   const code = await main(args, out);

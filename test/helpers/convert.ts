@@ -2,7 +2,7 @@
 // Python checkers, and AXLearn's structure check and `.zarray` form re-implemented from its sources.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { type ConvertResult, convert, type PlanPhaseOptions } from "../../src/convert/convert.js";
 import type { ExecuteOptions } from "../../src/convert/execute.js";
@@ -121,17 +121,13 @@ export const WORK_DIR = ".orbax2reg";
 /** Every file under `dir` (relative `/` paths, sorted) with its bytes; the tool's work dir is left out. */
 export function snapshot(dir: string, keep: (rel: string) => boolean = (rel) => !rel.startsWith(`${WORK_DIR}/`)): Map<string, Buffer> {
   const out = new Map<string, Buffer>();
-  const walk = (d: string) => {
-    for (const name of readdirSync(d).sort()) {
-      const p = join(d, name);
-      if (statSync(p).isDirectory()) walk(p);
-      else {
-        const rel = relative(dir, p).split("\\").join("/");
-        if (keep(rel)) out.set(rel, readFileSync(p));
-      }
-    }
-  };
-  if (existsSync(dir)) walk(dir);
+  const entries = existsSync(dir) ? readdirSync(dir, { recursive: true, withFileTypes: true }) : [];
+  for (const e of entries) {
+    if (e.isDirectory()) continue;
+    const p = join(e.parentPath, e.name);
+    const rel = relative(dir, p).split("\\").join("/");
+    if (keep(rel)) out.set(rel, readFileSync(p));
+  }
   return new Map([...out.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 

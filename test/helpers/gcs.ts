@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { Storage } from "@google-cloud/storage";
 import { inject } from "vitest";
@@ -24,15 +24,9 @@ export async function uploadDir(
   skip: (key: string) => boolean = () => false,
 ): Promise<void> {
   const b = emulatorStorage().bucket(bucket);
-  const files: string[] = [];
-  const walk = (dir: string) => {
-    for (const name of readdirSync(dir)) {
-      const p = join(dir, name);
-      if (statSync(p).isDirectory()) walk(p);
-      else files.push(p);
-    }
-  };
-  walk(localDir);
+  const files = readdirSync(localDir, { recursive: true, withFileTypes: true })
+    .filter((e) => !e.isDirectory())
+    .map((e) => join(e.parentPath, e.name));
   await Promise.all(
     files
       .map((f) => relative(localDir, f).split("\\").join("/"))

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, test } from "vitest";
-import { inspectStep } from "../../src/cli/inspect.js";
+import { inspectStep } from "../../src/orbax/inspect.js";
 import { openStep } from "../../src/orbax/step.js";
 import { newBucket, uploadDir } from "../helpers/gcs.js";
 import { FIXTURES, GENERATED } from "../helpers/paths.js";

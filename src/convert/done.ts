@@ -1,0 +1,106 @@
+import { joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { Budget } from "../util/budget.js";
+import type { Plan, PlannedObject } from "./plan-format.js";
+import { type Recorded, type Records, readRecords, sourceCrc, storedCrc } from "./records.js";
+
+/**
+ * Whether planned objects are in the destination step as written under their plan: the one check that
+ * resume (execute: skip what is done) and finalize (commit only when everything is) share.
+ */
+
+/** Why a planned object is not done. */
+export type Defect = "missing" | "unrecorded" | "size" | "checksum";
+
+/** A planned object in place (what is stored, and whether a record of the plan already says so), or why not. */
+export type Verdict = { readonly done: Recorded; readonly recorded: boolean } | { readonly defect: Defect };
+
+export interface CheckOptions {
+  /** Objects checked at once (each may read its stored bytes back, and its source's). */
+  readonly concurrency: number;
+  /**
+   * Objects this process wrote or checked itself (target -> what it stored): not read back from a local
+   * disk (GCS's own checksum costs nothing to compare).
+   */
+  readonly mine?: Records;
+  /**
+   * Take over verbatim copies that no record vouches for when their stored bytes match their source (a
+   * writer killed before recording them: resume). Without it such an object is "unrecorded".
+   */
+  readonly adopt?: boolean;
+}
+
+/** The objects under the destination step directory, keyed by their key relative to it. */
+export async function listStep(destination: Store, stepDir: string): Promise<Map<string, ObjectInfo>> {
+  const existing = new Map<string, ObjectInfo>();
+  for await (const o of destination.list(`${stepDir}/`)) existing.set(o.key.slice(stepDir.length + 1), o);
+  return existing;
+}
+
+/**
+ * The verdict on each of `objects` (in order), given the step's listing `existing`: in place when listed
+ * with the size its record and the plan say and stored bytes whose CRC-32C equals the recorded one (or, for
+ * a copy recorded without one, its source's); with `adopt`, also an unrecorded copy that matches its source.
+ */
+export async function checkObjects(
+  plan: Plan,
+  objects: readonly PlannedObject[],
+  source: Store,
+  destination: Store,
+  existing: ReadonlyMap<string, ObjectInfo>,
+  options: CheckOptions,
+): Promise<Verdict[]> {
+  if (existing.size === 0) return objects.map(() => ({ defect: "missing" }));
+  const stepDir = plan.destination.stepDir;
+  const records = await readRecords(destination, stepDir, plan.id);
+  const slots = new Budget(options.concurrency);
+  return Promise.all(
+    objects.map(async (o) => {
+      const release = await slots.acquire();
+      try {
+        return await checkObject(
+          source,
+          destination,
+          o,
+          joinKey(stepDir, o.target),
+          existing.get(o.target),
+          records.get(o.target),
+          options,
+        );
+      } finally {
+        release();
+      }
+    }),
+  );
+}
+
+/** The verdict on one planned object `o` stored under `key` (see checkObjects). */
+async function checkObject(
+  source: Store,
+  destination: Store,
+  o: PlannedObject,
+  key: string,
+  info: ObjectInfo | undefined,
+  record: Recorded | undefined,
+  options: CheckOptions,
+): Promise<Verdict> {
+  if (info === undefined) return { defect: "missing" };
+  if (record === undefined) return options.adopt ? adoptCopy(source, destination, o, key, info) : { defect: "unrecorded" };
+  if (info.size !== record.size || (o.size !== null && info.size !== o.size)) return { defect: "size" };
+  const mine = options.mine?.get(o.target);
+  if (info.crc32c === undefined && mine !== undefined && mine.size === info.size && mine.crc32c === record.crc32c) {
+    return { done: record, recorded: true };
+  }
+  const expected = record.crc32c ?? (await sourceCrc(source, o));
+  if (expected === undefined) return { defect: "unrecorded" };
+  return (await storedCrc(destination, key, info)) === expected ? { done: record, recorded: true } : { defect: "checksum" };
+}
+
+/** An unrecorded verbatim copy whose stored bytes match its source (read again to compare) is done. */
+async function adoptCopy(source: Store, destination: Store, o: PlannedObject, key: string, info: ObjectInfo): Promise<Verdict> {
+  if (o.size !== null && info.size !== o.size) return { defect: "size" };
+  const expected = await sourceCrc(source, o);
+  if (expected === undefined) return { defect: "unrecorded" };
+  return (await storedCrc(destination, key, info)) === expected
+    ? { done: { size: info.size, crc32c: expected }, recorded: false }
+    : { defect: "checksum" };
+}

@@ -1,0 +1,56 @@
+import { arraySha256, listArrays, type StoredArray } from "./arrays.js";
+import type { OrbaxStep } from "./step.js";
+
+/** One array in `inspect --json` (numpy dtype names; shapes as lists). */
+export interface ArrayReport {
+  path: string;
+  name: string;
+  dtype: string;
+  shape: number[];
+  chunkShape: number[];
+  chunks: number;
+  storedBytes: number;
+  storage: "inline" | "out-of-line" | "mixed" | "none";
+  sha256?: string;
+}
+
+export interface InspectReport {
+  step: number | null;
+  committed: boolean;
+  layout: string;
+  arrays: ArrayReport[];
+  warnings: string[];
+}
+
+/**
+ * What `inspect` reports about an opened step: every array leaf (with its content's sha256 when `checksums`
+ * is set), the step number, commit status, layout and warnings. Prints nothing; `onArray` hears how many
+ * arrays are done.
+ */
+export async function inspectStep(
+  step: OrbaxStep,
+  options: { checksums?: boolean; onArray?: (done: number) => void } = {},
+): Promise<InspectReport> {
+  const arrays: ArrayReport[] = [];
+  for await (const a of listArrays(step)) {
+    const report = arrayReport(a);
+    if (options.checksums) report.sha256 = await arraySha256(step, a);
+    arrays.push(report);
+    options.onArray?.(arrays.length);
+  }
+  return { step: step.step ?? null, committed: step.commit.committed, layout: step.layout, arrays, warnings: [...step.warnings] };
+}
+
+function arrayReport(a: StoredArray): ArrayReport {
+  const n = a.chunks.size;
+  return {
+    path: a.leaf.path,
+    name: a.leaf.name,
+    dtype: a.meta.dtype.name,
+    shape: [...a.meta.shape],
+    chunkShape: [...a.meta.chunkShape],
+    chunks: n,
+    storedBytes: a.storedBytes,
+    storage: n === 0 ? "none" : a.inlineChunks === n ? "inline" : a.inlineChunks === 0 ? "out-of-line" : "mixed",
+  };
+}

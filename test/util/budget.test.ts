@@ -1,0 +1,117 @@
+import { describe, expect, test } from "vitest";
+import { Budget } from "../../src/util/budget.js";
+
+/** Whether `p` has resolved once pending callbacks have run. */
+async function resolved(p: Promise<unknown>): Promise<boolean> {
+  let done = false;
+  void p.then(() => {
+    done = true;
+  });
+  await new Promise((r) => setImmediate(r));
+  return done;
+}
+
+describe("Budget", () => {
+  test("an acquire within the capacity resolves at once", async () => {
+    const b = new Budget(10);
+    expect(await resolved(b.acquire(4))).toBe(true);
+    expect(await resolved(b.acquire(6))).toBe(true);
+  });
+
+  test("the default weight is 1", async () => {
+    const b = new Budget(2);
+    await b.acquire();
+    await b.acquire();
+    expect(await resolved(b.acquire())).toBe(false);
+  });
+
+  test("an acquire past what is free waits until enough is released", async () => {
+    const b = new Budget(10);
+    const release = await b.acquire(7);
+    const waiting = b.acquire(5);
+    expect(await resolved(waiting)).toBe(false);
+    release();
+    expect(await resolved(waiting)).toBe(true);
+  });
+
+  test("a weight larger than the capacity is capped: it waits for the whole budget, then holds all of it", async () => {
+    const b = new Budget(10);
+    const small = await b.acquire(1);
+    const huge = b.acquire(1000);
+    expect(await resolved(huge)).toBe(false);
+    small();
+    expect(await resolved(huge)).toBe(true);
+    expect(await resolved(b.acquire(1))).toBe(false);
+  });
+
+  test("a capped weight gives back only the capacity on release", async () => {
+    const b = new Budget(10);
+    (await b.acquire(1000))();
+    await b.acquire(10);
+    expect(await resolved(b.acquire(1))).toBe(false);
+  });
+
+  test("waiters are served first in, first out: a large head is not overtaken by smaller ones", async () => {
+    const b = new Budget(10);
+    const first = await b.acquire(6);
+    const large = b.acquire(8);
+    const small = b.acquire(1); // would fit now (4 free), but waits behind `large`
+    expect(await resolved(large)).toBe(false);
+    expect(await resolved(small)).toBe(false);
+    first();
+    expect(await resolved(large)).toBe(true);
+    expect(await resolved(small)).toBe(true);
+  });
+
+  test("waiters resolve in the order they asked", async () => {
+    const b = new Budget(1);
+    const hold = await b.acquire(1);
+    const order: number[] = [];
+    const waiters = [1, 2, 3].map((i) =>
+      b.acquire(1).then((release) => {
+        order.push(i);
+        return release;
+      }),
+    );
+    hold();
+    for (const w of waiters) (await w)();
+    expect(order).toEqual([1, 2, 3]);
+  });
+
+  test("one release wakes every waiter that now fits", async () => {
+    const b = new Budget(4);
+    const hold = await b.acquire(4);
+    const a = b.acquire(2);
+    const c = b.acquire(2);
+    hold();
+    expect(await resolved(a)).toBe(true);
+    expect(await resolved(c)).toBe(true);
+  });
+
+  test("releasing twice gives the units back once", async () => {
+    const b = new Budget(2);
+    const release = await b.acquire(2);
+    release();
+    release();
+    await b.acquire(2);
+    expect(await resolved(b.acquire(1))).toBe(false);
+  });
+
+  test("a zero or negative weight takes nothing", async () => {
+    const b = new Budget(1);
+    await b.acquire(0);
+    await b.acquire(-5);
+    expect(await resolved(b.acquire(1))).toBe(true);
+  });
+
+  test("a zero weight still queues behind earlier waiters", async () => {
+    const b = new Budget(1);
+    const hold = await b.acquire(1);
+    const waiting = b.acquire(1);
+    const zero = b.acquire(0);
+    expect(await resolved(zero)).toBe(false);
+    hold();
+    expect(await resolved(waiting)).toBe(true);
+    expect(await resolved(zero)).toBe(true);
+  });
+});
