@@ -8,9 +8,9 @@ import { type JobPhase, type PlanSummary, reportFailure, SUMMARY_KEY } from "../
 import { jsonLogger, type Logger } from "../src/cloud/log.js";
 import { pruneAfterFinalize, retentionFromEnv } from "../src/cloud/retention.js";
 import { finalizePhase, groupPhase, planPhase } from "../src/convert/convert.js";
-import { stepDirName } from "../src/convert/plan.js";
 import { dataLength } from "../src/convert/plan-format.js";
 import { Orbax2RegError, UsageError } from "../src/errors.js";
+import { stepDirName } from "../src/orbax/step.js";
 import { openStore } from "../src/store/open.js";
 import { retryStats } from "../src/store/retry.js";
 import { joinKey } from "../src/store/store.js";

@@ -1,6 +1,6 @@
-import { stepDirName } from "../convert/plan.js";
 import { WORK_DIR } from "../convert/plan-format.js";
 import { CancelledError } from "../errors.js";
+import { stepDirName } from "../orbax/step.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { executionLabels, isLive } from "./executions.js";
 import { type FleetDeps, locate, parseRoot, progressRecords } from "./status.js";

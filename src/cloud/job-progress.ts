@@ -1,4 +1,4 @@
-import { stepDirName } from "../convert/plan.js";
+import { stepDirName } from "../orbax/step.js";
 import { openStore } from "../store/open.js";
 import { joinKey, type Store } from "../store/store.js";
 import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey, taskNumber } from "./job-reports.js";

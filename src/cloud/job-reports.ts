@@ -1,5 +1,5 @@
-import { stepDirName } from "../convert/plan.js";
 import { WORK_DIR } from "../convert/plan-format.js";
+import { stepDirName } from "../orbax/step.js";
 import { openStore } from "../store/open.js";
 import { joinKey } from "../store/store.js";
 import type { Env } from "./env.js";

@@ -1,6 +1,6 @@
-import { stepDirName } from "../convert/plan.js";
 import { PLAN_KEY } from "../convert/plan-format.js";
 import { UsageError } from "../errors.js";
+import { stepDirName } from "../orbax/step.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { ConfigError, type Env, eventsTopic, integer } from "./env.js";
 import type { ConversionEvent } from "./events.js";

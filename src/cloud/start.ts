@@ -1,5 +1,5 @@
-import { stepDirName } from "../convert/plan.js";
 import { ConflictError } from "../errors.js";
+import { stepDirName } from "../orbax/step.js";
 import type { Store } from "../store/store.js";
 import { type ClaimRecord, StepClaim } from "./claim.js";
 import { type ExecutionRef, type Executions, executionLabels, isLive, isPermanentApiError, type WorkflowArgument } from "./executions.js";

@@ -1,6 +1,5 @@
-import { stepDirName } from "../convert/plan.js";
 import { UsageError } from "../errors.js";
-import { listSteps, parseStepName } from "../orbax/step.js";
+import { listSteps, parseStepName, stepDirName } from "../orbax/step.js";
 import { joinKey, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { StepClaim } from "./claim.js";

@@ -1,5 +1,4 @@
-import { stepDirName } from "../convert/plan.js";
-import { parseStepName, TMP_MARK } from "../orbax/step.js";
+import { parseStepName, stepDirName, TMP_MARK } from "../orbax/step.js";
 
 /**
  * Which GCS finalize events start a conversion. A training bucket produces many events per step (every

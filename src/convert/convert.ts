@@ -1,11 +1,11 @@
 import { ConflictError, MetadataError, UncommittedError, UsageError } from "../errors.js";
-import { openStep, requireCommitted } from "../orbax/step.js";
+import { openStep, requireCommitted, stepDirName } from "../orbax/step.js";
 import { openStore, overlaps, resolveLocation } from "../store/open.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { type FinalizeReport, finalize } from "./finalize.js";
 import { claimStep, retreat } from "./ownership.js";
-import { buildPlan, stepDirName } from "./plan.js";
+import { buildPlan } from "./plan.js";
 import { PLAN_KEY, type Plan, parsePlan, WORK_DIR } from "./plan-format.js";
 import type { Recorded } from "./records.js";
 

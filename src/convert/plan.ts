@@ -3,7 +3,7 @@ import { MetadataError, NotFoundError, UsageError } from "../errors.js";
 import type { ValueLocation } from "../ocdbt/database.js";
 import { listArrays, type StoredArray } from "../orbax/arrays.js";
 import type { Leaf } from "../orbax/pytree-metadata.js";
-import type { OrbaxStep } from "../orbax/step.js";
+import { type OrbaxStep, stepDirName } from "../orbax/step.js";
 import { arrayEntry, type IndexEntry, indexText, parseIndex } from "../regular/index-file.js";
 import { pythonJsonDumps } from "../regular/python-json.js";
 import { regularChunkKey, zarrayText } from "../regular/zarray.js";
@@ -36,11 +36,6 @@ export interface PlanOptions {
 const decoder = new TextDecoder();
 /** The index at the end of a zarr v3 shard of one inner chunk: one (offset, nbytes) pair of u64, then its CRC-32C. */
 export const SHARD_INDEX_BYTES = 16 + 4;
-
-/** `step_%08d`, AXLearn's step directory name. */
-export function stepDirName(step: number): string {
-  return `step_${String(step).padStart(8, "0")}`;
-}
 
 /** `--params-only` keeps these leaves: the model's parameters, for serving and evaluation. */
 export const isParam = (path: string) => path === "model" || path.startsWith("model/");

@@ -57,6 +57,11 @@ const STEP_DIR = /^step_(\d+)$/;
 /** In the name of a directory Orbax is still writing (or abandoned): never a committed step. */
 export const TMP_MARK = ".orbax-checkpoint-tmp";
 
+/** `step_%08d`: the step directory name AXLearn writes, for Orbax and regular checkpoints alike. */
+export function stepDirName(step: number): string {
+  return `step_${String(step).padStart(8, "0")}`;
+}
+
 export function parseStepName(name: string): number | undefined {
   const m = STEP_DIR.exec(name);
   return m ? Number(m[1]) : undefined;

@@ -16,8 +16,8 @@ import {
   retentionFromEnv,
   stepsToPrune,
 } from "../../src/cloud/retention.js";
-import { stepDirName } from "../../src/convert/plan.js";
 import { UsageError } from "../../src/errors.js";
+import { stepDirName } from "../../src/orbax/step.js";
 import { openStore } from "../../src/store/open.js";
 import type { Store } from "../../src/store/store.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";

@@ -1,12 +1,13 @@
 // Two conversions into one destination step: whoever's plan is on record holds the step. A second,
 // different conversion is refused; --force takes the step over and the previous owner commits nothing.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { verify } from "../../src/convert/verify.js";
 import { runBinAsync, runCli } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch, WORK_DIR } from "../helpers/convert.js";
+import { filesBelow } from "../helpers/paths.js";
 
 afterAll(removeScratch);
 
@@ -49,17 +50,7 @@ describe("convert and convert --params-only racing into one destination", () => 
 
 /** Objects under gda/ (temporary files of writes in flight aside). */
 function gdaFiles(stepDir: string): string[] {
-  const out: string[] = [];
-  const walk = (d: string) => {
-    if (!existsSync(d)) return;
-    for (const name of readdirSync(d)) {
-      const p = join(d, name);
-      if (statSync(p).isDirectory()) walk(p);
-      else if (!/\.tmp-[0-9a-f]+$/.test(name)) out.push(p);
-    }
-  };
-  walk(join(stepDir, "gda"));
-  return out;
+  return filesBelow(join(stepDir, "gda")).filter((p) => !/\.tmp-[0-9a-f]+$/.test(p));
 }
 
 describe("--force while another conversion is writing the step", () => {

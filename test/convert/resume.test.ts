@@ -1,12 +1,13 @@
 // A conversion killed half-way leaves an uncommitted step (no index); running it again finishes it with
 // exactly the bytes of an uninterrupted conversion. A committed destination is never overwritten by accident.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { verify } from "../../src/convert/verify.js";
 import { runCli } from "../helpers/cli.js";
 import { convertWith, digests, fixtureCase, removeScratch, scratch, snapshot, WORK_DIR } from "../helpers/convert.js";
+import { filesBelow } from "../helpers/paths.js";
 
 afterAll(removeScratch);
 
@@ -18,18 +19,8 @@ const TMP = /\.tmp-[0-9a-f]+$/;
 
 /** Files under gda/: finished objects, and the temporary files of writes in flight. */
 function filesUnder(stepDir: string): { objects: string[]; temporary: string[] } {
-  const objects: string[] = [];
-  const temporary: string[] = [];
-  const walk = (d: string) => {
-    if (!existsSync(d)) return;
-    for (const name of readdirSync(d)) {
-      const p = join(d, name);
-      if (statSync(p).isDirectory()) walk(p);
-      else (TMP.test(name) ? temporary : objects).push(p);
-    }
-  };
-  walk(join(stepDir, "gda"));
-  return { objects, temporary };
+  const all = filesBelow(join(stepDir, "gda"));
+  return { objects: all.filter((p) => !TMP.test(p)), temporary: all.filter((p) => TMP.test(p)) };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -244,16 +244,10 @@ export class Workspace {
   }
   /** Every file, as keys, sorted. */
   files(): string[] {
-    const out: string[] = [];
-    const walk = (d: string) => {
-      for (const name of readdirSync(d).sort()) {
-        const p = join(d, name);
-        if (statSync(p).isDirectory()) walk(p);
-        else out.push(relative(this.dir, p).split("\\").join("/"));
-      }
-    };
-    walk(this.dir);
-    return out;
+    return readdirSync(this.dir, { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => relative(this.dir, join(e.parentPath, e.name)).split("\\").join("/"))
+      .sort();
   }
 }
 
@@ -573,15 +567,9 @@ async function transpileForWorker(): Promise<string> {
   const out = mkdtempSync(join(tmpdir(), "orbax2reg-fuzz-build-"));
   writeFileSync(join(out, "package.json"), '{ "type": "module" }\n');
   symlinkSync(join(REPO, "node_modules"), join(out, "node_modules"), "dir");
-  const sources: string[] = [];
-  const walk = (d: string) => {
-    for (const name of readdirSync(d)) {
-      const p = join(d, name);
-      if (statSync(p).isDirectory()) walk(p);
-      else if (p.endsWith(".ts") && !p.endsWith(".d.ts")) sources.push(p);
-    }
-  };
-  walk(join(REPO, "src"));
+  const sources = readdirSync(join(REPO, "src"), { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile() && e.name.endsWith(".ts") && !e.name.endsWith(".d.ts"))
+    .map((e) => join(e.parentPath, e.name));
   sources.push(fileURLToPath(import.meta.url));
   sources.push(join(REPO, "test/helpers/ocdbt-encode.ts")); // the shared encoder this file imports
   for (const file of sources) {

@@ -1,3 +1,6 @@
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+
 /** Where tests find fixtures and tools (all relative to the repository root, where vitest runs). */
 export const FIXTURES = "test/fixtures";
 /** Real Orbax checkpoints written by test/fixtures-gen with the real orbax-checkpoint (global setup). */
@@ -19,3 +22,12 @@ export const UPSTREAM_NON_CRITICAL = [
   "missing_pytree_data_dir_array_metadatas",
   "missing_pytree_data_file__sharding",
 ].map((v) => `non_critical_metadata_alterations/${v}`);
+
+/** Every file below `dir` (absolute or relative as `dir` is), sorted; none when `dir` does not exist. */
+export function filesBelow(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => join(e.parentPath, e.name))
+    .sort();
+}

@@ -1,27 +1,21 @@
-import { cpSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { cpSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { describe, expect, test } from "vitest";
 import { ChecksumError, FormatError, NotFoundError } from "../../src/errors.js";
 import { type Entry, OcdbtDatabase } from "../../src/ocdbt/database.js";
 import { CountingStore } from "../../src/store/counting.js";
 import { LocalStore } from "../../src/store/local.js";
 import { DataFileBuilder, envelope, interiorBody, type LeafEntry, leafBody, manifestBody } from "../helpers/ocdbt-encode.js";
-import { FIXTURES } from "../helpers/paths.js";
+import { FIXTURES, filesBelow } from "../helpers/paths.js";
 
 const NG = `${FIXTURES}/ocdbt-neuroglancer`;
 const te = new TextEncoder();
 
 /** files/ as key -> bytes, keys being paths relative to files/ (`#` and `empty` included). */
-function expectedFiles(dir = `${NG}/files`, prefix = ""): Map<string, Uint8Array> {
-  const out = new Map<string, Uint8Array>();
-  for (const name of readdirSync(dir)) {
-    const path = join(dir, name);
-    if (statSync(path).isDirectory()) for (const [k, v] of expectedFiles(path, `${prefix}${name}/`)) out.set(k, v);
-    else out.set(prefix + name, new Uint8Array(readFileSync(path)));
-  }
-  return out;
+function expectedFiles(dir = `${NG}/files`): Map<string, Uint8Array> {
+  return new Map(filesBelow(dir).map((path) => [relative(dir, path).split("\\").join("/"), new Uint8Array(readFileSync(path))]));
 }
 const EXPECTED = expectedFiles();
 const SORTED_KEYS = [...EXPECTED.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
