@@ -2,9 +2,8 @@
 // from the environment (set by terraform/modules/orbax2reg/function.tf), the decisions are in
 // src/cloud/trigger-handler.ts.
 import { type CloudEvent, cloudEvent } from "@google-cloud/functions-framework";
-import { PubSub } from "@google-cloud/pubsub";
 import { ConfigError } from "../src/cloud/env.js";
-import { eventAttributes } from "../src/cloud/events.js";
+import { pubsubPublisher } from "../src/cloud/events.js";
 import { executionsClient, workflowsExecutions } from "../src/cloud/executions.js";
 import { jsonLogger } from "../src/cloud/log.js";
 import { triggerConfigFromEnv } from "../src/cloud/trigger-config.js";
@@ -32,16 +31,7 @@ let deps: TriggerDeps | undefined;
 async function realDeps(c: Exclude<typeof config, ConfigError>): Promise<TriggerDeps> {
   if (deps) return deps;
   const executions = workflowsExecutions(await executionsClient(process.env.ORBAX2REG_WORKFLOWS_ENDPOINT));
-  const pubsub = new PubSub();
-  deps = {
-    config: c,
-    openStore,
-    executions,
-    async publish(topic, event) {
-      await pubsub.topic(topic).publishMessage({ json: event, attributes: eventAttributes(event) });
-    },
-    log,
-  };
+  deps = { config: c, openStore, executions, publish: await pubsubPublisher(), log };
   return deps;
 }
 

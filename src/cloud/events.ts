@@ -28,3 +28,12 @@ export interface ConversionEvent {
 export function eventAttributes(e: ConversionEvent): Record<string, string> {
   return { type: e.type, step: String(e.step) };
 }
+
+/** Publishes events to Pub/Sub, attributes included: one client for the caller's lifetime, loaded on first use. */
+export async function pubsubPublisher(): Promise<(topic: string, event: ConversionEvent) => Promise<void>> {
+  const { PubSub } = await import("@google-cloud/pubsub");
+  const pubsub = new PubSub();
+  return async (topic, event) => {
+    await pubsub.topic(topic).publishMessage({ json: event, attributes: eventAttributes(event) });
+  };
+}

@@ -36,8 +36,8 @@ export interface ExecutionRef {
 export interface Executions {
   /** Starts an execution; returns its name. */
   start(workflow: string, argument: WorkflowArgument, labels: Record<string, string>): Promise<string>;
-  /** Executions of `workflow` carrying all of `labels` (and in `state`, when given), newest first; at most 100. */
-  find(workflow: string, labels: Record<string, string>, state?: string): Promise<ExecutionRef[]>;
+  /** Executions of `workflow` carrying all of `labels`, newest first; at most 100. */
+  find(workflow: string, labels: Record<string, string>): Promise<ExecutionRef[]>;
   /** One execution by name. */
   get(name: string): Promise<ExecutionRef>;
   /** Cancels a running execution; its state afterwards. */
@@ -95,14 +95,14 @@ export function workflowsExecutions(client: ExecutionsClient): Executions {
       if (!execution.name) throw new Error(`createExecution on ${workflow} returned no execution name`);
       return execution.name;
     },
-    async find(workflow, labels, state) {
+    async find(workflow, labels) {
       // Listing is safe to repeat: a few quick tries ride out a blip.
       let found: protos.google.cloud.workflows.executions.v1.IExecution[] = [];
       for (let attempt = 1; ; attempt++) {
         try {
           // One page, newest first: a step has a handful of executions at most.
           [found] = await client.listExecutions(
-            { parent: workflow, filter: [labelFilter(labels), ...(state ? [`state="${state}"`] : [])].join(" AND "), pageSize: 100 },
+            { parent: workflow, filter: labelFilter(labels), pageSize: 100 },
             { timeout: LIST_TIMEOUT_MS, autoPaginate: false },
           );
           break;

@@ -2,8 +2,9 @@ import { PLAN_KEY } from "../convert/plan-format.js";
 import { UsageError } from "../errors.js";
 import { stepDirName } from "../orbax/step.js";
 import { describe, joinKey, type Store } from "../store/store.js";
+import { mapLimited } from "../util/budget.js";
 import { ConfigError, type Env, eventsTopic, integer } from "./env.js";
-import type { ConversionEvent } from "./events.js";
+import { type ConversionEvent, pubsubPublisher } from "./events.js";
 import type { Logger } from "./log.js";
 
 /**
@@ -128,7 +129,7 @@ export async function pruneConverted(
   const concurrency = o.concurrency ?? 32;
   const { dirs } = await destination.listDir("");
   const committed: number[] = [];
-  await forEachLimited(
+  await mapLimited(
     dirs.filter((d) => STEP_DIR.test(d)),
     concurrency,
     async (dir) => {
@@ -216,7 +217,7 @@ async function pruneStep(destination: Store, stepDir: string, step: number, conc
   }
   // The plan last: while any object remains, the step still says whose it is.
   const planKey = joinKey(stepDir, PLAN_KEY);
-  await forEachLimited(
+  await mapLimited(
     keys.filter((k) => k !== planKey),
     concurrency,
     (k) => destination.delete(k),
@@ -245,17 +246,6 @@ async function planHead(destination: Store, stepDir: string): Promise<{ id: stri
   const sourceStep = str(/"source":\{"root":"(?:[^"\\]|\\.)*","stepDir":("(?:[^"\\]|\\.)*")/);
   const source = root === undefined ? "" : sourceStep ? `${root.replace(/\/+$/, "")}/${sourceStep}` : root;
   return { id, source };
-}
-
-async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const item = items[next++] as T;
-      await fn(item);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
 }
 
 /** Retention settings of the finalize job (terraform: keep_last_n, keep_every_n_steps, the events topic). */
@@ -322,13 +312,4 @@ export async function pruneAfterFinalize(
     });
     return e instanceof RetentionError ? [...e.pruned] : [];
   }
-}
-
-/** Publishes to Pub/Sub as functions/index.ts does (the client is loaded only when there is a topic). */
-async function pubsubPublisher(): Promise<(topic: string, event: ConversionEvent) => Promise<void>> {
-  const [{ PubSub }, { eventAttributes }] = await Promise.all([import("@google-cloud/pubsub"), import("./events.js")]);
-  const pubsub = new PubSub();
-  return async (topic, event) => {
-    await pubsub.topic(topic).publishMessage({ json: event, attributes: eventAttributes(event) });
-  };
 }

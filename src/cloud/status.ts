@@ -1,7 +1,7 @@
-import { UsageError } from "../errors.js";
+import { NotFoundError, UsageError } from "../errors.js";
 import { listSteps, parseStepName, stepDirName } from "../orbax/step.js";
 import { joinKey, type Store } from "../store/store.js";
-import { Budget } from "../util/budget.js";
+import { mapLimited } from "../util/budget.js";
 import { StepClaim } from "./claim.js";
 import { type ExecutionRef, type Executions, isLive, rootLabel } from "./executions.js";
 import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "./job-reports.js";
@@ -123,19 +123,11 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
   }
   if (onlyStep !== undefined) steps.add(onlyStep);
   const executions = await deps.executions.find(deps.workflow, { source: rootLabel(root.url) });
-  const slots = new Budget(CONCURRENCY);
-  const rows = await Promise.all(
-    [...steps].map(async (step) => {
-      const release = await slots.acquire();
-      try {
-        const where = locate(root, step, deps.destinationTemplate);
-        const newest = executions.find((e) => argumentStep(e) === step);
-        return { step, ...where, status: await statusOf(step, where.destination, committed.get(step), newest, deps) };
-      } finally {
-        release();
-      }
-    }),
-  );
+  const rows = await mapLimited([...steps], CONCURRENCY, async (step) => {
+    const where = locate(root, step, deps.destinationTemplate);
+    const newest = executions.find((e) => argumentStep(e) === step);
+    return { step, ...where, status: await statusOf(step, where.destination, committed.get(step), newest, deps) };
+  });
   return rows.sort((a, b) => a.step - b.step);
 }
 
@@ -262,9 +254,14 @@ export async function progressRecords(store: Store, stepDir: string): Promise<Pr
   return out;
 }
 
+/** The object parsed as JSON; undefined when it is absent or not JSON. One request: read, not stat then read. */
 async function readJson<T>(store: Store, key: string): Promise<T | undefined> {
-  if ((await store.stat(key)) === undefined) return undefined;
-  return parseJson<T>(new TextDecoder().decode(await store.read(key)));
+  try {
+    return parseJson<T>(new TextDecoder().decode(await store.read(key)));
+  } catch (e) {
+    if (e instanceof NotFoundError) return undefined;
+    throw e;
+  }
 }
 
 function parseJson<T>(text: string | undefined): T | undefined {

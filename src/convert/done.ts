@@ -1,5 +1,5 @@
 import { joinKey, type ObjectInfo, type Store } from "../store/store.js";
-import { Budget } from "../util/budget.js";
+import { mapLimited } from "../util/budget.js";
 import type { Plan, PlannedObject } from "./plan-format.js";
 import { type Recorded, type Records, readRecords, sourceCrc, storedCrc } from "./records.js";
 
@@ -52,24 +52,8 @@ export async function checkObjects(
   if (existing.size === 0) return objects.map(() => ({ defect: "missing" }));
   const stepDir = plan.destination.stepDir;
   const records = await readRecords(destination, stepDir, plan.id);
-  const slots = new Budget(options.concurrency);
-  return Promise.all(
-    objects.map(async (o) => {
-      const release = await slots.acquire();
-      try {
-        return await checkObject(
-          source,
-          destination,
-          o,
-          joinKey(stepDir, o.target),
-          existing.get(o.target),
-          records.get(o.target),
-          options,
-        );
-      } finally {
-        release();
-      }
-    }),
+  return mapLimited(objects, options.concurrency, (o) =>
+    checkObject(source, destination, o, joinKey(stepDir, o.target), existing.get(o.target), records.get(o.target), options),
   );
 }
 

@@ -35,3 +35,20 @@ export class Budget {
     }
   }
 }
+
+/**
+ * `fn` over every item, at most `limit` running at once (started in order), results in the order of `items`.
+ */
+export function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const slots = new Budget(limit);
+  return Promise.all(
+    items.map(async (item, index) => {
+      const release = await slots.acquire();
+      try {
+        return await fn(item, index);
+      } finally {
+        release();
+      }
+    }),
+  );
+}

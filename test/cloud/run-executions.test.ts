@@ -6,7 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest"
 import { type JobExecutions, RunApiError, runExecutionsClient, runJobExecutions } from "../../src/cloud/run-executions.js";
 import { startRunApi } from "../e2e/emulators.js";
 import { removeScratch, scratch } from "../helpers/convert.js";
-import type { Running } from "../helpers/servers.js";
+import { processAlive, type Running } from "../helpers/servers.js";
 
 // The Run v2 job-executions client against the loopback stand-in of the Run Admin API (test/e2e/run-api.mjs),
 // which serves executions from the state files the e2e harness keeps (test/e2e/run-state.mjs). Here those
@@ -47,14 +47,6 @@ function startRunner(): number {
   runners.push(child.pid);
   return child.pid;
 }
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 beforeAll(async () => {
   stateDir = scratch("run-api");
@@ -113,7 +105,7 @@ describe("Cloud Run job executions", () => {
   test("cancel stops a running execution: its processes are gone, its unfinished tasks count as cancelled", async () => {
     const runner = readExecution("running-1").runnerPid as number;
     await executions.cancel(name("running-1"));
-    expect(alive(runner)).toBe(false);
+    expect(processAlive(runner)).toBe(false);
     expect(await executions.get(name("running-1"))).toMatchObject({ done: true, running: 0, succeeded: 1, cancelled: 2 });
   });
 

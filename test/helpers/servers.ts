@@ -90,3 +90,13 @@ export async function serve(name: string, command: string, args: string[], port:
       }),
   };
 }
+
+/** Whether a process with this pid exists (signal 0 only asks). */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

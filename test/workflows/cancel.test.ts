@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { stringify } from "yaml";
 import { startWorkflows } from "../e2e/emulators.js";
 import { removeScratch, scratch } from "../helpers/convert.js";
-import type { Running } from "../helpers/servers.js";
+import { processAlive, type Running } from "../helpers/servers.js";
 import { LOCATION, PROJECT } from "./emulator.js";
 
 // Cancelling an execution on the Workflows emulator stops it, as Google does: the workflow runs no further
@@ -96,14 +96,6 @@ const cancel = async (name: string) => {
   return (await r.json()) as { state: string };
 };
 const state = async (name: string) => ((await (await fetch(`${emulator.url}/v1/${name}`)).json()) as { state: string }).state;
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 describe("cancelling a Workflows execution on the emulator", () => {
   test("a workflow calling a hook in a loop stops: the calls stop growing, no except block runs, it stays CANCELLED", async () => {
@@ -132,8 +124,8 @@ describe("cancelling a Workflows execution on the emulator", () => {
       } catch {}
     }
     expect((await cancel(name)).state).toBe("CANCELLED");
-    for (let i = 0; alive(pid) && i < 40; i++) await sleep(50);
-    expect(alive(pid)).toBe(false);
+    for (let i = 0; processAlive(pid) && i < 40; i++) await sleep(50);
+    expect(processAlive(pid)).toBe(false);
     await sleep(500);
     expect(calls().filter((c) => c === "slow")).toHaveLength(1);
     expect(calls()).not.toContain("caught");
