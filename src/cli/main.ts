@@ -9,11 +9,6 @@ import { type Output, processOutput } from "./output.js";
 const convertCommands = () => import("./convert.js");
 const cloudFleet = () => import("./cloud-fleet.js");
 
-// Local writes fsync each object before renaming it (durability); an fsync holds a libuv thread until the
-// disk has the bytes, so with the default 4 threads a few fsyncs would stall every other read and write.
-// The pool is sized when first used, which is after this module is evaluated.
-process.env.UV_THREADPOOL_SIZE ??= "16";
-
 /**
  * Exit codes: 0 success, 1 unexpected failure (a bug or an I/O fault), 2 bad input, usage or a refusal
  * (e.g. another conversion holds the destination), 3 the destination cannot be written (not a directory,

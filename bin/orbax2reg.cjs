@@ -1,0 +1,36 @@
+#!/usr/bin/env node
+// Thin launcher: the CLI is compiled to dist/ by `npm install` (the `prepare` script).
+//
+// CommonJS on purpose: libuv sizes its thread pool when it is first used, and loading an ES module already
+// uses it (the loader reads files through it), so only a CommonJS entry can size it in time. Local writes
+// fsync each object before renaming it; an fsync holds a pool thread until the disk has the bytes, and with
+// the default 4 threads a few fsyncs stall every other read and write.
+"use strict";
+process.env.UV_THREADPOOL_SIZE ??= "16";
+
+// Last resorts, so that no failure ends silently: an error nobody awaited is reported in one line (exit 1),
+// and if the event loop ever empties while the command is still waiting on something that can no longer
+// happen (Node would exit 13 and print nothing), the exit says so and is 1 ("unexpected failure").
+let settled = false;
+process.on("unhandledRejection", (e) => {
+  process.stderr.write(`orbax2reg: unexpected error: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}\n`);
+  process.exit(1);
+});
+process.on("exit", () => {
+  if (settled) return;
+  process.stderr.write("orbax2reg: unexpected error: the command stopped while still waiting for an operation to finish\n");
+  process.exitCode = 1;
+});
+
+(async () => {
+  const { main } = await import("../dist/src/cli/main.js");
+  const { retryStats } = await import("../dist/src/store/retry.js");
+  process.exitCode = await main(process.argv.slice(2));
+  settled = true;
+  // A run that succeeded only thanks to retries says so (a failed one already said what failed, and after how many attempts).
+  const { retries, byKind } = retryStats();
+  if (retries > 0 && process.exitCode === 0) {
+    const kinds = Object.entries(byKind).map(([k, n]) => `${k}: ${n}`);
+    process.stderr.write(`orbax2reg: ${retries} storage request${retries === 1 ? " was" : "s were"} retried (${kinds.join(", ")})\n`);
+  }
+})();
