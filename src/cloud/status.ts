@@ -219,12 +219,11 @@ async function running(destination: Store, stepDir: string, execution: Execution
 }
 
 async function failed(destination: Store, stepDir: string, execution: ExecutionRef, deps: FleetDeps): Promise<StepStatus> {
-  const payload = parseJson<{ message?: string; tags?: string[] }>(execution.error);
+  const payload = parseJson<WorkflowError>(execution.error);
   const records = await progressOf(destination, stepDir, execution);
   const culprit = records
     .filter((r) => r.state === "failed")
     .reduce<ProgressRecord | undefined>((a, r) => (a === undefined || r.updatedAt > a.updatedAt ? r : a), undefined);
-  const tags = payload?.tags ?? [];
   const job = culprit?.execution && deps.jobs ? await deps.jobs.get(culprit.execution).catch(() => undefined) : undefined;
   return {
     state: "failed",
@@ -233,9 +232,30 @@ async function failed(destination: Store, stepDir: string, execution: ExecutionR
     phase: culprit?.phase ?? null,
     group: culprit?.group ?? null,
     error: firstLine(culprit?.error ?? payload?.message ?? execution.error ?? "unknown error"),
-    retryable: !tags.includes("PermanentError") && !tags.includes("ValueError"),
+    retryable: retryCanHelp(payload),
     logUri: job?.logUri ?? null,
   };
+}
+
+/** The error a failed execution ends with (workflows/convert.yaml raises the connector's or its own). */
+export interface WorkflowError {
+  readonly message?: string;
+  readonly tags?: readonly string[];
+  /** The HTTP status of an HttpError raised by a connector. */
+  readonly code?: number;
+}
+
+/**
+ * Whether running the conversion again may succeed: not when the input or configuration is wrong
+ * (PermanentError from a job, ValueError from the workflow), nor when an API refused the request itself (an
+ * HTTP 4xx other than 408 and 429: permission, a job that does not exist, a malformed request), which only a
+ * redeploy fixes. The workflow's own retry predicate draws the same line for a single call.
+ */
+export function retryCanHelp(error: WorkflowError | undefined): boolean {
+  const tags = error?.tags ?? [];
+  if (tags.includes("PermanentError") || tags.includes("ValueError")) return false;
+  const code = error?.code ?? 0;
+  return !(tags.includes("HttpError") && code >= 400 && code < 500 && code !== 408 && code !== 429);
 }
 
 /** The progress records written for `execution`'s run (older runs' records are left out by their time). */
