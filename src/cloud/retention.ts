@@ -224,6 +224,7 @@ async function pruneStep(destination: Store, stepDir: string, step: number, conc
   );
   await destination.delete(planKey);
   await destination.removeAbandoned?.(`${stepDir}/`);
+  await destination.removeEmptyDirectories?.(`${stepDir}/`);
   return { step, stepDir, objects: keys.length + (index ? 1 : 0), bytes, source: before.source };
 }
 

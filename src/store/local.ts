@@ -1,6 +1,6 @@
 import type { Dirent } from "node:fs";
 import { createReadStream } from "node:fs";
-import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from "node:fs/promises";
+import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
 import { DestinationError, FormatError, NotFoundError, Orbax2RegError } from "../errors.js";
@@ -337,6 +337,21 @@ export class LocalStore implements Store {
       removed++;
     }
     return removed;
+  }
+
+  async removeEmptyDirectories(prefix: string): Promise<void> {
+    const dirKey = prefix.replace(/\/+$/, "");
+    if (dirKey === "") return; // never the root itself
+    const dirs: string[] = [];
+    await this.walk(this.file(dirKey), dirKey, dirs).catch((e) => Promise.reject(this.translate(e, dirKey)));
+    // Deepest first, so a directory whose subdirectories were all empty is empty by its turn. rmdir refuses
+    // a directory that holds anything, so a file written meanwhile is never lost.
+    for (const d of dirs.sort((a, b) => b.length - a.length)) {
+      await rmdir(d).catch((e) => {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code !== "ENOTEMPTY" && code !== "EEXIST" && code !== "ENOENT") throw this.destinationError(e, dirKey);
+      });
+    }
   }
 
   async delete(key: string): Promise<void> {

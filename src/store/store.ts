@@ -74,6 +74,11 @@ export interface Store {
    */
   removeAbandoned?(prefix: string): Promise<number>;
   /**
+   * Optional capability: removes the directories under `prefix` (and the one it names) that hold nothing,
+   * after its objects were deleted. A local directory keeps empty directories; GCS has none, so it omits this.
+   */
+  removeEmptyDirectories?(prefix: string): Promise<void>;
+  /**
    * Optional capability: a direct copy of byte ranges from this store into `target`, or undefined where
    * this store has none into that target (then read a stream and write it). A local directory copies into
    * another local directory through a buffer the caller reuses from copy to copy (a fresh buffer per piece

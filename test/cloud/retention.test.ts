@@ -2,7 +2,7 @@
 // (apple/axlearn, axlearn/common/checkpointer.py, Checkpointer._run_garbage_collection); the expected lists below
 // are what that function deletes for the same committed steps. Then the deletion itself, on a local directory and
 // on fake-gcs-server, and through the finalize job.
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
@@ -18,6 +18,7 @@ import {
 } from "../../src/cloud/retention.js";
 import { UsageError } from "../../src/errors.js";
 import { stepDirName } from "../../src/orbax/step.js";
+import { LocalStore } from "../../src/store/local.js";
 import { openStore } from "../../src/store/open.js";
 import type { Store } from "../../src/store/store.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
@@ -151,6 +152,10 @@ for (const backend of ["a local directory", "GCS (fake-gcs-server)"] as const) {
       expect(pruned.map((p) => p.step)).toEqual([2, 3, 5]);
       const left = await keysOf(store);
       expect(stepsPresent(left)).toEqual(["other", ...[1, 4, 6, 7, 8, 9].map(stepDirName)]);
+      if (store instanceof LocalStore) {
+        // A local directory keeps empty directories: the pruned steps' are removed too.
+        expect(readdirSync(store.root).sort()).toEqual(["other", ...[1, 4, 6, 7, 8, 9].map(stepDirName)]);
+      }
       for (const s of [1, 4, 6, 7])
         expect(left.filter((k) => k.startsWith(`${stepDirName(s)}/`))).toEqual(Object.keys(convertedKeys(s, true)).sort());
 

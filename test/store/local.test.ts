@@ -46,6 +46,20 @@ describe("LocalStore", () => {
     expect(await s.listDir("d")).toEqual({ files: [], dirs: [] });
   });
 
+  test("removeEmptyDirectories removes the empty directories under a prefix, deepest first, and keeps any that hold a file", async () => {
+    const s = tempStore();
+    for (const k of ["step/a/b/x", "step/c/y", "step/keep/z", "other/w"]) await s.write(k, new Uint8Array(1));
+    for (const k of ["step/a/b/x", "step/c/y"]) await s.delete(k);
+    await s.removeEmptyDirectories("step/");
+    expect(existsSync(join(s.root, "step", "a"))).toBe(false);
+    expect(existsSync(join(s.root, "step", "c"))).toBe(false);
+    expect(readdirSync(join(s.root, "step"))).toEqual(["keep"]);
+    await s.delete("step/keep/z");
+    await s.removeEmptyDirectories("step/");
+    expect(readdirSync(s.root)).toEqual(["other"]);
+    await s.removeEmptyDirectories("missing/"); // nothing there: nothing to do
+  });
+
   test("a write leaves no temporary file behind", async () => {
     const s = tempStore();
     await s.write("k", new Uint8Array(3));
