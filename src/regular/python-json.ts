@@ -22,8 +22,12 @@ function pythonNumber(n: number): string {
   if (Number.isNaN(n)) return "NaN";
   if (n === Infinity) return "Infinity";
   if (n === -Infinity) return "-Infinity";
-  // Integers (how every number in an AXLearn index arrives) print the same in both languages.
-  return String(n);
+  // Integers (how every number in an AXLearn index arrives) print the same in both languages; so do other
+  // floats, with the same shortest digits, except below 1e-4, where Python's repr switches to an exponent
+  // (JS only below 1e-6) and writes it with at least two digits: 1e-05, 1.5e-07.
+  if (Number.isInteger(n) || Math.abs(n) >= 1e-4) return String(n);
+  const [mantissa, exponent] = n.toExponential().split("e") as [string, string];
+  return `${mantissa}e-${exponent.slice(1).padStart(2, "0")}`;
 }
 
 const ESCAPES: Record<string, string> = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f" };
