@@ -233,12 +233,6 @@ describe("Cloud Function", () => {
     expect(v?.nullable).toBe(false);
   });
 
-  test("defaults: watch the whole bucket, write next to the root, 8 groups", () => {
-    expect(mod.variable.checkpoint_prefixes?.default).toEqual([""]);
-    expect(mod.variable.destination_template?.default).toBe("gs://{bucket}/{root}/regular");
-    expect(mod.variable.groups?.default).toBe(8);
-  });
-
   test("the destination template's placeholders {bucket}, {root}, {step} are documented", () => {
     const description = String(mod.variable.destination_template?.description);
     for (const p of ["{bucket}", "{root}", "{step}"]) expect(description).toContain(p);
@@ -296,9 +290,8 @@ describe("Workflow", () => {
     expect(Object.keys(wf().user_env_vars as Obj).sort()).toEqual([...read].sort());
   });
 
-  test("max_parallel_groups defaults to 8 and is validated to 1..20", () => {
+  test("max_parallel_groups is validated to 1..20 (Workflows' limit on parallel branches)", () => {
     const v = mod.variable.max_parallel_groups;
-    expect(v?.default).toBe(8);
     const condition = String(at(v, "validation", 0, "condition"));
     expect(condition).toContain("var.max_parallel_groups >= 1");
     expect(condition).toContain("var.max_parallel_groups <= 20");
@@ -376,29 +369,20 @@ describe("Cloud Run jobs", () => {
     expect(resource(mod, "google_artifact_registry_repository", "images").format).toBe("DOCKER");
   });
 
-  test("convert-group defaults to 8 vCPU / 32Gi", () => {
+  test("each job's CPU and memory come from its own variables", () => {
     expect(at(container("convert-group"), "resources", 0, "limits")).toEqual({ cpu: ex("var.group_cpu"), memory: ex("var.group_memory") });
-    expect(mod.variable.group_cpu?.default).toBe("8");
-    expect(mod.variable.group_memory?.default).toBe("32Gi");
-  });
-
-  test("plan and finalize default to 2 vCPU / 8Gi", () => {
     for (const phase of ["plan", "finalize"]) {
       expect(at(container(phase), "resources", 0, "limits")).toEqual({ cpu: ex(`var.${phase}_cpu`), memory: ex(`var.${phase}_memory`) });
-      expect(mod.variable[`${phase}_cpu`]?.default).toBe("2");
-      expect(mod.variable[`${phase}_memory`]?.default).toBe("8Gi");
     }
   });
 
-  test("task timeout (3600s) and retries (3) come from variables", () => {
+  test("task timeout and retries come from variables; the tasks run as the jobs' account", () => {
     for (const name of PHASES) {
       const t = at(job(name), "template", 0, "template", 0);
       expect(at(t, "timeout"), name).toBe(ex("var.task_timeout"));
       expect(at(t, "max_retries"), name).toBe(ex("var.max_retries"));
       expect(at(t, "service_account"), name).toBe(ex("google_service_account.jobs.email"));
     }
-    expect(mod.variable.task_timeout?.default).toBe("3600s");
-    expect(mod.variable.max_retries?.default).toBe(3);
   });
 
   test("each job's environment is its entry of local.job_env: job_env under the module's own variables", () => {
@@ -445,9 +429,8 @@ describe("Cloud Run jobs", () => {
 });
 
 describe("Pub/Sub", () => {
-  test("the events topic is named by events_topic_name (default orbax2reg-events)", () => {
+  test("the events topic is named by events_topic_name", () => {
     expect(resource(mod, "google_pubsub_topic", "events").name).toBe(ex("var.events_topic_name"));
-    expect(mod.variable.events_topic_name?.default).toBe("orbax2reg-events");
   });
 });
 
