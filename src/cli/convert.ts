@@ -1,5 +1,6 @@
+import { cloudRunTask } from "../cloud/env.js";
 import { convert, finalizePhase, groupPhase, loadPlan, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
-import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../convert/defaults.js";
+import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, mibToBytes } from "../convert/defaults.js";
 import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
@@ -24,7 +25,7 @@ export interface ConvertCliOptions {
 function executeOptions(o: ConvertCliOptions, progress: ConvertProgress | undefined): ExecuteOptions {
   return {
     concurrency: o.concurrency ?? DEFAULT_CONCURRENCY,
-    memoryBytes: (o.memory ?? DEFAULT_MEMORY_MIB) << 20,
+    memoryBytes: mibToBytes(o.memory ?? DEFAULT_MEMORY_MIB),
     onObject: (e) => progress?.object(e.target, e.bytes),
   };
 }
@@ -153,17 +154,12 @@ export async function runConvertGroup(
   const { plan } = await loadPlan(dest, step);
   const g = plan.groups[o.group];
   const progress = g ? new ConvertProgress(plan.objects.slice(g.start, g.end), out.isTTY, (line) => out.writeErr(`${line}\n`)) : undefined;
-  // Cloud Run jobs tell each task its index and the task count through the environment.
-  const envInt = (name: string) => (process.env[name] && /^\d+$/.test(process.env[name] as string) ? Number(process.env[name]) : undefined);
-  const taskIndex = o.taskIndex ?? envInt("CLOUD_RUN_TASK_INDEX");
-  const taskCount = o.taskCount ?? envInt("CLOUD_RUN_TASK_COUNT");
-  const report = await atDestination(dest, () =>
-    groupPhase(dest, step, o.group, {
-      ...executeOptions(o, progress),
-      ...(taskIndex === undefined ? {} : { taskIndex }),
-      ...(taskCount === undefined ? {} : { taskCount }),
-    }),
-  );
+  // Run as a Cloud Run job task, the CLI splits the group as the job does: the flags default to the task's
+  // index and count (0 and 1 elsewhere). The environment is read only when a flag leaves it to.
+  const task = o.taskIndex !== undefined && o.taskCount !== undefined ? undefined : cloudRunTask(process.env);
+  const taskIndex = o.taskIndex ?? task?.index;
+  const taskCount = o.taskCount ?? task?.count;
+  const report = await atDestination(dest, () => groupPhase(dest, step, o.group, { ...executeOptions(o, progress), taskIndex, taskCount }));
   progress?.stop();
   if (o.json) out.stdout(JSON.stringify(report, null, 2));
   else

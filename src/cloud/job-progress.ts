@@ -1,12 +1,11 @@
 import { stepDirName } from "../orbax/step.js";
 import { openStore } from "../store/open.js";
 import { joinKey, type Store } from "../store/store.js";
-import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey, taskNumber } from "./job-reports.js";
+import { cloudRunTask, type Env } from "./env.js";
+import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey } from "./job-reports.js";
 import type { Logger } from "./log.js";
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
-
-type JobEnv = Readonly<Record<string, string | undefined>>;
 
 /** How often a running task rewrites its progress record. */
 const PROGRESS_WRITE_EVERY_MS = 15_000;
@@ -44,21 +43,21 @@ export class Progress {
 
   constructor(
     phase: JobPhase,
-    env: JobEnv,
+    env: Env,
     started: number,
     private readonly log: Logger,
     private readonly options: JobOptions,
   ) {
     const groupEnv = env.ORBAX2REG_GROUP;
     const group = phase === "convert-group" && groupEnv !== undefined && /^\d+$/.test(groupEnv) ? Number(groupEnv) : null;
-    const task = taskNumber(env.CLOUD_RUN_TASK_INDEX);
-    const count = env.CLOUD_RUN_TASK_COUNT;
+    // Lenient: the constructor must not throw (runJob builds the record before it can report a failure).
+    const { index: task, count } = cloudRunTask(env, { lenient: true });
     const at = new Date(started).toISOString();
     this.record = {
       phase,
       group,
       task,
-      taskCount: count !== undefined && /^\d+$/.test(count) && Number(count) > 0 ? Number(count) : 1,
+      taskCount: count,
       attempt: env.ORBAX2REG_ATTEMPT || null,
       workflowExecution: env.ORBAX2REG_EXECUTION || null,
       execution: cloudRunExecutionName(env),

@@ -1,9 +1,8 @@
 import { PLAN_KEY } from "../convert/plan-format.js";
-import { UsageError } from "../errors.js";
 import { stepDirName } from "../orbax/step.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
-import { ConfigError, type Env, eventsTopic, integer } from "./env.js";
+import { type Env, eventsTopic, integer } from "./env.js";
 import { type ConversionEvent, pubsubPublisher } from "./events.js";
 import type { Logger } from "./log.js";
 
@@ -260,24 +259,19 @@ export interface RetentionConfig {
 
 /**
  * Parses ORBAX2REG_KEEP_LAST_N, ORBAX2REG_KEEP_EVERY_N_STEPS (unset, empty or 0: that rule off) and
- * ORBAX2REG_EVENTS_TOPIC. A bad value is a UsageError carrying the ConfigError's message: the job's
- * permanent failure (exit 2), like its other configuration errors; only a redeploy can fix it.
+ * ORBAX2REG_EVENTS_TOPIC. A bad value is a ConfigError: the job's permanent failure (exit 2), like its other
+ * configuration errors; only a redeploy can fix it.
  */
 export function retentionFromEnv(env: Env): RetentionConfig {
-  try {
-    const rule = (name: string) => {
-      const v = integer(env, name, { min: 0, max: 99_999_999, fallback: 0 });
-      return v === 0 ? null : v;
-    };
-    return {
-      policy: { keepLastN: rule("ORBAX2REG_KEEP_LAST_N"), keepEveryNSteps: rule("ORBAX2REG_KEEP_EVERY_N_STEPS") },
-      eventsTopic: eventsTopic(env),
-      execution: env.ORBAX2REG_EXECUTION || null,
-    };
-  } catch (e) {
-    if (e instanceof ConfigError) throw new UsageError(e.message, {}, { cause: e });
-    throw e;
-  }
+  const rule = (name: string) => {
+    const v = integer(env, name, { min: 0, max: 99_999_999, fallback: 0 });
+    return v === 0 ? null : v;
+  };
+  return {
+    policy: { keepLastN: rule("ORBAX2REG_KEEP_LAST_N"), keepEveryNSteps: rule("ORBAX2REG_KEEP_EVERY_N_STEPS") },
+    eventsTopic: eventsTopic(env),
+    execution: env.ORBAX2REG_EXECUTION || null,
+  };
 }
 
 /**

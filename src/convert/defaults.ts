@@ -5,3 +5,10 @@
  */
 export const DEFAULT_CONCURRENCY = 16;
 export const DEFAULT_MEMORY_MIB = 256;
+
+/** Upper bounds for settings read from the environment: they only reject nonsense. */
+export const MAX_CONCURRENCY = 65_536;
+export const MAX_MEMORY_MIB = 16 * 1024 * 1024;
+
+/** MiB to bytes. Not `<< 20`: that wraps at 2048 MiB (32-bit), giving a negative or zero budget. */
+export const mibToBytes = (mib: number): number => mib * 2 ** 20;

@@ -16,7 +16,7 @@ import {
   retentionFromEnv,
   stepsToPrune,
 } from "../../src/cloud/retention.js";
-import { UsageError } from "../../src/errors.js";
+import { Orbax2RegError } from "../../src/errors.js";
 import { stepDirName } from "../../src/orbax/step.js";
 import { LocalStore } from "../../src/store/local.js";
 import { openStore } from "../../src/store/open.js";
@@ -294,7 +294,13 @@ describe("the finalize job's retention settings", () => {
     ["ORBAX2REG_KEEP_EVERY_N_STEPS", "1.5"],
     ["ORBAX2REG_EVENTS_TOPIC", "orbax2reg-events"],
   ])("%s=%s is a permanent error naming the variable", (name, value) => {
-    expect(() => retentionFromEnv({ [name]: value })).toThrow(UsageError);
+    let error: unknown;
+    try {
+      retentionFromEnv({ [name]: value });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(Orbax2RegError); // permanent: the job exits 2
     expect(() => retentionFromEnv({ [name]: value })).toThrow(name);
   });
 });

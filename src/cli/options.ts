@@ -1,0 +1,136 @@
+import { InvalidArgumentError, Option } from "commander";
+import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../convert/defaults.js";
+
+/**
+ * Every option of every command, declared once: its flags, what it means, how its text is parsed and its
+ * default (which --help shows). A command lists the options it takes (src/cli/main.ts); where an option
+ * means something narrower there, the command says so in its own words (OptionUse), but the flags, parser
+ * and default stay the table's. Commander turns `--task-index` into the attribute `taskIndex`; the table's
+ * names are those attributes, except where two options share a flag (prefix, groups).
+ * A module of its own that loads no engine code: `orbax2reg --version` stays fast.
+ */
+
+/** A step, a group or a task index: 0, 1, 2, ... */
+export function wholeNumber(value: string): number {
+  if (!/^\d+$/.test(value)) throw new InvalidArgumentError("must be a non-negative integer");
+  return Number(value);
+}
+
+/** A count or a duration: 1, 2, 3, ... */
+export function positive(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1) throw new InvalidArgumentError("must be a positive integer");
+  return Number(value);
+}
+
+export interface OptionSpec {
+  /** Commander's flags: `--name` for a switch, `--name <value>` for a value. */
+  readonly flags: string;
+  readonly description: string;
+  /** Turns the text into the value; throws InvalidArgumentError. Absent: the text itself. */
+  readonly parse?: (value: string) => number;
+  /** The value when the flag is absent; shown by --help. Absent: no default (or one the command resolves). */
+  readonly default?: number | string;
+  /** The command refuses to run without it. */
+  readonly required?: boolean;
+}
+
+const WORKFLOW_ID = "projects/P/locations/R/workflows/W";
+
+export const OPTIONS = {
+  // Output
+  json: { flags: "--json", description: "print JSON" },
+  // Which step
+  step: { flags: "--step <n>", description: "with a checkpoint root: this step instead of the latest committed one", parse: wholeNumber },
+  // What a conversion does
+  paramsOnly: {
+    flags: "--params-only",
+    description: "keep only model/... leaves (a serving or evaluation export); the index is filtered to match",
+  },
+  groups: {
+    flags: "--groups <n>",
+    description: "parameter groups in the plan (for running groups on several machines)",
+    parse: positive,
+    default: 1,
+  },
+  dryRun: { flags: "--dry-run", description: "plan and print what would be written, write nothing" },
+  force: { flags: "--force", description: "replace a destination step that is already committed or holds another conversion" },
+  allowUncommitted: {
+    flags: "--allow-uncommitted",
+    description: "convert a step Orbax never committed (or never merged); the result may be incomplete",
+  },
+  // How a conversion copies
+  concurrency: { flags: "--concurrency <n>", description: "objects copied at once", parse: positive, default: DEFAULT_CONCURRENCY },
+  memory: { flags: "--memory <MiB>", description: "upper bound on buffered bytes", parse: positive, default: DEFAULT_MEMORY_MIB },
+  group: { flags: "--group <n>", description: "group number (0-based)", parse: wholeNumber, required: true },
+  // Not commander defaults: the CLI reads Cloud Run's task variables only when a flag is left out (convert.ts).
+  taskIndex: {
+    flags: "--task-index <n>",
+    description: "split the group across tasks: this task (default CLOUD_RUN_TASK_INDEX or 0)",
+    parse: wholeNumber,
+  },
+  taskCount: { flags: "--task-count <n>", description: "number of tasks (default CLOUD_RUN_TASK_COUNT or 1)", parse: positive },
+  // inspect, ocdbt ls
+  checksums: { flags: "--checksums", description: "decode every array and add the sha256 of its raw little-endian C-order bytes" },
+  keyPrefix: { flags: "--prefix <p>", description: "only keys starting with this prefix" },
+  // Where the pipeline is (cloud commands; src/cloud/settings.ts resolves what is left out)
+  workflow: { flags: "--workflow <id>", description: WORKFLOW_ID },
+  project: {
+    flags: "--project <id>",
+    description: "with --region: the workflow is projects/<id>/locations/<region>/workflows/orbax2reg-convert",
+  },
+  region: { flags: "--region <region>", description: "the pipeline's region" },
+  destinationTemplate: {
+    flags: "--destination-template <t>",
+    description: "where a step's regular checkpoint goes ({bucket}, {root}, {step})",
+  },
+  eventsTopic: {
+    flags: "--events-topic <id>",
+    description: "projects/P/topics/T to wait for the conversion event on (default: terraform output events_topic_id)",
+  },
+  pipelineGroups: {
+    flags: "--groups <n>",
+    description: "parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else 8)",
+    parse: positive,
+  },
+  // cloud check
+  bucket: { flags: "--bucket <name>", description: "the checkpoint bucket the pipeline watches (name only)", required: true },
+  watchedPrefix: { flags: "--prefix <path>", description: "a watched prefix inside it (one of checkpoint_prefixes)", default: "" },
+  timeout: { flags: "--timeout <seconds>", description: "how long the conversion may take", parse: positive, default: 1800 },
+  keep: { flags: "--keep", description: "keep the uploaded checkpoint and its conversion" },
+  // cloud status, start, backfill
+  watch: { flags: "--watch", description: "refresh until nothing is running" },
+  interval: { flags: "--interval <seconds>", description: "with --watch: seconds between refreshes", parse: positive, default: 10 },
+  destination: { flags: "--destination <root>", description: "the regular checkpoint root (default: from the destination template)" },
+  from: { flags: "--from <n>", description: "first step", parse: wholeNumber },
+  to: { flags: "--to <n>", description: "last step", parse: wholeNumber },
+  every: { flags: "--every <k>", description: "only steps divisible by k", parse: positive, default: 1 },
+  maxRunning: { flags: "--max-running <r>", description: "conversions of this root running at once", parse: positive, default: 4 },
+  poll: {
+    flags: "--poll <seconds>",
+    description: "while --max-running conversions run, how often to look again",
+    parse: positive,
+    default: 15,
+  },
+} as const satisfies Record<string, OptionSpec>;
+
+export type OptionName = keyof typeof OPTIONS;
+
+/** A command's use of an option: its name, or its name and what the option means for this command. */
+export type OptionUse = OptionName | { readonly name: OptionName; readonly description?: string; readonly required?: boolean };
+
+/** The option as a command uses it: the table's flags, parser and default, the command's words. */
+export function optionSpec(use: OptionUse): OptionSpec {
+  if (typeof use === "string") return OPTIONS[use];
+  const { name, ...narrower } = use;
+  return { ...OPTIONS[name], ...narrower };
+}
+
+/** The commander Option for one use. */
+export function commanderOption(use: OptionUse): Option {
+  const spec = optionSpec(use);
+  const option = new Option(spec.flags, spec.description);
+  if (spec.parse) option.argParser(spec.parse);
+  if (spec.default !== undefined) option.default(spec.default);
+  if (spec.required) option.makeOptionMandatory();
+  return option;
+}
