@@ -3,11 +3,22 @@
 // container overrides) and calls the same engine the CLI uses; logs are single-line JSON for Cloud Logging.
 
 import { stopIfCancelled } from "../src/cloud/cancel.js";
+import * as fromEnv from "../src/cloud/env.js";
 import { type JobOptions, Progress } from "../src/cloud/job-progress.js";
-import { type JobPhase, type PlanSummary, reportFailure, SUMMARY_KEY } from "../src/cloud/job-reports.js";
+import {
+  type JobPhase,
+  type PlanSummary,
+  RUN_ARGUMENT_KEY,
+  RUN_PLAN_KEY,
+  type RunPlan,
+  reportFailure,
+  SUMMARY_KEY,
+} from "../src/cloud/job-reports.js";
 import { jsonLogger, type Logger } from "../src/cloud/log.js";
 import { pruneAfterFinalize, retentionFromEnv } from "../src/cloud/retention.js";
+import { jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix, type WorkflowArgument } from "../src/cloud/workflow-argument.js";
 import { finalizePhase, groupPhase, planPhase } from "../src/convert/convert.js";
+import { MAX_CONCURRENCY, MAX_MEMORY_MIB, mibToBytes } from "../src/convert/defaults.js";
 import { dataLength } from "../src/convert/plan-format.js";
 import { Orbax2RegError, UsageError } from "../src/errors.js";
 import { stepDirName } from "../src/orbax/step.js";
@@ -21,23 +32,8 @@ export interface JobEnv {
 
 const PROGRESS_EVERY_MS = 5000;
 
-function required(env: JobEnv, name: string): string {
-  const v = env[name];
-  if (v === undefined || v === "") throw new UsageError(`environment variable ${name} is required`);
-  return v;
-}
-
-function integer(env: JobEnv, name: string, fallback?: number): number {
-  const v = env[name];
-  if (v === undefined || v === "") {
-    if (fallback !== undefined) return fallback;
-    throw new UsageError(`environment variable ${name} is required`);
-  }
-  if (!/^\d+$/.test(v)) throw new UsageError(`environment variable ${name} must be a non-negative integer, got ${JSON.stringify(v)}`);
-  return Number(v);
-}
-
-const flag = (env: JobEnv, name: string) => /^(1|true|yes)$/i.test(env[name] ?? "");
+/** Steps, groups: any whole number Number() holds exactly (the engine says which exist). */
+const WHOLE = { min: 0, max: Number.MAX_SAFE_INTEGER } as const;
 
 const PHASES: readonly JobPhase[] = ["plan", "convert-group", "finalize"];
 const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as JobPhase);
@@ -75,24 +71,43 @@ export async function runJob(
 }
 
 async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: number, progress: Progress): Promise<void> {
-  const destination = required(env, "ORBAX2REG_DESTINATION");
+  const destination = fromEnv.requiredString(env, "ORBAX2REG_DESTINATION");
+  // Optional for plan (then the source's latest committed step); the other phases require it below.
+  const knownStep = fromEnv.optionalInteger(env, "ORBAX2REG_STEP", WHOLE);
   // A job the workflow started just before `orbax2reg cloud cancel` must not run (src/cloud/cancel.ts).
   const stopIfRunCancelled = async () => {
-    if (env.ORBAX2REG_STEP && /^\d+$/.test(env.ORBAX2REG_STEP))
-      await stopIfCancelled(await openStore(destination), stepDirName(Number(env.ORBAX2REG_STEP)), env.ORBAX2REG_EXECUTION);
+    if (knownStep !== undefined)
+      await stopIfCancelled(await openStore(destination), stepDirName(knownStep), fromEnv.optionalString(env, "ORBAX2REG_EXECUTION", ""));
   };
   await stopIfRunCancelled();
   if (phase === "plan") {
-    const source = required(env, "ORBAX2REG_SOURCE");
-    const stepEnv = env.ORBAX2REG_STEP;
-    const { plan, reused, committed } = await planPhase(source, destination, {
-      groups: integer(env, "ORBAX2REG_GROUPS", 1),
-      paramsOnly: flag(env, "ORBAX2REG_PARAMS_ONLY"),
-      force: flag(env, "ORBAX2REG_FORCE"),
-      allowUncommitted: flag(env, "ORBAX2REG_ALLOW_UNCOMMITTED"),
+    // Started by the workflow: the execution's argument as given, read here (src/cloud/workflow-argument.ts);
+    // the answer goes to the run directory, where the workflow looks before it knows the step. Run by hand:
+    // ORBAX2REG_SOURCE and the rest, as the later phases read them.
+    const argumentText = fromEnv.optionalString(env, "ORBAX2REG_ARGUMENT", "");
+    const run = fromEnv.optionalString(env, "ORBAX2REG_RUN", "");
+    const execution = fromEnv.optionalString(env, "ORBAX2REG_EXECUTION", "");
+    let argument: WorkflowArgument | undefined;
+    if (argumentText !== "") {
+      // The deployment's default (the workflow passes its ORBAX2REG_GROUPS setting).
+      argument = parseWorkflowArgumentText(argumentText, fromEnv.integer(env, "ORBAX2REG_GROUPS", { min: 1, max: WHOLE.max, fallback: 8 }));
+      if (argument.destination !== destination)
+        throw new UsageError(`ORBAX2REG_DESTINATION ${destination} is not the argument's destination ${argument.destination}`);
+      progress.at(argument.stepDir);
+      progress.write();
+      // The check at the top of runPhase needs ORBAX2REG_STEP, which the workflow no longer knows to pass.
+      await stopIfCancelled(await openStore(destination), argument.stepDir, execution);
+      if (run !== "") await (await openStore(run)).write(RUN_ARGUMENT_KEY, encodeJson(argument));
+    }
+    const step = argument?.step ?? knownStep;
+    const { plan, reused, committed } = await planPhase(argument?.source ?? fromEnv.requiredString(env, "ORBAX2REG_SOURCE"), destination, {
+      groups: argument?.groups ?? fromEnv.integer(env, "ORBAX2REG_GROUPS", { ...WHOLE, fallback: 1 }),
+      paramsOnly: argument?.paramsOnly ?? fromEnv.flag(env, "ORBAX2REG_PARAMS_ONLY"),
+      force: argument?.force ?? fromEnv.flag(env, "ORBAX2REG_FORCE"),
+      allowUncommitted: fromEnv.flag(env, "ORBAX2REG_ALLOW_UNCOMMITTED"),
       dryRun: false,
       acceptCommitted: true,
-      ...(stepEnv ? { step: integer(env, "ORBAX2REG_STEP") } : {}),
+      ...(step !== undefined ? { step } : {}),
     });
     const summary: PlanSummary = {
       step: plan.step,
@@ -106,6 +121,18 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
     };
     progress.at(plan.destination.stepDir);
     await (await openStore(destination)).write(joinKey(plan.destination.stepDir, SUMMARY_KEY), encodeJson(summary));
+    if (argument !== undefined && run !== "") {
+      const answer: RunPlan = {
+        ...summary,
+        source: argument.source,
+        destination: argument.destination,
+        work: stepWorkPrefix(argument),
+        tasksPerGroup: argument.tasksPerGroup,
+        jobTimeout: argument.jobTimeout,
+        jobEnv: jobEnvironment(argument, execution || undefined),
+      };
+      await (await openStore(run)).write(RUN_PLAN_KEY, encodeJson(answer));
+    }
     log.info(committed ? "already converted; nothing to do" : reused ? "reusing existing plan" : "plan written", {
       phase,
       ...summary,
@@ -114,17 +141,16 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
     });
     return;
   }
-  const step = integer(env, "ORBAX2REG_STEP");
+  const step = fromEnv.integer(env, "ORBAX2REG_STEP", WHOLE);
   if (phase === "convert-group") {
-    const group = integer(env, "ORBAX2REG_GROUP");
-    const taskIndex = integer(env, "CLOUD_RUN_TASK_INDEX", 0);
-    const taskCount = integer(env, "CLOUD_RUN_TASK_COUNT", 1);
+    const group = fromEnv.integer(env, "ORBAX2REG_GROUP", WHOLE);
+    const { index: taskIndex, count: taskCount } = fromEnv.cloudRunTask(env);
     const glog = log.with({ phase, step, group, task: taskIndex });
     let bytes = 0;
     let last = Date.now();
     const report = await groupPhase(destination, step, group, {
-      concurrency: integer(env, "ORBAX2REG_CONCURRENCY", 32),
-      memoryBytes: integer(env, "ORBAX2REG_MEMORY_MIB", 1024) << 20,
+      concurrency: fromEnv.integer(env, "ORBAX2REG_CONCURRENCY", { min: 1, max: MAX_CONCURRENCY, fallback: 32 }),
+      memoryBytes: mibToBytes(fromEnv.integer(env, "ORBAX2REG_MEMORY_MIB", { min: 1, max: MAX_MEMORY_MIB, fallback: 1024 })),
       taskIndex,
       taskCount,
       onObject: (e) => {
@@ -172,8 +198,8 @@ async function runPhase(phase: JobPhase, env: JobEnv, log: Logger, started: numb
 if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
   // The workflow passes its execution name so every log line of a conversion can be found from it, and the
   // id of this job execution (the failure reports' key) so its lines can be told from a retry's.
-  const execution = process.env.ORBAX2REG_EXECUTION;
-  const attempt = process.env.ORBAX2REG_ATTEMPT;
+  const execution = fromEnv.optionalString(process.env, "ORBAX2REG_EXECUTION", "");
+  const attempt = fromEnv.optionalString(process.env, "ORBAX2REG_ATTEMPT", "");
   const log = jsonLogger({ component: "orbax2reg-job", ...(execution ? { execution } : {}), ...(attempt ? { attempt } : {}) });
   // Last resorts, so that no task ends without a log line: an error nobody awaited, or an event loop that
   // empties while the phase still waits (Node would exit 13 silently). Both exit 1, which the workflow retries.

@@ -10,8 +10,11 @@ export interface ConversionEvent {
   readonly source: string;
   /** The regular checkpoint's root (gs:// URL); the step lands in `<destination>/step_XXXXXXXX`. */
   readonly destination: string;
-  /** The step converted; for conversion.pruned, the step deleted. */
-  readonly step: number;
+  /**
+   * The step converted; for conversion.pruned, the step deleted. Null only in a conversion.failed the workflow
+   * published before its plan job read the argument (workflows/convert.yaml; the TypeScript publishers always know it).
+   */
+  readonly step: number | null;
   /** The Workflows execution name, when one exists. */
   readonly execution: string | null;
   readonly arrays: number | null;
@@ -26,7 +29,7 @@ export interface ConversionEvent {
 }
 
 export function eventAttributes(e: ConversionEvent): Record<string, string> {
-  return { type: e.type, step: String(e.step) };
+  return e.step === null ? { type: e.type } : { type: e.type, step: String(e.step) };
 }
 
 /** Publishes events to Pub/Sub, attributes included: one client for the caller's lifetime, loaded on first use. */

@@ -2,11 +2,8 @@ import { WORK_DIR } from "../convert/plan-format.js";
 import { stepDirName } from "../orbax/step.js";
 import { openStore } from "../store/open.js";
 import { joinKey } from "../store/store.js";
-import type { Env } from "./env.js";
+import { cloudRunTask, type Env } from "./env.js";
 import type { Logger } from "./log.js";
-
-/** Cloud Run's task index and attempt (container contract), 0 outside Cloud Run. */
-export const taskNumber = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : 0);
 
 /**
  * The small JSON objects the Cloud Run jobs leave in the destination step's work directory for the workflow
@@ -31,6 +28,36 @@ export interface PlanSummary {
   readonly committed: boolean;
 }
 
+/**
+ * A workflow execution's own directory, `<destination>/.orbax2reg/executions/<execution id>/` (the id is
+ * GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID; workflows/convert.yaml builds the same and passes it to the plan job as
+ * ORBAX2REG_RUN). The plan job answers there, because before it has read the argument the workflow cannot
+ * know the step: `argument.json` (the argument as read, written first), `plan.json` (everything the workflow
+ * needs afterwards), and the plan job's failure reports under `failures/<attempt>/`.
+ */
+export function runDirKey(workflowExecutionId: string): string {
+  if (!ATTEMPT_PATTERN.test(workflowExecutionId)) throw new Error(`invalid execution id ${JSON.stringify(workflowExecutionId)}`);
+  return `${WORK_DIR}/executions/${workflowExecutionId}/`;
+}
+
+/** In the run directory: the argument as the plan job read it (before planning; the step, for a failure event). */
+export const RUN_ARGUMENT_KEY = "argument.json";
+/** In the run directory: the plan job's answer (RunPlan). */
+export const RUN_PLAN_KEY = "plan.json";
+
+/** What the workflow reads from `<run>/plan.json` once the plan job succeeded. */
+export interface RunPlan extends PlanSummary {
+  /** The argument's source and destination, trailing slashes removed. */
+  readonly source: string;
+  readonly destination: string;
+  /** The step's work directory, an object name prefix in the destination bucket ending in "/". */
+  readonly work: string;
+  readonly tasksPerGroup: number;
+  readonly jobTimeout: number;
+  /** The container override environment of every convert-group and finalize job execution. */
+  readonly jobEnv: readonly { readonly name: string; readonly value: string }[];
+}
+
 export type JobPhase = "plan" | "convert-group" | "finalize";
 
 /**
@@ -44,18 +71,23 @@ export type JobPhase = "plan" | "convert-group" | "finalize";
  */
 export const ATTEMPT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
-/** Every report of one job execution: the prefix the workflow lists. */
-export function failuresPrefix(attempt: string): string {
+/**
+ * Every report of one job execution: the prefix the workflow lists. `under` is the directory the reports go
+ * in: the step's work directory (`.orbax2reg`, relative to the step) by default, "" for the plan job's
+ * reports in a run directory (runDirKey).
+ */
+export function failuresPrefix(attempt: string, under: string = WORK_DIR): string {
   if (!ATTEMPT_PATTERN.test(attempt)) throw new Error(`invalid attempt id ${JSON.stringify(attempt)}`);
-  return `${WORK_DIR}/failures/${attempt}/`;
+  return `${joinKey(under, "failures", attempt)}/`;
 }
 
 /** Where one task attempt of one job execution explains its failure. */
 export function failureKey(
   attempt: string,
   r: { readonly permanent: boolean; readonly task: number; readonly taskAttempt: number },
+  under: string = WORK_DIR,
 ): string {
-  return `${failuresPrefix(attempt)}${r.permanent ? "permanent" : "transient"}.task-${r.task}.attempt-${r.taskAttempt}.json`;
+  return `${failuresPrefix(attempt, under)}${r.permanent ? "permanent" : "transient"}.task-${r.task}.attempt-${r.taskAttempt}.json`;
 }
 
 export interface FailureReport {
@@ -144,14 +176,17 @@ export function cloudRunExecutionName(env: Readonly<Record<string, string | unde
 
 /**
  * Where a job reports a failure to the workflow, when the environment says enough to know: the destination
- * step, and the id of this job execution (ORBAX2REG_ATTEMPT from the workflow, else CLOUD_RUN_EXECUTION).
+ * step's work directory (the run directory, for the plan job the workflow starts), and the id of this job execution (ORBAX2REG_ATTEMPT from the workflow, else CLOUD_RUN_EXECUTION).
  */
-function reportTarget(env: Env): { destination: string; stepDir: string; attempt: string } | undefined {
+function reportTarget(env: Env, phase: JobPhase): { location: string; under: string; attempt: string } | undefined {
+  const attempt = env.ORBAX2REG_ATTEMPT || env.CLOUD_RUN_EXECUTION;
+  if (!attempt || !ATTEMPT_PATTERN.test(attempt)) return undefined;
+  // The plan job the workflow starts reports in the run directory: the workflow does not know the step yet.
+  if (phase === "plan" && env.ORBAX2REG_RUN) return { location: env.ORBAX2REG_RUN, under: "", attempt };
   const destination = env.ORBAX2REG_DESTINATION;
   const step = env.ORBAX2REG_STEP;
-  const attempt = env.ORBAX2REG_ATTEMPT || env.CLOUD_RUN_EXECUTION;
-  if (!destination || !step || !/^\d+$/.test(step) || !attempt || !ATTEMPT_PATTERN.test(attempt)) return undefined;
-  return { destination, stepDir: stepDirName(Number(step)), attempt };
+  if (!destination || !step || !/^\d+$/.test(step)) return undefined;
+  return { location: destination, under: joinKey(stepDirName(Number(step)), WORK_DIR), attempt };
 }
 
 /**
@@ -161,17 +196,21 @@ function reportTarget(env: Env): { destination: string; stepDir: string; attempt
  * workflow treats a failure without a report as transient (retried a bounded number of times).
  */
 export async function reportFailure(env: Env, phase: JobPhase, err: Error, permanent: boolean, log: Logger): Promise<void> {
-  const target = reportTarget(env);
+  const target = reportTarget(env, phase);
   if (!target) {
-    log.warn("no failure report written: ORBAX2REG_DESTINATION, ORBAX2REG_STEP or the execution id is missing or invalid", { phase });
+    log.warn(
+      "no failure report written: the report's place (ORBAX2REG_RUN, or ORBAX2REG_DESTINATION and ORBAX2REG_STEP) or the execution id is missing",
+      { phase },
+    );
     return;
   }
   const group = env.ORBAX2REG_GROUP;
+  const task = cloudRunTask(env, { lenient: true }); // the failure may be a malformed CLOUD_RUN_TASK_* itself
   const report: FailureReport = {
     phase,
     group: phase === "convert-group" && group !== undefined && /^\d+$/.test(group) ? Number(group) : null,
-    task: taskNumber(env.CLOUD_RUN_TASK_INDEX),
-    taskAttempt: taskNumber(env.CLOUD_RUN_TASK_ATTEMPT),
+    task: task.index,
+    taskAttempt: task.attempt,
     attempt: target.attempt,
     execution: env.CLOUD_RUN_EXECUTION || null,
     permanent,
@@ -179,9 +218,9 @@ export async function reportFailure(env: Env, phase: JobPhase, err: Error, perma
     message: err.message,
     time: new Date().toISOString(),
   };
-  const key = joinKey(target.stepDir, failureKey(target.attempt, report));
+  const key = failureKey(target.attempt, report, target.under);
   try {
-    await (await openStore(target.destination)).write(key, new TextEncoder().encode(JSON.stringify(report)));
+    await (await openStore(target.location)).write(key, new TextEncoder().encode(JSON.stringify(report)));
   } catch (w) {
     log.warn("could not write the failure report", { key, error: (w as Error).message });
   }

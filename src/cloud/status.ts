@@ -7,6 +7,7 @@ import { type ExecutionRef, type Executions, isLive, rootLabel } from "./executi
 import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "./job-reports.js";
 import type { JobExecutionStatus, JobExecutions } from "./run-executions.js";
 import { expand } from "./trigger.js";
+import { parseWorkflowArgument } from "./workflow-argument.js";
 
 /**
  * Where each step of a checkpoint root stands in the pipeline, from what is on GCS (the step's claim, plan
@@ -131,11 +132,10 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
   return rows.sort((a, b) => a.step - b.step);
 }
 
-/** The step an execution converts, from its argument. */
+/** The step an execution converts, read from its argument as its plan job reads it (also one started by hand without "step"). */
 function argumentStep(e: ExecutionRef): number | undefined {
   try {
-    const step = (JSON.parse(e.argument) as { step?: unknown }).step;
-    return typeof step === "number" ? step : undefined;
+    return parseWorkflowArgument(JSON.parse(e.argument), 1).step;
   } catch {
     return undefined;
   }

@@ -140,7 +140,8 @@ describe("orbax2reg cloud status", () => {
     expect((by.get(100) as { bytes: number }).bytes).toBeGreaterThan(0);
     expect(running).toMatchObject({ state: "running", groups: Number(cliEnv.ORBAX2REG_GROUPS) });
     expect(running.jobs[0]).toMatchObject({ taskCount: 1, running: 1, done: false });
-    expect(by.get(300)).toMatchObject({ state: "failed", retryable: true, error: expect.stringMatching(/plan could not be started/) });
+    // A 400 refusal fails the same way until someone redeploys: running it again cannot help.
+    expect(by.get(300)).toMatchObject({ state: "failed", retryable: false, error: expect.stringMatching(/plan could not be started/) });
     expect(by.get(400)).toMatchObject({ state: "claimed", expired: false });
     expect(by.get(500)).toMatchObject({ state: "not-converted", committed: true, reason: "never started" });
     expect(by.get(700)).toMatchObject({ state: "not-converted", committed: false });

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
+import { cancelMarkerKey } from "../../src/cloud/cancel.js";
 import {
   type FailureReport,
   failureKey,
@@ -10,10 +11,15 @@ import {
   PROGRESS_PREFIX,
   type ProgressRecord,
   progressKey,
+  RUN_ARGUMENT_KEY,
+  RUN_PLAN_KEY,
+  type RunPlan,
+  runDirKey,
   SUMMARY_KEY,
 } from "../../src/cloud/job-reports.js";
 import { jsonLogger } from "../../src/cloud/log.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
+import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 
 // The job entry point the workflow runs, phase by phase, against local directories. What it leaves for
 // the workflow (summary.json, failures/<attempt>/*.json) is the contract workflows/convert.yaml reads.
@@ -138,8 +144,34 @@ describe("the job entry point", () => {
 
   test("missing configuration is a permanent error that names the variable, and is reported as such", async () => {
     expect(await runJob("convert-group", env({ ORBAX2REG_ATTEMPT: "c1" }), log())).toBe(2);
-    expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/ORBAX2REG_GROUP is required/);
+    expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/ORBAX2REG_GROUP is not set/);
     expect(reportsOf("c1")).toEqual(["permanent.task-0.attempt-0.json"]);
+  });
+
+  test.each([
+    ["ORBAX2REG_GROUP", "zero"],
+    ["ORBAX2REG_CONCURRENCY", "0"],
+    ["ORBAX2REG_MEMORY_MIB", "lots"],
+    ["CLOUD_RUN_TASK_INDEX", "-1"],
+    ["CLOUD_RUN_TASK_COUNT", "0"],
+  ])("a malformed %s=%j is a permanent error naming it, and is reported as such", async (name, value) => {
+    expect(await runJob("plan", env(), log())).toBe(0);
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0", ORBAX2REG_ATTEMPT: "m1", [name]: value }), log())).toBe(2);
+    const error = lines.find((l) => l.severity === "ERROR");
+    expect(error).toMatchObject({ permanent: true, errorType: "ConfigError" });
+    expect(error?.message).toContain(`${name}=${JSON.stringify(value)}`);
+    expect(reportsOf("m1")).toEqual(["permanent.task-0.attempt-0.json"]);
+  });
+
+  test("a malformed ORBAX2REG_STEP is refused before the phase runs", async () => {
+    expect(await runJob("finalize", env({ ORBAX2REG_STEP: "latest" }), log())).toBe(2);
+    expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/ORBAX2REG_STEP="latest"/);
+  });
+
+  test("a malformed CLOUD_RUN_TASK_ATTEMPT still leaves a report, counted as the first attempt", async () => {
+    const failing = env({ CLOUD_RUN_EXECUTION: "orbax2reg-finalize-x2", CLOUD_RUN_TASK_INDEX: "1", CLOUD_RUN_TASK_ATTEMPT: "again" });
+    expect(await runJob("finalize", failing, log())).toBe(2);
+    expect(reportsOf("orbax2reg-finalize-x2")).toEqual(["permanent.task-1.attempt-0.json"]);
   });
 
   test("an unknown phase is refused", async () => {
@@ -273,5 +305,97 @@ describe("progress records", () => {
     expect(await runJob("plan", env(), log())).toBe(0);
     expect(readJson<PlanSummary>(SUMMARY_KEY).committed).toBe(false);
     expect(lines.filter((l) => l.severity === "WARNING").map((l) => l.message)).toContain("could not write the progress record");
+  });
+});
+
+describe("the plan job the workflow starts (ORBAX2REG_ARGUMENT)", () => {
+  const EXECUTION = "projects/p/locations/us-central1/workflows/orbax2reg-convert/executions/wf1";
+  /** A bucket holding the tiny step, and the environment workflows/convert.yaml gives the plan job. */
+  async function workflowPlan(argument: Record<string, unknown> = {}) {
+    const bucket = await newBucket("plan");
+    await uploadDir(source, bucket, "runs/exp/step_00000100");
+    const dest = `gs://${bucket}/runs/exp/regular`;
+    const run = `${dest}/${runDirKey("wf1")}`;
+    const planEnv = {
+      ORBAX2REG_ARGUMENT: JSON.stringify({ source: `gs://${bucket}/runs/exp/step_00000100/`, destination: dest, ...argument }),
+      ORBAX2REG_GROUPS: "3",
+      ORBAX2REG_RUN: run,
+      ORBAX2REG_DESTINATION: dest,
+      ORBAX2REG_EXECUTION: EXECUTION,
+      ORBAX2REG_ATTEMPT: "p1",
+    };
+    const object = async <T>(name: string): Promise<T | undefined> => {
+      const file = emulatorStorage().bucket(bucket).file(name);
+      return (await file.exists())[0] ? (JSON.parse((await file.download())[0].toString()) as T) : undefined;
+    };
+    const runObject = <T>(key: string) => object<T>(`runs/exp/regular/${runDirKey("wf1")}${key}`);
+    return { bucket, dest, planEnv, object, runObject };
+  }
+
+  test("answers in the run directory with everything the workflow needs afterwards", async () => {
+    const { bucket, dest, planEnv, runObject } = await workflowPlan({ tasks_per_group: "2" });
+    expect(await runJob("plan", planEnv, log())).toBe(0);
+    const plan = (await runObject<RunPlan>(RUN_PLAN_KEY)) as RunPlan;
+    expect(plan).toMatchObject({
+      source: `gs://${bucket}/runs/exp/step_00000100`,
+      destination: dest,
+      step: 100,
+      stepDir: "step_00000100",
+      work: "runs/exp/regular/step_00000100/.orbax2reg/",
+      groups: 3,
+      tasksPerGroup: 2,
+      jobTimeout: 604800,
+      reused: false,
+      committed: false,
+    });
+    expect(plan.arrays).toBeGreaterThan(0);
+    expect(plan.jobEnv).toContainEqual({ name: "ORBAX2REG_STEP", value: "100" });
+    expect(plan.jobEnv).toContainEqual({ name: "ORBAX2REG_EXECUTION", value: EXECUTION });
+  });
+
+  test("writes the argument as read before planning, so a failed plan still names the step", async () => {
+    const { planEnv, runObject } = await workflowPlan({ step: "100" });
+    expect(await runJob("plan", planEnv, log())).toBe(0);
+    expect(await runObject(RUN_ARGUMENT_KEY)).toMatchObject({ step: 100, stepDir: "step_00000100", groups: 3 });
+  });
+
+  test("keeps the step's summary.json and progress record where `orbax2reg cloud status` reads them", async () => {
+    const { planEnv, object } = await workflowPlan();
+    expect(await runJob("plan", planEnv, log())).toBe(0);
+    expect(await object(`runs/exp/regular/step_00000100/${SUMMARY_KEY}`)).toMatchObject({ step: 100, groups: 3 });
+    expect(await object(`runs/exp/regular/step_00000100/${progressKey("plan", null, 0)}`)).toMatchObject({
+      state: "succeeded",
+      workflowExecution: EXECUTION,
+    });
+  });
+
+  test("a bad argument fails permanently, reported in the run directory with a message naming the field", async () => {
+    const { planEnv, runObject } = await workflowPlan({ groups: "many" });
+    expect(await runJob("plan", planEnv, log())).toBe(2);
+    const report = await runObject<FailureReport>(failureKey("p1", { permanent: true, task: 0, taskAttempt: 0 }, ""));
+    expect(report).toMatchObject({
+      phase: "plan",
+      permanent: true,
+      errorType: "UsageError",
+      message: 'groups must be a whole number, got "many"',
+    });
+    expect(await runObject(RUN_ARGUMENT_KEY)).toBeUndefined();
+  });
+
+  test("a plan for a workflow execution already cancelled stops before planning", async () => {
+    const { bucket, planEnv, object } = await workflowPlan();
+    await emulatorStorage()
+      .bucket(bucket)
+      .file(`runs/exp/regular/step_00000100/${cancelMarkerKey(EXECUTION)}`)
+      .save("{}");
+    expect(await runJob("plan", planEnv, log())).toBe(2);
+    expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/was cancelled/);
+    expect(await object(`runs/exp/regular/step_00000100/${SUMMARY_KEY}`)).toBeUndefined();
+  });
+
+  test("a destination that is not the argument's is refused", async () => {
+    const { planEnv } = await workflowPlan();
+    expect(await runJob("plan", { ...planEnv, ORBAX2REG_DESTINATION: `${planEnv.ORBAX2REG_DESTINATION}-other` }, log())).toBe(2);
+    expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/is not the argument's destination/);
   });
 });

@@ -2,7 +2,8 @@ import { readFileSync } from "node:fs";
 import { parse as parseHcl } from "@cdktf/hcl2json";
 import { describe, expect, test } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { failureKey, failuresPrefix, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
+import { failureKey, failuresPrefix, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, runDirKey, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
+import { DEFAULT_JOB_TIMEOUT, jobEnvironment, parseWorkflowArgument, stepWorkPrefix } from "../../src/cloud/workflow-argument.js";
 
 // workflows/convert.yaml against the code around it: what terraform configures, what the jobs read and
 // write, Workflows' own rules, and the documented standard library (docs/workflows-reference.md). Its
@@ -97,7 +98,6 @@ describe("workflows/convert.yaml", () => {
       "sys.get_env",
       "sys.now",
       "text.match_regex",
-      "text.replace_all",
       "text.replace_all_regex",
       "text.split",
       "text.url_encode",
@@ -122,8 +122,12 @@ describe("workflows/convert.yaml", () => {
   test("passes the jobs only variables the job entry point reads", () => {
     const job = readFileSync("jobs/main.ts", "utf8");
     const passed = [...text.matchAll(/name: (ORBAX2REG_\w+)/g)].map((m) => m[1] as string);
-    expect(passed).toContain("ORBAX2REG_GROUP");
-    expect(passed.filter((name) => !job.includes(`"${name}"`) && !job.includes(`.${name}`))).toEqual([]);
+    expect(passed).toEqual(expect.arrayContaining(["ORBAX2REG_ARGUMENT", "ORBAX2REG_RUN", "ORBAX2REG_GROUP", "ORBAX2REG_ATTEMPT"]));
+    // The later jobs' environment comes from the plan job's plan.json (jobEnv), built by jobEnvironment.
+    const argument = parseWorkflowArgument({ source: "gs://b/run/step_00000100", destination: "gs://b/regular" }, 8);
+    const planned = jobEnvironment(argument, "projects/p/locations/l/workflows/w/executions/e").map((v) => v.name);
+    expect(text).toContain("plan.jobEnv");
+    expect([...passed, ...planned].filter((name) => !job.includes(`"${name}"`) && !job.includes(`.${name}`))).toEqual([]);
   });
 
   test("starts jobs without waiting in the connector, then polls, and cancels what it stops waiting for", () => {
@@ -134,7 +138,10 @@ describe("workflows/convert.yaml", () => {
     expect(calls.filter((c) => c.call === "googleapis.run.v2.projects.locations.operations.get").length).toBeGreaterThan(0);
     expect(calls.filter((c) => c.call === "googleapis.run.v2.projects.locations.jobs.executions.cancel")).toHaveLength(1);
     // The default wait is far longer than the connector's 30 minutes: 7 days, what terraform checks the jobs fit in.
-    expect(text).toContain('default(map.get(args, "job_timeout"), 604800)');
+    // The plan job is waited for that long (the argument is not read yet); the others as long as it says.
+    expect(DEFAULT_JOB_TIMEOUT).toBe(604800);
+    expect(text).toContain("max_wait: 604800");
+    expect(text.match(/max_wait: \$\{plan\.jobTimeout\}/g)).toHaveLength(2);
   });
 
   test("fans out over the groups in parallel with a concurrency limit", () => {
@@ -152,14 +159,26 @@ describe("workflows/convert.yaml", () => {
   });
 
   test("reads the objects the jobs write, where they write them", () => {
+    // The plan job answers in this execution's run directory (the workflow does not know the step before).
+    expect(runDirKey("e1")).toBe(".orbax2reg/executions/e1/");
+    expect(text).toContain('prefix + ".orbax2reg/executions/" + execution_id + "/"');
+    expect(text).toContain('sys.get_env("GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID")');
+    expect(text).toContain(`ctx.run + "${RUN_PLAN_KEY}"`);
+    expect(text).toContain(`ctx.run + "${RUN_ARGUMENT_KEY}"`);
+    expect(text).toContain(expression('"gs://" + ctx.bucket + "/" + ctx.run'));
+    // The step's summary stays where `orbax2reg cloud status` reads it; plan.json names the step's work directory.
     expect(SUMMARY_KEY).toBe(".orbax2reg/summary.json");
-    expect(text).toContain('"/.orbax2reg/"');
-    expect(text).toContain('ctx.work + "summary.json"');
-    // Failure reports: one prefix per job execution (the workflow's attempt id), the verdict first in the name.
+    const argument = parseWorkflowArgument({ source: "gs://b/run/step_00000100", destination: "gs://b/x/regular" }, 8);
+    expect(stepWorkPrefix(argument)).toBe("x/regular/step_00000100/.orbax2reg/");
+    // Failure reports: one prefix per job execution (the workflow's attempt id), the verdict first in the name;
+    // the plan job's in the run directory, the others' in the step's work directory.
     expect(failuresPrefix("a1")).toBe(".orbax2reg/failures/a1/");
+    expect(failuresPrefix("a1", "")).toBe("failures/a1/");
     expect(failureKey("a1", { permanent: true, task: 2, taskAttempt: 1 })).toBe(".orbax2reg/failures/a1/permanent.task-2.attempt-1.json");
     expect(failureKey("a1", { permanent: false, task: 0, taskAttempt: 0 })).toBe(".orbax2reg/failures/a1/transient.task-0.attempt-0.json");
-    expect(text).toContain('ctx.work + "failures/" + attempt + "/"');
+    expect(text).toContain(expression('ctx.run + "failures/"'));
+    expect(text.match(/failures: \$\{plan\.work \+ "failures\/"\}/g)).toHaveLength(2);
+    expect(text).toContain('failures + attempt + "/"');
     expect(text).toContain('reports + "permanent."');
     expect(text).toContain("name: ORBAX2REG_ATTEMPT");
     expect(text).toContain(expression("uuid.generate()"));

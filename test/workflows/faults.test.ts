@@ -69,6 +69,7 @@ interface HookCall {
   pid?: number;
   refused?: number;
   types?: string[];
+  taskCount?: number;
 }
 
 const lines = <T>(name: string): T[] =>
@@ -253,5 +254,31 @@ describe("convert.yaml's events", () => {
     expect(run.error).toMatchObject({ tags: ["ConversionFailed"], groups: ["1"] });
     expect(run.error?.message).toMatch(/group 1 failed/);
     expect(published(destination)).toEqual([]);
+  });
+});
+
+describe("convert.yaml's argument, read by the plan job", () => {
+  test("a bad optional field fails the plan job once, not retried, with a message naming the field; no group runs", async () => {
+    const { bucket, destination, argument } = await setUp(() => []);
+    const run = await runWorkflow(emulator, "convert", { ...argument, groups: "many" });
+    expect(run.state).toBe("FAILED");
+    expect(run.error).toMatchObject({ tags: ["PermanentError"], message: 'plan: groups must be a whole number, got "many"' });
+    expect(starts(destination, "plan")).toHaveLength(1);
+    expect(starts(destination, "convert-group")).toEqual([]);
+    // The plan job never read a step: the event says so rather than guessing one.
+    const [failed] = published(destination);
+    expect(failed?.event).toMatchObject({ type: "conversion.failed", step: null });
+    expect(failed?.attributes).toEqual({ type: "conversion.failed" });
+    expect(await committed(bucket)).toBe(false);
+  });
+
+  test("the result and the events take the step, groups and tasks from the plan job's answer", async () => {
+    const { destination, argument } = await setUp(() => []);
+    const run = await runWorkflow(emulator, "convert", { ...argument, source: `${argument.source}/`, groups: "2", tasks_per_group: 2 });
+    expect(run.state).toBe("SUCCEEDED");
+    expect(run.result).toMatchObject({ source: argument.source, destination: `${destination}/step_00000100`, step: 100, groups: 2 });
+    expect(starts(destination, "convert-group", "0").map((c) => c.taskCount)).toEqual([2]);
+    const [succeeded] = published(destination);
+    expect(succeeded?.attributes).toEqual({ type: "conversion.succeeded", step: "100" });
   });
 });

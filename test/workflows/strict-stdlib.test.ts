@@ -181,35 +181,6 @@ describe("the Workflows emulator's standard library", () => {
 });
 
 describe("workflows/convert.yaml's helpers on the strict emulator", () => {
-  test("whole_number takes an integer or a string of digits, never calling int() on an integer", async () => {
-    const cases = { int: 8, digits: "0008", negative: -1, double: 2.5, text: "8a", nothing: null };
-    const steps: unknown[] = [{ init: { assign: [{ out: {} }] } }];
-    for (const [label, value] of Object.entries(cases)) {
-      steps.push({
-        [label]: {
-          try: {
-            steps: [
-              { convert: { call: "whole_number", args: { value, what: label }, result: "n" } },
-              { keep: { assign: [{ [`out.${label}`]: wf("n") }] } },
-            ],
-          },
-          except: { as: "e", steps: [{ caught: { assign: [{ [`out.${label}`]: wf("e.message") }] } }] },
-        },
-      });
-    }
-    steps.push({ done: { return: wf("out") } });
-    const run = await runWorkflow(emulator, deploy("whole", { steps }, ["whole_number"]));
-    expect(run.state).toBe("SUCCEEDED");
-    expect(run.result).toEqual({
-      int: 8,
-      digits: 8,
-      negative: "negative must be a whole number, got -1",
-      double: "double must be a whole number, got 2.5",
-      text: 'text must be a whole number, got "8a"',
-      nothing: "nothing must be a whole number, got null",
-    });
-  });
-
   test("read_json reads a JSON object whether the storage connector returns its text or the parsed map", async () => {
     const main = {
       steps: [

@@ -240,7 +240,7 @@ resource "google_project_iam_member" "workflow_run_viewer" {
 # https://cloud.google.com/run/docs/reference/rest/v1/namespaces.jobs/run
 # https://cloud.google.com/run/docs/configuring/jobs/service-identity
 
-# Read what the jobs report: the plan summary (<destination>/step_XXXXXXXX/.orbax2reg/summary.json) and a failed
+# Read what the jobs report: the plan job's answer (<destination>/.orbax2reg/executions/<id>/plan.json) and a failed
 # job's failures/<attempt>/ reports (listed, then read).
 # https://cloud.google.com/storage/docs/access-control/iam-roles
 resource "google_storage_bucket_iam_member" "workflow_destination_object_viewer" {

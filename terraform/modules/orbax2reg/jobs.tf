@@ -1,8 +1,9 @@
 # Three Cloud Run jobs running the same image, one per phase of the conversion: `node dist/jobs/main.js <phase>`.
 # They are the instances of one resource, google_cloud_run_v2_job.phase, one per key of local.jobs (main.tf: the name,
 # CPU and memory of each phase).
-# The jobs read everything conversion-specific (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP,
-# ORBAX2REG_GROUP, ...) from environment variables the workflow sets per execution as container overrides; the
+# The jobs read everything conversion-specific (the plan job: the workflow's argument, ORBAX2REG_ARGUMENT; the others
+# ORBAX2REG_SOURCE, ORBAX2REG_STEP, ORBAX2REG_GROUP, ...) from environment variables the workflow sets per execution as
+# container overrides; the
 # definitions here fix the image, command, size, timeout, retries, identity and the static environment (local.job_env:
 # job_env, the project and region, and for finalize the retention policy and the events topic).
 #

@@ -427,7 +427,7 @@ variable "max_retries" {
 }
 
 variable "job_env" {
-  description = "Extra environment variables for all three job containers (e.g. ORBAX2REG_MEMORY_MIB). The per-conversion variables (ORBAX2REG_SOURCE, ORBAX2REG_DESTINATION, ORBAX2REG_STEP, ORBAX2REG_GROUP, ...) are set by the workflow as execution overrides and win over these; ORBAX2REG_PROJECT, ORBAX2REG_REGION and finalize's ORBAX2REG_EVENTS_TOPIC / ORBAX2REG_KEEP_* are set by the module and win too."
+  description = "Extra environment variables for all three job containers (e.g. ORBAX2REG_MEMORY_MIB). The per-conversion variables (ORBAX2REG_ARGUMENT, ORBAX2REG_SOURCE, ORBAX2REG_STEP, ORBAX2REG_GROUP, ...) are set by the workflow as execution overrides and win over these; ORBAX2REG_PROJECT, ORBAX2REG_REGION and finalize's ORBAX2REG_EVENTS_TOPIC / ORBAX2REG_KEEP_* are set by the module and win too."
   type        = map(string)
   default     = {}
 }
