@@ -120,7 +120,7 @@ describe("workflows/convert.yaml", () => {
   });
 
   test("passes the jobs only variables the job entry point reads", () => {
-    const job = readFileSync("jobs/main.ts", "utf8");
+    const job = ["jobs/main.ts", "src/cloud/job-phases.ts"].map((f) => readFileSync(f, "utf8")).join("\n");
     const passed = [...text.matchAll(/name: (ORBAX2REG_\w+)/g)].map((m) => m[1] as string);
     expect(passed).toEqual(expect.arrayContaining(["ORBAX2REG_ARGUMENT", "ORBAX2REG_RUN", "ORBAX2REG_GROUP", "ORBAX2REG_ATTEMPT"]));
     // The later jobs' environment comes from the plan job's plan.json (jobEnv), built by jobEnvironment.
