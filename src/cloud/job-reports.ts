@@ -176,7 +176,8 @@ export function cloudRunExecutionName(env: Readonly<Record<string, string | unde
 
 /**
  * Where a job reports a failure to the workflow, when the environment says enough to know: the destination
- * step's work directory (the run directory, for the plan job the workflow starts), and the id of this job execution (ORBAX2REG_ATTEMPT from the workflow, else CLOUD_RUN_EXECUTION).
+ * step's work directory (the run directory, for the plan job the workflow starts), and the id of this job
+ * execution (ORBAX2REG_ATTEMPT from the workflow, else CLOUD_RUN_EXECUTION).
  */
 function reportTarget(env: Env, phase: JobPhase): { location: string; under: string; attempt: string } | undefined {
   const attempt = env.ORBAX2REG_ATTEMPT || env.CLOUD_RUN_EXECUTION;
