@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A/B timing of `orbax2reg convert` on the benchmark step for two builds (e.g. before and after a change),
 // interleaved with `cp -r` (the I/O floor) and `cp -r` then `sync` (the floor for a durable copy: orbax2reg
-// fsyncs every object before its name, as TensorStore's file driver does) so that machine noise hits all
+// flushes every object to the disk before the index) so that machine noise hits all
 // alike. Each run: destination deleted, `sync`, then the command; wall time until the process exits.
 // Prints best and median per route.
 //

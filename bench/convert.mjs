@@ -396,7 +396,7 @@ const peak = (name) => Math.max(...results[name].map((r) => r.rssKiB)) / 1024;
 const B = { cp: best("cp"), orbax2reg: best("orbax2reg"), python: best("python") };
 const cpRatio = B.cp.seconds / B.orbax2reg.seconds;
 const pyRatio = B.python.seconds / B.orbax2reg.seconds;
-// Durable against durable: orbax2reg fsyncs every object before its name (its flush is ~0); cp's data reaches
+// Durable against durable: orbax2reg flushes the whole step before its index (its flush is ~0); cp's data reaches
 // the disk only with the sync after it.
 const durable = (name) => Math.min(...results[name].map((r) => r.seconds + r.flush));
 const durableRatio = durable("cp") / durable("orbax2reg");
@@ -423,7 +423,7 @@ for (const name of Object.keys(ROUTES)) {
 }
 out();
 out(
-  '"flush" is the `sync` after a run: cp and orbax2reg leave their output in the page cache, TensorStore fsyncs each file. ' +
+  '"flush" is the `sync` after a run: cp leaves its output in the page cache; orbax2reg flushes its step before the index, TensorStore each file. ' +
     "CPU and wall time are those of the best run.",
 );
 out();

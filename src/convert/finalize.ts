@@ -79,12 +79,12 @@ export async function finalize(
   }
   const report = { objects: plan.objects.length, files, removed };
   if (current === plan.index) return { ...report, indexWritten: false };
-  // Every object's name must be on disk before the index that commits them; then the index's own.
-  await destination.syncNames?.(stepDir);
+  // Every object, and its name, must be on disk before the index that commits them; then the index.
+  await destination.makeDurable?.(stepDir);
   await beforeCommit?.();
   await assertOwner(destination, plan);
   await destination.write(indexKey, new TextEncoder().encode(plan.index));
-  await destination.syncNames?.(stepDir);
+  await destination.makeDurable?.(stepDir);
   return { ...report, indexWritten: true };
 }
 

@@ -62,11 +62,12 @@ export interface Store {
    */
   readonly versioned?: VersionedObjects;
   /**
-   * Optional capability: make the names of every object under `prefix` durable. A local directory fsyncs
-   * its directories (a renamed file's name lives in its directory, not in the file); GCS objects are
-   * durable once their upload completes, so GCS has nothing to do and omits this.
+   * Optional capability: make every object under `prefix`, and its name, durable (called before a commit
+   * marker is written, and after). A local directory flushes its files and fsyncs its directories (a renamed
+   * file's name lives in its directory, not in the file); GCS objects are durable once their upload
+   * completes, so GCS has nothing to do and omits this.
    */
-  syncNames?(prefix: string): Promise<void>;
+  makeDurable?(prefix: string): Promise<void>;
   /**
    * Optional capability: removes temporary files under `prefix` whose writer is certainly gone (a local
    * directory's write-then-rename leaves them when killed; GCS uploads leave nothing). Never removes a

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
@@ -114,11 +114,23 @@ describe("LocalStore destination errors", () => {
     expect(existsSync(join(s.root, "index", "x"))).toBe(true);
   });
 
-  test("syncNames fsyncs the directories under a prefix (and succeeds on an empty store)", async () => {
+  test("makeDurable flushes the files and directories under a prefix (and succeeds on an empty store)", async () => {
     const s = tempStore();
     await s.write("a/b/c", new Uint8Array(1));
-    await expect(s.syncNames("a")).resolves.toBeUndefined();
-    await expect(s.syncNames("")).resolves.toBeUndefined();
+    await expect(s.makeDurable("a")).resolves.toBeUndefined();
+    await expect(s.makeDurable("")).resolves.toBeUndefined();
+    await expect(tempStore().makeDurable("")).resolves.toBeUndefined();
+  });
+
+  test("a flush that fails after a write's rename is reported by makeDurable, naming the object", async () => {
+    // The file disappears before its background flush opens it: the commit must not go ahead.
+    const t = tempStore();
+    const write = t.write("x/y", new Uint8Array(1));
+    await write;
+    rmSync(join(t.root, "x"), { recursive: true, force: true });
+    // The flush may have finished before the removal; force one that cannot.
+    (t as unknown as { flushSoon(path: string, key: string): void }).flushSoon(join(t.root, "x", "y"), "x/y");
+    await expect(t.makeDurable("")).rejects.toThrow(/x\/y/);
   });
 });
 
