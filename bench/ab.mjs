@@ -7,7 +7,7 @@
 //
 //   node bench/ab.mjs <step-dir> <label>=<repo-with-dist>[:ENV=VALUE,...] [<label>=<repo> ...] [--runs N]
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
 const args = process.argv.slice(2);
@@ -15,11 +15,6 @@ const runsAt = args.indexOf("--runs");
 const RUNS = runsAt >= 0 ? Number(args.splice(runsAt, 2)[1]) : 5;
 const [step, ...builds] = args;
 const OUT = "/tmp/orbax2reg-ab";
-// Builds before the CommonJS launcher have bin/orbax2reg.js.
-function launcher(repo) {
-  const cjs = join(repo, "bin/orbax2reg.cjs");
-  return existsSync(cjs) ? cjs : join(repo, "bin/orbax2reg.js");
-}
 const routes = [
   { label: "cp -r", cmd: ["cp", ["-r", step, join(OUT, "cp")]] },
   { label: "cp+sync", cmd: ["sh", ["-c", 'cp -r "$0" "$1" && sync', step, join(OUT, "cp")]] },
@@ -36,7 +31,7 @@ const routes = [
           .map((e) => e.split("=")),
       ),
     };
-    return { label, env, cmd: [process.execPath, [launcher(repo), "convert", step, join(OUT, label)]] };
+    return { label, env, cmd: [process.execPath, [join(repo, "bin/orbax2reg.js"), "convert", step, join(OUT, label)]] };
   }),
 ];
 const times = Object.fromEntries(routes.map((r) => [r.label, []]));

@@ -22,7 +22,7 @@ process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const GEN = "bench/.generated";
 const OUT = resolve(GEN, "out");
-const CLI = "bin/orbax2reg.cjs";
+const CLI = "bin/orbax2reg.js";
 const TARGETS = { cpRatio: 0.5, cpRatioAim: 0.8, durableRatio: 0.8, pythonRatio: 5, rssMiB: 512 };
 
 const args = process.argv.slice(2);

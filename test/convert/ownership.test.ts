@@ -61,7 +61,7 @@ describe("--force while another conversion is writing the step", () => {
 
   test("the forced conversion commits; the one it replaced stops and commits nothing; verify passes", async () => {
     // The first conversion runs in slices (SIGCONT, a few ms, SIGSTOP) until it has written something.
-    const child: ChildProcess = spawn(process.execPath, ["bin/orbax2reg.cjs", "convert", large.location, dest, "--concurrency", "1"], {
+    const child: ChildProcess = spawn(process.execPath, ["bin/orbax2reg.js", "convert", large.location, dest, "--concurrency", "1"], {
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";

@@ -38,7 +38,7 @@ interface Killed {
  * although the whole copy takes ~0.1 s.
  */
 async function killMidway(args: string[], stepDir: string): Promise<Killed> {
-  const child: ChildProcess = spawn(process.execPath, ["bin/orbax2reg.cjs", ...args], { stdio: "ignore" });
+  const child: ChildProcess = spawn(process.execPath, ["bin/orbax2reg.js", ...args], { stdio: "ignore" });
   let ended: { signal: NodeJS.Signals | null; code: number | null } | undefined;
   const exit = new Promise<{ signal: NodeJS.Signals | null; code: number | null }>((resolve) =>
     child.on("exit", (code, signal) => {

@@ -31,16 +31,16 @@ export async function runCli(args: string[]): Promise<CliResult> {
   return { code, stdout, stderr };
 }
 
-/** Runs the real executable (`bin/orbax2reg.cjs`, built by the global setup) in a child process. */
+/** Runs the real executable (`bin/orbax2reg.js`, built by the global setup) in a child process. */
 export function runBin(args: string[], env: NodeJS.ProcessEnv = {}): CliResult {
-  const r = spawnSync(process.execPath, ["bin/orbax2reg.cjs", ...args], { encoding: "utf8", env: { ...process.env, ...env } });
+  const r = spawnSync(process.execPath, ["bin/orbax2reg.js", ...args], { encoding: "utf8", env: { ...process.env, ...env } });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
 /** runBin without blocking the test process (for commands that wait on servers the test itself drives). */
 export function runBinAsync(args: string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["bin/orbax2reg.cjs", ...args], { env: { ...process.env, ...env } });
+    const child = spawn(process.execPath, ["bin/orbax2reg.js", ...args], { env: { ...process.env, ...env } });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => {

@@ -22,7 +22,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   return gcs.stop;
 }
 
-/** The CLI tests run the real `bin/orbax2reg.cjs`, which loads the compiled dist/. */
+/** The CLI tests run the real `bin/orbax2reg.js`, which loads the compiled dist/. */
 function buildCli(): void {
   const r = spawnSync("npx", ["tsc", "-p", "tsconfig.build.json"], { stdio: "inherit" });
   if (r.status !== 0) throw new Error("tsc -p tsconfig.build.json failed");

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // Thin launcher: the CLI is compiled to dist/ by `npm install` (the `prepare` script).
 //
-// CommonJS on purpose: libuv sizes its thread pool when it is first used, and loading an ES module already
-// uses it (the loader reads files through it), so only a CommonJS entry can size it in time. Local writes
-// fsync each object before renaming it; an fsync holds a pool thread until the disk has the bytes, and with
-// the default 4 threads a few fsyncs stall every other read and write.
+// CommonJS on purpose (bin/package.json says so, so the file keeps its name for npx and npm's bin links): libuv
+// sizes its thread pool when it is first used, and loading an ES module already uses it (the loader reads
+// files through it), so only a CommonJS entry can size it in time. Local writes flush every object to the
+// disk in the background; a flush holds a pool thread until the disk has the bytes, and with the default 4
+// threads a few flushes stall every other read and write.
 "use strict";
 process.env.UV_THREADPOOL_SIZE ??= "16";
 
