@@ -61,11 +61,27 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
   }
   // The canonical spelling (gs:// names without empty segments) is what the plan records and writers use.
   const destination = await openStore(destinationRoot);
-  const plan = await buildPlan(source, destination.url.replace(/\/+$/, ""), options);
-  await assertNoOverlap(describe(source.store, source.stepDir), describe(destination, plan.destination.stepDir));
-  if (options.dryRun) return { plan, reused: false, committed: false };
-  const claim = await claimStep(destination, plan, options.force);
-  return claim.kind === "new" ? { plan, reused: false, committed: false } : { plan: claim.plan, reused: true, committed: claim.committed };
+  return settling(destination, async () => {
+    const plan = await buildPlan(source, destination.url.replace(/\/+$/, ""), options);
+    await assertNoOverlap(describe(source.store, source.stepDir), describe(destination, plan.destination.stepDir));
+    if (options.dryRun) return { plan, reused: false, committed: false };
+    const claim = await claimStep(destination, plan, options.force);
+    return claim.kind === "new"
+      ? { plan, reused: false, committed: false }
+      : { plan: claim.plan, reused: true, committed: claim.committed };
+  });
+}
+
+/**
+ * Runs `work` against `destination`, then waits for the store's background work (a local directory's
+ * flushes), so that a phase, failed or not, leaves nothing of itself running once it returns.
+ */
+async function settling<T>(destination: Store, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } finally {
+    await destination.idle?.();
+  }
 }
 
 /** Reads the plan a `plan` phase wrote for `step` under `destinationRoot`. */
@@ -94,6 +110,16 @@ export async function groupPhase(
   options: GroupPhaseOptions = DEFAULT_EXECUTE,
 ): Promise<ExecuteReport & { group: number }> {
   const { plan, destination, source } = await loadPlan(destinationRoot, step);
+  return settling(destination, () => writeGroup(plan, source, destination, group, options));
+}
+
+async function writeGroup(
+  plan: Plan,
+  source: Store,
+  destination: Store,
+  group: number,
+  options: GroupPhaseOptions,
+): Promise<ExecuteReport & { group: number }> {
   const g = plan.groups[group];
   if (g === undefined) throw new UsageError(`group ${group} does not exist (the plan has groups 0..${plan.groups.length - 1})`);
   const count = options.taskCount ?? 1;
@@ -116,7 +142,7 @@ export async function finalizePhase(
   beforeCommit?: () => Promise<void>,
 ): Promise<FinalizeReport & { plan: Plan }> {
   const { plan, destination, source } = await loadPlan(destinationRoot, step);
-  return { plan, ...(await finalize(plan, source, destination, new Map(), beforeCommit)) };
+  return settling(destination, async () => ({ plan, ...(await finalize(plan, source, destination, new Map(), beforeCommit)) }));
 }
 
 export interface ConvertResult {
@@ -139,14 +165,16 @@ export async function convert(
   if (options.dryRun) return { plan, reused, alreadyConverted: false, execute: undefined, finalize: undefined };
   const destination = await openStore(destinationRoot);
   const source = await openStore(plan.source.root);
-  // Even a committed step is checked object by object (and a damaged object rewritten): the objects this
-  // run wrote or checked are handed to finalize, which does not read them back.
-  const trusted = new Map<string, Recorded>();
-  const execute = await executeObjects(plan, plan.objects, source, destination, { ...options, trusted });
-  const done = await finalize(plan, source, destination, trusted).catch(async (e) => {
-    // Taken over (--force) after our last object: what we wrote must not linger in the new owner's step.
-    if (e instanceof ConflictError) await retreat(destination, plan.destination.stepDir, [...trusted.keys()]);
-    throw e;
+  return settling(destination, async () => {
+    // Even a committed step is checked object by object (and a damaged object rewritten): the objects this
+    // run wrote or checked are handed to finalize, which does not read them back.
+    const trusted = new Map<string, Recorded>();
+    const execute = await executeObjects(plan, plan.objects, source, destination, { ...options, trusted });
+    const done = await finalize(plan, source, destination, trusted).catch(async (e) => {
+      // Taken over (--force) after our last object: what we wrote must not linger in the new owner's step.
+      if (e instanceof ConflictError) await retreat(destination, plan.destination.stepDir, [...trusted.keys()]);
+      throw e;
+    });
+    return { plan, reused, alreadyConverted: committed && execute.written === 0 && !done.indexWritten, execute, finalize: done };
   });
-  return { plan, reused, alreadyConverted: committed && execute.written === 0 && !done.indexWritten, execute, finalize: done };
 }

@@ -328,6 +328,10 @@ export class LocalStore implements Store {
     }
   }
 
+  async idle(): Promise<void> {
+    await Promise.allSettled([...this.flushing]);
+  }
+
   /** Starts the fdatasync of a file just renamed into place; makeDurable waits for it. */
   private flushSoon(path: string, key: string): void {
     const flush = syncFile(path, true).catch((e) => {

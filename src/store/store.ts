@@ -69,6 +69,12 @@ export interface Store {
    */
   makeDurable?(prefix: string): Promise<void>;
   /**
+   * Optional capability: resolves (never rejects) once the background work this store started is done (a
+   * local directory's flushes after its writes), so that a caller's operation ends with nothing of it left
+   * running, even when it failed.
+   */
+  idle?(): Promise<void>;
+  /**
    * Optional capability: removes temporary files under `prefix` whose writer is certainly gone (a local
    * directory's write-then-rename leaves them when killed; GCS uploads leave nothing). Never removes a
    * live writer's. Returns how many were removed.
