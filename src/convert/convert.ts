@@ -73,15 +73,21 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
 }
 
 /**
- * Runs `work` against `destination`, then waits for the store's background work (a local directory's
- * flushes), so that a phase, failed or not, leaves nothing of itself running once it returns.
+ * Runs `work` against `destination`, then waits for the flushes its writes started (a local directory's):
+ * a phase, failed or not, leaves nothing of itself running once it returns, and a write whose bytes did not
+ * reach the disk fails the phase, as it would have failed the write itself. A failed `work` keeps its own
+ * error.
  */
 async function settling<T>(destination: Store, work: () => Promise<T>): Promise<T> {
+  let result: T;
   try {
-    return await work();
-  } finally {
-    await destination.idle?.();
+    result = await work();
+  } catch (e) {
+    await destination.flushed?.().catch(() => undefined);
+    throw e;
   }
+  await destination.flushed?.();
+  return result;
 }
 
 /** Reads the plan a `plan` phase wrote for `step` under `destinationRoot`. */

@@ -84,7 +84,7 @@ export async function finalize(
   await beforeCommit?.();
   await assertOwner(destination, plan);
   await destination.write(indexKey, new TextEncoder().encode(plan.index));
-  await destination.makeDurable?.(stepDir);
+  await destination.makeDurable?.(indexKey); // the objects are already: only the index and its name
   return { ...report, indexWritten: true };
 }
 

@@ -35,6 +35,15 @@ export class CountingStore implements Store {
 
   // No rangeCopyTo: a direct copy would bypass the counts (every byte goes through readStream and write).
 
+  // Durability passes through (it moves no bytes the counts would miss): a counted run is as durable as any.
+  async makeDurable(prefix: string): Promise<void> {
+    await this.inner.makeDurable?.(prefix);
+  }
+
+  async flushed(): Promise<void> {
+    await this.inner.flushed?.();
+  }
+
   async read(key: string): Promise<Uint8Array> {
     this.counts.reads++;
     if (this.options.log) this.reads.push(key);

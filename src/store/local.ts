@@ -328,11 +328,12 @@ export class LocalStore implements Store {
     }
   }
 
-  async idle(): Promise<void> {
-    await Promise.allSettled([...this.flushing]);
+  async flushed(): Promise<void> {
+    await Promise.all([...this.flushing]); // each has caught its own failure into flushFailure
+    if (this.flushFailure !== undefined) throw this.flushFailure;
   }
 
-  /** Starts the fdatasync of a file just renamed into place; makeDurable waits for it. */
+  /** Starts the fdatasync of a file just renamed into place; flushed and makeDurable wait for it. */
   private flushSoon(path: string, key: string): void {
     const flush = syncFile(path, true).catch((e) => {
       this.flushFailure ??= this.destinationError(e, key);
@@ -345,16 +346,16 @@ export class LocalStore implements Store {
    * Makes every object under `prefix` and every name there durable: waits for this process's flushes, then
    * fdatasyncs every file (another process, perhaps killed, may have written some without waiting for the
    * disk) and fsyncs every directory under `prefix` and the one holding it (a renamed file's name lives in
-   * its directory, not in the file).
+   * its directory, not in the file). `prefix` may name one object: then that object and its directory.
    */
   async makeDurable(prefix: string): Promise<void> {
-    await Promise.all([...this.flushing]);
-    if (this.flushFailure !== undefined) throw this.flushFailure;
-    const dirKey = prefix.replace(/\/+$/, "");
-    const top = dirKey === "" ? this.root : this.file(dirKey);
+    await this.flushed();
+    const key = prefix.replace(/\/+$/, "");
+    const top = key === "" ? this.root : this.file(key);
     const dirs = [dirname(top)];
-    const files = (await this.walk(top, dirKey, dirs)).map((f) => ({ path: this.file(f.key), data: true }));
-    const all = [...files, ...dirs.map((d) => ({ path: d, data: false }))];
+    const under = await this.walk(top, key, dirs); // a directory joins `dirs`; an object's key lists nothing
+    const paths = dirs.length > 1 ? under.map((f) => this.file(f.key)) : (await stat(top).catch(() => undefined))?.isFile() ? [top] : [];
+    const all = [...paths.map((path) => ({ path, data: true })), ...dirs.map((d) => ({ path: d, data: false }))];
     for (let i = 0; i < all.length; i += SYNC_BATCH) {
       await Promise.all(all.slice(i, i + SYNC_BATCH).map((f) => syncFile(f.path, f.data)));
     }

@@ -62,18 +62,18 @@ export interface Store {
    */
   readonly versioned?: VersionedObjects;
   /**
-   * Optional capability: make every object under `prefix`, and its name, durable (called before a commit
-   * marker is written, and after). A local directory flushes its files and fsyncs its directories (a renamed
-   * file's name lives in its directory, not in the file); GCS objects are durable once their upload
-   * completes, so GCS has nothing to do and omits this.
+   * Optional capability: make every object under `prefix` (a directory's key, or one object's), and its
+   * name, durable: called before a commit marker is written, and for the marker after. A local directory
+   * flushes its files and fsyncs its directories (a renamed file's name lives in its directory, not in the
+   * file); GCS objects are durable once their upload completes, so GCS has nothing to do and omits this.
    */
   makeDurable?(prefix: string): Promise<void>;
   /**
-   * Optional capability: resolves (never rejects) once the background work this store started is done (a
-   * local directory's flushes after its writes), so that a caller's operation ends with nothing of it left
-   * running, even when it failed.
+   * Optional capability: resolves once the background work this store's writes started is done (a local
+   * directory's flushes after each rename), and rejects with the first of them that failed: a write is not
+   * done until its bytes are on disk, so a caller's operation ends with this, failed or not.
    */
-  idle?(): Promise<void>;
+  flushed?(): Promise<void>;
   /**
    * Optional capability: removes temporary files under `prefix` whose writer is certainly gone (a local
    * directory's write-then-rename leaves them when killed; GCS uploads leave nothing). Never removes a

@@ -122,7 +122,7 @@ describe("LocalStore destination errors", () => {
     await expect(tempStore().makeDurable("")).resolves.toBeUndefined();
   });
 
-  test("a flush that fails after a write's rename is reported by makeDurable, naming the object", async () => {
+  test("a flush that fails after a write's rename is reported by flushed and makeDurable, naming the object", async () => {
     // The file disappears before its background flush opens it: the commit must not go ahead.
     const t = tempStore();
     const write = t.write("x/y", new Uint8Array(1));
@@ -130,7 +130,15 @@ describe("LocalStore destination errors", () => {
     rmSync(join(t.root, "x"), { recursive: true, force: true });
     // The flush may have finished before the removal; force one that cannot.
     (t as unknown as { flushSoon(path: string, key: string): void }).flushSoon(join(t.root, "x", "y"), "x/y");
+    await expect(t.flushed()).rejects.toThrow(/x\/y/);
     await expect(t.makeDurable("")).rejects.toThrow(/x\/y/);
+  });
+
+  test("makeDurable of one object's key flushes that object and its directory, and a missing key is nothing to do", async () => {
+    const s = tempStore();
+    await s.write("step/index", new Uint8Array(1));
+    await expect(s.makeDurable("step/index")).resolves.toBeUndefined();
+    await expect(s.makeDurable("step/missing")).resolves.toBeUndefined();
   });
 });
 
