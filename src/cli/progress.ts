@@ -2,6 +2,20 @@ import cliProgress from "cli-progress";
 import { dataLength, type PlannedObject } from "../convert/plan-format.js";
 import { formatBytes } from "./format.js";
 
+/** How often a progress JSON line is printed where there is no terminal to draw a bar on. */
+const LINE_EVERY_MS = 3000;
+
+/** True at most once per LINE_EVERY_MS, counting from `last` (0: the first call is due at once). */
+class Every {
+  constructor(private last: number) {}
+
+  due(now = Date.now()): boolean {
+    if (now - this.last < LINE_EVERY_MS) return false;
+    this.last = now;
+    return true;
+  }
+}
+
 /**
  * Conversion progress: a bar on a terminal (bytes, arrays, MB/s, ETA); elsewhere a JSON line on stderr
  * every few seconds, which logs and scripts can parse.
@@ -11,7 +25,7 @@ export class ConvertProgress {
   private arraysDone = 0;
   private readonly remaining = new Map<string, number>();
   private readonly started = Date.now();
-  private lastLine = 0;
+  private readonly lines = new Every(0); // the first line at once: a conversion may run for minutes
   private readonly bar: cliProgress.SingleBar | undefined;
   private readonly totalBytes: number;
   private readonly totalArrays: number;
@@ -58,15 +72,8 @@ export class ConvertProgress {
     const left = (this.remaining.get(array) ?? 1) - 1;
     this.remaining.set(array, left);
     if (left === 0) this.arraysDone++;
-    if (this.bar) {
-      this.bar.update(this.bytes, this.payload());
-      return;
-    }
-    const now = Date.now();
-    if (now - this.lastLine >= 3000) {
-      this.lastLine = now;
-      this.writeLine(JSON.stringify(this.snapshot()));
-    }
+    if (this.bar) this.bar.update(this.bytes, this.payload());
+    else if (this.lines.due()) this.writeLine(JSON.stringify(this.snapshot()));
   }
 
   snapshot() {
@@ -97,7 +104,7 @@ export class CountProgress {
   private done = 0;
   private total = 0;
   private readonly started = Date.now();
-  private lastLine = this.started;
+  private readonly lines = new Every(this.started); // none for a run shorter than the interval
   private bar: cliProgress.SingleBar | undefined;
 
   constructor(
@@ -122,11 +129,7 @@ export class CountProgress {
       }
       return;
     }
-    const now = Date.now();
-    if (now - this.lastLine >= 3000) {
-      this.lastLine = now;
-      this.writeLine(JSON.stringify(this.snapshot()));
-    }
+    if (this.lines.due()) this.writeLine(JSON.stringify(this.snapshot()));
   }
 
   snapshot() {
