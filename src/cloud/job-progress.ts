@@ -1,8 +1,7 @@
-import { stepDirName } from "../orbax/step.js";
 import { openStore } from "../store/open.js";
 import { joinKey, type Store } from "../store/store.js";
 import { cloudRunTask, type Env } from "./env.js";
-import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey } from "./job-reports.js";
+import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey, recordedGroup, recordedStepDir } from "./job-reports.js";
 import type { Logger } from "./log.js";
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
@@ -48,8 +47,7 @@ export class Progress {
     private readonly log: Logger,
     private readonly options: JobOptions,
   ) {
-    const groupEnv = env.ORBAX2REG_GROUP;
-    const group = phase === "convert-group" && groupEnv !== undefined && /^\d+$/.test(groupEnv) ? Number(groupEnv) : null;
+    const group = recordedGroup(phase, env);
     // Lenient: the constructor must not throw (runJob builds the record before it can report a failure).
     const { index: task, count } = cloudRunTask(env, { lenient: true });
     const at = new Date(started).toISOString();
@@ -73,8 +71,7 @@ export class Progress {
     // Without a usable group or task index (misconfigured) there is no key; the failure report tells the story.
     this.key = keyOf(phase, group, task);
     this.destination = env.ORBAX2REG_DESTINATION || undefined;
-    const step = env.ORBAX2REG_STEP;
-    this.stepDir = step !== undefined && /^\d+$/.test(step) ? stepDirName(Number(step)) : undefined;
+    this.stepDir = recordedStepDir(env);
   }
 
   /** The destination step, once known (a plan run without ORBAX2REG_STEP learns it from the source). */

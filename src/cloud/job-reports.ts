@@ -61,6 +61,23 @@ export interface RunPlan extends PlanSummary {
 export type JobPhase = "plan" | "convert-group" | "finalize";
 
 /**
+ * Lenient reads for the records a task writes (progress, failure reports), which must never fail
+ * themselves: the phase reads these variables strictly (src/cloud/env.ts), and a malformed one is the
+ * failure such a record reports.
+ */
+const wholeOrUndefined = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : undefined);
+
+/** The group a convert-group task converts (ORBAX2REG_GROUP), else null. */
+export const recordedGroup = (phase: JobPhase, env: Env): number | null =>
+  phase === "convert-group" ? (wholeOrUndefined(env.ORBAX2REG_GROUP) ?? null) : null;
+
+/** The destination step directory, when ORBAX2REG_STEP names the step. */
+export function recordedStepDir(env: Env): string | undefined {
+  const step = wholeOrUndefined(env.ORBAX2REG_STEP);
+  return step === undefined ? undefined : stepDirName(step);
+}
+
+/**
  * Failure reports are keyed by the job execution that wrote them, never shared: every task of every execution
  * writes its own object under `failures/<attempt>/`, where `<attempt>` is the id the workflow passed for this one
  * job execution (ORBAX2REG_ATTEMPT, a fresh UUID per start) or, when a job is run by hand, Cloud Run's own
@@ -185,9 +202,9 @@ function reportTarget(env: Env, phase: JobPhase): { location: string; under: str
   // The plan job the workflow starts reports in the run directory: the workflow does not know the step yet.
   if (phase === "plan" && env.ORBAX2REG_RUN) return { location: env.ORBAX2REG_RUN, under: "", attempt };
   const destination = env.ORBAX2REG_DESTINATION;
-  const step = env.ORBAX2REG_STEP;
-  if (!destination || !step || !/^\d+$/.test(step)) return undefined;
-  return { location: destination, under: joinKey(stepDirName(Number(step)), WORK_DIR), attempt };
+  const stepDir = recordedStepDir(env);
+  if (!destination || stepDir === undefined) return undefined;
+  return { location: destination, under: joinKey(stepDir, WORK_DIR), attempt };
 }
 
 /**
@@ -205,11 +222,10 @@ export async function reportFailure(env: Env, phase: JobPhase, err: Error, perma
     );
     return;
   }
-  const group = env.ORBAX2REG_GROUP;
   const task = cloudRunTask(env, { lenient: true }); // the failure may be a malformed CLOUD_RUN_TASK_* itself
   const report: FailureReport = {
     phase,
-    group: phase === "convert-group" && group !== undefined && /^\d+$/.test(group) ? Number(group) : null,
+    group: recordedGroup(phase, env),
     task: task.index,
     taskAttempt: task.attempt,
     attempt: target.attempt,
