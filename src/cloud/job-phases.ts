@@ -109,6 +109,8 @@ async function planJob(
   const argumentText = fromEnv.optionalString(env, "ORBAX2REG_ARGUMENT", "");
   const run = fromEnv.optionalString(env, "ORBAX2REG_RUN", "");
   const execution = fromEnv.optionalString(env, "ORBAX2REG_EXECUTION", "");
+  const destinationStore = await openStore(destination);
+  const runStore = run === "" ? undefined : await openStore(run);
   let argument: WorkflowArgument | undefined;
   if (argumentText !== "") {
     // The deployment's default (the workflow passes its ORBAX2REG_GROUPS setting).
@@ -118,8 +120,8 @@ async function planJob(
     progress.at(argument.stepDir);
     progress.write();
     // The check at the top of runPhase needs ORBAX2REG_STEP, which the workflow no longer knows to pass.
-    await stopIfCancelled(await openStore(destination), argument.stepDir, execution);
-    if (run !== "") await (await openStore(run)).write(RUN_ARGUMENT_KEY, encodeJson(argument));
+    await stopIfCancelled(destinationStore, argument.stepDir, execution);
+    await runStore?.write(RUN_ARGUMENT_KEY, encodeJson(argument));
   }
   const step = argument?.step ?? knownStep;
   const { plan, reused, committed } = await planPhase(argument?.source ?? fromEnv.requiredString(env, "ORBAX2REG_SOURCE"), destination, {
@@ -142,8 +144,8 @@ async function planJob(
     committed,
   };
   progress.at(plan.destination.stepDir);
-  await (await openStore(destination)).write(joinKey(plan.destination.stepDir, SUMMARY_KEY), encodeJson(summary));
-  if (argument !== undefined && run !== "") {
+  await destinationStore.write(joinKey(plan.destination.stepDir, SUMMARY_KEY), encodeJson(summary));
+  if (argument !== undefined && runStore !== undefined) {
     const answer: RunPlan = {
       ...summary,
       source: argument.source,
@@ -153,7 +155,7 @@ async function planJob(
       jobTimeout: argument.jobTimeout,
       jobEnv: jobEnvironment(argument, execution || undefined),
     };
-    await (await openStore(run)).write(RUN_PLAN_KEY, encodeJson(answer));
+    await runStore.write(RUN_PLAN_KEY, encodeJson(answer));
   }
   log.info(committed ? "already converted; nothing to do" : reused ? "reusing existing plan" : "plan written", {
     phase: "plan",

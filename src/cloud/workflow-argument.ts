@@ -1,6 +1,6 @@
 import { WORK_DIR } from "../convert/plan-format.js";
 import { UsageError } from "../errors.js";
-import { stepDirName } from "../orbax/step.js";
+import { parseStepName, stepDirName } from "../orbax/step.js";
 import { parseLocation } from "../store/open.js";
 import { joinKey } from "../store/store.js";
 
@@ -91,9 +91,8 @@ export function parseWorkflowArgument(args: unknown, defaultGroups: number): Wor
   if (step === undefined) {
     // AXLearn names steps step_%08d; a bare number is accepted too.
     const last = source.slice(source.lastIndexOf("/") + 1);
-    if (!/^(step_)?[0-9]+$/.test(last))
-      throw new UsageError(`cannot tell the step from the source's last path segment ${last}; pass "step"`);
-    step = last.replace("step_", "");
+    step = parseStepName(last) ?? (/^[0-9]+$/.test(last) ? last : undefined);
+    if (step === undefined) throw new UsageError(`cannot tell the step from the source's last path segment ${last}; pass "step"`);
   }
   const stepNumber = wholeNumber(step, "step");
   return {
