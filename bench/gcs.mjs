@@ -430,7 +430,24 @@ function profileSummary(p) {
     self.set(key, (self.get(key) ?? 0) + us);
   }
   const ms = (us) => `${fmt(us / 1000, 0).padStart(6)} ms ${fmt((100 * us) / total, 1).padStart(5)} %`;
-  const out = [`main thread sampled ${fmt(total / 1e6)} s; top self time:`];
+  const byCategory = new Map();
+  for (const [k, us] of self) byCategory.set(category(k), (byCategory.get(category(k)) ?? 0) + us);
+  const out = [`main thread sampled ${fmt(total / 1e6)} s; self time by category:`];
+  for (const [k, us] of [...byCategory].sort((a, b) => b[1] - a[1])) out.push(`  ${ms(us)}  ${k}`);
+  out.push("", "top self time:");
   for (const [k, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 20)) out.push(`  ${ms(us)}  ${k}`);
   return out;
+}
+
+/** What a profiled frame is spending time on, for the summary. */
+function category(frame) {
+  if (frame.startsWith("(idle)")) return "idle (waiting for the network or the emulator)";
+  if (frame.startsWith("(garbage collector)")) return "garbage collection";
+  if (/^crc32c /.test(frame)) return "CRC-32C";
+  if (/^(FastBuffer|cloneAsUint8Array|transferArrayBuffer|concat|copy|from|fromArrayLike|allocate) /.test(frame))
+    return "buffer copies and allocations";
+  if (/^(writev|writeBuffer|writeGeneric|onStreamRead|readStop|readStart)\b/.test(frame)) return "socket reads and writes (syscalls)";
+  if (/undici|webstreams/.test(frame)) return "fetch and web streams (undici): HTTP framing, stream plumbing";
+  if (/dist\/src\//.test(frame)) return "orbax2reg's own code";
+  return "other (microtasks, timers, events, the runtime)";
 }

@@ -6,7 +6,8 @@ Usage (bench/gcs.mjs runs it):
     .venv/bin/python bench/tensorstore_gcs_route.py SRC_BUCKET SRC_STEP DST_BUCKET DST_STEP [CONCURRENCY]
 
 TENSORSTORE_GCS_HTTP_URL points TensorStore's gcs kvstore driver at an emulator (its documented environment
-variable, https://google.github.io/tensorstore/environment.html); GOOGLE_AUTH_TOKEN_FOR_TESTING gives it a bearer
+variable, https://google.github.io/tensorstore/environment.html, and its gcs driver page's "Testing" section);
+GOOGLE_AUTH_TOKEN_FOR_TESTING gives it a bearer
 token instead of looking for Google credentials. It opens the step's `state` item as an OCDBT kvstore on GCS,
 lists every key, reads each value (a zarr chunk or a `.zarray`) and writes it unchanged to
 gs://DST_BUCKET/DST_STEP/gda/<slash path>/<chunk key>, at most CONCURRENCY (default 16, orbax2reg's
