@@ -2,7 +2,9 @@
 """Writes the conversion benchmark's source: one real Orbax step shaped like fuji-7B-v2, scaled down.
 
 Usage:
-    .venv/bin/python bench/gen_fuji.py [OUT_DIR]        # default bench/.generated/fuji-mini
+    .venv/bin/python bench/gen_fuji.py [OUT_DIR] [--dims dim=512,layers=1,...]   # default bench/.generated/fuji-mini
+
+--dims overrides some of DIMS (the tests' fault run writes a ~45 MB step with 8 MiB chunks that way).
 
 The tree has fuji-7B-v2's leaf paths (docs/axlearn-regular-format.md §8): float32 params under
 model/decoder/..., Adam mu/nu copies under learner/optimizer/1/0/{mu,nu}/..., int32 counts at
@@ -45,7 +47,13 @@ from typing import Any, NamedTuple  # noqa: E402
 # fuji-7B-v2: dim 4096, 32 layers, 32 heads x 128, FFN 11008, vocab 32768.
 DIMS = {"dim": 1024, "layers": 14, "heads": 8, "head_dim": 128, "ffn": 2816, "vocab": 8192}
 STEP = 1000
-VERSION = "fuji-mini-v1:" + ",".join(f"{k}={v}" for k, v in DIMS.items()) + f":step={STEP}"
+
+
+def version() -> str:
+    return "fuji-mini-v1:" + ",".join(f"{k}={v}" for k, v in DIMS.items()) + f":step={STEP}"
+
+
+VERSION = version()
 FSDP = 8
 
 
@@ -126,6 +134,16 @@ def dir_size(path: str) -> int:
 
 
 def main(argv) -> int:
+    global VERSION
+    if "--dims" in argv:
+        i = argv.index("--dims")
+        for item in argv[i + 1].split(","):
+            k, v = item.split("=")
+            if k not in DIMS:
+                raise SystemExit(f"--dims: unknown dimension {k!r} (known: {', '.join(DIMS)})")
+            DIMS[k] = int(v)
+        VERSION = version()
+        argv = argv[:i] + argv[i + 2 :]
     out = os.path.abspath(argv[0] if argv else os.path.join(HERE, ".generated", "fuji-mini"))
     stamp = os.path.join(out, "generated.json")
     step_dir = os.path.join(out, "ckpt", f"step_{STEP:08d}")

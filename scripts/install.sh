@@ -2,7 +2,8 @@
 # Installs everything the tests and benchmarks need, on a fresh machine, into ignored folders of this repo:
 #   node_modules/ (npm ci), .tools/bin/ (Go-built emulators and, unless the machine has the pinned one, terraform),
 #   .venv/ (real orbax-checkpoint, pinned),
-#   .venv-wfemu/ (the Workflows emulator, pinned).
+#   .venv-wfemu/ (the Workflows emulator, pinned),
+#   .venv-testbench/ (Google's storage-testbench, from ORBAX2REG_STORAGE_TESTBENCH; skipped without it).
 # Downloads are cached under .cache/ so a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,5 +67,22 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 step "Workflows emulator -> .venv-wfemu"
 if [ ! -x .venv-wfemu/bin/python ]; then python3 -m venv .venv-wfemu; fi
 .venv-wfemu/bin/pip install --quiet --disable-pip-version-check -r tools/workflows-emulator/requirements.txt
+
+step "storage-testbench -> .venv-testbench"
+# Google's GCS emulator for its own client libraries (github.com/googleapis/storage-testbench): not on PyPI, so
+# ORBAX2REG_STORAGE_TESTBENCH names it, as a path to its source tarball or a pip requirement (a git URL pinned
+# to a commit). Without it the tests that need it skip, saying so.
+if [ -z "${ORBAX2REG_STORAGE_TESTBENCH:-}" ]; then
+  echo "skipped: ORBAX2REG_STORAGE_TESTBENCH is not set (the storage-testbench tests will skip)"
+else
+  source_id=$ORBAX2REG_STORAGE_TESTBENCH
+  if [ -f "$ORBAX2REG_STORAGE_TESTBENCH" ]; then source_id="$(basename "$ORBAX2REG_STORAGE_TESTBENCH") $(sha256sum < "$ORBAX2REG_STORAGE_TESTBENCH" | cut -d' ' -f1)"; fi
+  if [ "$(cat .venv-testbench/.installed-from 2>/dev/null || true)" != "$source_id" ]; then
+    if [ ! -x .venv-testbench/bin/python ]; then python3 -m venv .venv-testbench; fi
+    .venv-testbench/bin/pip install --quiet --disable-pip-version-check "$ORBAX2REG_STORAGE_TESTBENCH"
+    printf '%s\n' "$source_id" > .venv-testbench/.installed-from
+  fi
+  echo "storage-testbench: $source_id"
+fi
 
 step "done"

@@ -22,8 +22,9 @@ export async function uploadDir(
   bucket: string,
   prefix: string,
   skip: (key: string) => boolean = () => false,
+  storage: Storage = emulatorStorage(),
 ): Promise<void> {
-  const b = emulatorStorage().bucket(bucket);
+  const b = storage.bucket(bucket);
   const files = readdirSync(localDir, { recursive: true, withFileTypes: true })
     .filter((e) => !e.isDirectory())
     .map((e) => join(e.parentPath, e.name));

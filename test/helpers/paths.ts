@@ -8,6 +8,8 @@ export const GENERATED = "test/.generated/fixtures";
 export const GENERATOR_INPUTS = ["test/fixtures-gen/generate.py", "test/fixtures-gen/bigtree.py", "test/fixtures-gen/requirements.txt"];
 export const PYTHON = ".venv/bin/python";
 export const TOOLS = ".tools/bin";
+/** Google's storage-testbench, installed by scripts/install.sh from ORBAX2REG_STORAGE_TESTBENCH. */
+export const TESTBENCH_VENV = ".venv-testbench";
 
 /** Orbax's own compatibility checkpoints (copied from the orbax repository). */
 export const UPSTREAM = `${FIXTURES}/orbax-upstream/composite_checkpoint`;

@@ -23,6 +23,7 @@ export function need(path: string): void {
 export interface Running {
   readonly url: string;
   readonly port: number;
+  readonly pid: number | undefined;
   /** SIGTERM, then SIGKILL after 5 s; or SIGKILL at once (a crash, as a platform kill looks). */
   stop(signal?: "SIGTERM" | "SIGKILL"): Promise<void>;
 }
@@ -78,6 +79,7 @@ export async function serve(name: string, command: string, args: string[], port:
   return {
     url,
     port,
+    pid: child.pid,
     stop: (signal = "SIGTERM") =>
       new Promise<void>((resolve) => {
         if (exited !== undefined) return resolve();

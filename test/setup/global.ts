@@ -1,15 +1,18 @@
-// Vitest global setup: generates the real Orbax fixtures (once, cached) and starts fake-gcs-server on
-// loopback for the whole run; both are installed by scripts/install.sh.
+// Vitest global setup: generates the real Orbax fixtures (once, cached) and starts fake-gcs-server and, when
+// it is installed, Google's storage-testbench on loopback for the whole run (scripts/install.sh installs them).
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { TestProject } from "vitest/node";
-import { GENERATED, GENERATOR_INPUTS, PYTHON, TOOLS } from "../helpers/paths.js";
+import { GENERATED, GENERATOR_INPUTS, PYTHON, TESTBENCH_VENV, TOOLS } from "../helpers/paths.js";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
     gcsEndpoint: string;
+    /** The storage-testbench's endpoint, or "" when it is not installed (then `testbenchMissing` says why). */
+    testbenchEndpoint: string;
+    testbenchMissing: string;
   }
 }
 
@@ -19,7 +22,16 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const gcs = await startFakeGcs();
   project.provide("gcsEndpoint", gcs.url);
   process.env.ORBAX2REG_GCS_ENDPOINT = gcs.url; // inherited by the test workers
-  return gcs.stop;
+  const testbench = await startTestbench();
+  project.provide("testbenchEndpoint", testbench.running?.url ?? "");
+  project.provide("testbenchMissing", testbench.missing ?? "");
+  return async () => {
+    if (testbench.running) {
+      process.stderr.write(`storage-testbench: peak RSS ${peakRssMiB(testbench.running.pid)} MiB\n`);
+      await testbench.running.stop();
+    }
+    await gcs.stop();
+  };
 }
 
 /** The CLI tests run the real `bin/orbax2reg.js`, which loads the compiled dist/. */
@@ -60,4 +72,50 @@ async function startFakeGcs(): Promise<Running> {
     }
   };
   return serve("fake-gcs-server", bin, args, port, { ready: answers, timeoutMs: 30_000 });
+}
+
+/**
+ * Google's storage-testbench (github.com/googleapis/storage-testbench), as its README runs it: gunicorn, one
+ * worker process (it holds every bucket and object in that process's memory, so there must be only one) with
+ * threads for concurrent requests. Not installed: the tests that need it skip, and this says why once.
+ */
+async function startTestbench(): Promise<{ running?: Running; missing?: string }> {
+  const gunicorn = `${TESTBENCH_VENV}/bin/gunicorn`;
+  if (!existsSync(gunicorn)) {
+    const missing = `storage-testbench is not installed (${gunicorn}): set ORBAX2REG_STORAGE_TESTBENCH and run scripts/install.sh`;
+    process.stderr.write(`skipping the storage-testbench tests: ${missing}\n`);
+    return { missing };
+  }
+  const port = await freePort();
+  mkdirSync("test/.generated", { recursive: true });
+  const args = ["--bind", `127.0.0.1:${port}`, "--worker-class", "gthread", "--workers", "1", "--threads", "16", "testbench:run()"];
+  const answers = async (url: string) => {
+    try {
+      return (await fetch(`${url}/storage/v1/b?project=test-project`)).ok;
+    } catch {
+      return false; // not listening yet
+    }
+  };
+  const running = await serve("storage-testbench", gunicorn, args, port, {
+    ready: answers,
+    timeoutMs: 60_000,
+    logFile: "test/.generated/storage-testbench.log",
+  });
+  return { running };
+}
+
+/** The peak resident memory of a server: the largest VmHWM of the process and its children (gunicorn's worker). */
+function peakRssMiB(pid: number | undefined): string {
+  if (pid === undefined) return "?";
+  const hwm = (p: number) => Number(/VmHWM:\s+(\d+) kB/.exec(readIf(`/proc/${p}/status`))?.[1] ?? 0);
+  const children = readIf(`/proc/${pid}/task/${pid}/children`).trim().split(/\s+/).filter(Boolean).map(Number);
+  return (Math.max(hwm(pid), ...children.map(hwm)) / 1024).toFixed(0);
+}
+
+function readIf(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return "";
+  }
 }

@@ -1,6 +1,8 @@
 // The Store contract: behaviours every store must share, run against LocalStore (a temporary directory)
-// and GcsStore (the fake-gcs-server the global setup starts). What only one store has (temporary files,
-// fsync and destination errors; GCS URLs and CRC-32C metadata) stays in local.test.ts and gcs.test.ts.
+// and GcsStore on the two GCS emulators the global setup starts: fake-gcs-server, and Google's own
+// storage-testbench, which checks JSON API requests more strictly (skipped, saying why, when it is not
+// installed). What only one store has (temporary files, fsync and destination errors; GCS URLs and CRC-32C
+// metadata) stays in local.test.ts and gcs.test.ts.
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -10,6 +12,7 @@ import { GcsStore } from "../../src/store/gcs.js";
 import { LocalStore } from "../../src/store/local.js";
 import { describe as describeKey, type Store } from "../../src/store/store.js";
 import { emulatorStorage, newBucket } from "../helpers/gcs.js";
+import { newTestbenchBucket, testbenchMissing, testbenchStorage } from "../helpers/testbench.js";
 
 interface Kind {
   readonly name: string;
@@ -17,10 +20,13 @@ interface Kind {
   readonly setup: () => Promise<void>;
   /** A new, empty store. */
   readonly fresh: () => Store;
+  /** Why this kind is not run here (a backend that is not installed). */
+  readonly missing?: string;
 }
 
 let gcsBucket: string | undefined;
 let gcsStores = 0;
+let testbenchBucket: string | undefined;
 
 const KINDS: Kind[] = [
   {
@@ -35,6 +41,14 @@ const KINDS: Kind[] = [
     },
     // One bucket for the run, one prefix per store: every test starts from an empty store.
     fresh: () => new GcsStore(gcsBucket as string, `root/s${gcsStores++}`, undefined, emulatorStorage()),
+  },
+  {
+    name: "GcsStore on storage-testbench",
+    missing: testbenchMissing(),
+    setup: async () => {
+      testbenchBucket ??= await newTestbenchBucket("contract");
+    },
+    fresh: () => new GcsStore(testbenchBucket as string, `root/s${gcsStores++}`, undefined, testbenchStorage()),
   },
 ];
 
@@ -54,6 +68,7 @@ async function drain(it: AsyncIterable<Uint8Array>): Promise<Buffer> {
 }
 
 describe.each(KINDS)("Store contract: $name", (kind) => {
+  if (kind.missing !== undefined) return void test.skip(kind.missing, () => {});
   beforeAll(kind.setup);
 
   test("reads back what it wrote, under nested keys", async () => {

@@ -1,0 +1,111 @@
+// The real executable, gs:// to gs://, on Google's storage-testbench, with the testbench itself injecting
+// faults into a seeded 7% of requests (test/faults/instructions.ts): ten conversions of a ~28 MB fuji-shaped
+// step whose largest chunks are 6 MiB, so streamed uploads too (bench/gen_fuji.py, scaled down), all succeed,
+// say how many retries they needed, and verify, reading through the same faults.
+import { spawnSync } from "node:child_process";
+import { Storage } from "@google-cloud/storage";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { GcsStore } from "../../src/store/gcs.js";
+import { resetRetryStats, retryStats } from "../../src/store/retry.js";
+import { runBinAsync } from "../helpers/cli.js";
+import { uploadDir } from "../helpers/gcs.js";
+import { PYTHON } from "../helpers/paths.js";
+import { newTestbenchBucket, testbenchEndpoint, testbenchMissing, testbenchStorage } from "../helpers/testbench.js";
+import { type InstructionProxy, startInstructionProxy } from "./instructions.js";
+
+const STEP_DIR = "test/.generated/fuji-small";
+const DIMS = "dim=512,layers=1,heads=2,head_dim=128,ffn=256,vocab=3072";
+const STEP = "ckpt/step_00001000";
+const RATE = 0.07;
+/** Short timeouts, so that a stall costs a second, not half a minute. */
+const FAST_ENV = { ORBAX2REG_GCS_STALL_MS: "1000", ORBAX2REG_GCS_RETRY_DEADLINE_MS: "60000" };
+const missing = testbenchMissing();
+
+describe.skipIf(missing !== undefined)("convert through the storage-testbench's own faults", () => {
+  let src: string;
+  let dst: string;
+  const rows: string[] = [];
+
+  beforeAll(async () => {
+    // Cached: a rerun with the same dimensions does nothing.
+    const gen = spawnSync(PYTHON, ["bench/gen_fuji.py", STEP_DIR, "--dims", DIMS], { encoding: "utf8" });
+    if (gen.status !== 0) throw new Error(`bench/gen_fuji.py failed: ${gen.stderr}`);
+    src = await newTestbenchBucket("src");
+    dst = await newTestbenchBucket("dst");
+    await uploadDir(`${STEP_DIR}/${STEP}`, src, STEP, undefined, testbenchStorage());
+  }, 300_000);
+  afterAll(() => {
+    if (rows.length > 0) process.stderr.write(`storage-testbench, ${RATE * 100}% of requests instructed:\n${rows.join("\n")}\n`);
+  });
+
+  for (let seed = 1; seed <= 10; seed++) {
+    test(`seed ${seed}: the conversion survives, reports its retries, and verifies`, async () => {
+      const proxy: InstructionProxy = await startInstructionProxy({ upstream: testbenchEndpoint() as string, seed, rate: RATE });
+      try {
+        const env = { ORBAX2REG_GCS_ENDPOINT: proxy.url, ...FAST_ENV };
+        const out = `gs://${dst}/seed-${seed}`;
+        const convert = await runBinAsync(["convert", `gs://${src}/${STEP}`, out, "--json"], env);
+        expect(convert.stderr).not.toMatch(/error/i);
+        expect(convert.code).toBe(0);
+        const report = JSON.parse(convert.stdout) as { committed: boolean; storageRetries: number; storageRetriesByKind: object };
+        expect(report).toMatchObject({ step: 1000, committed: true, storageRetries: expect.any(Number) });
+        const verify = await runBinAsync(["verify", `gs://${src}/${STEP}`, `${out}/step_00001000`], env);
+        expect(verify.stdout).toMatch(/ 0 failed/);
+        expect(verify.code).toBe(0);
+        rows.push(
+          `  seed ${seed}: ${proxy.stats.requests} requests, instructed ${JSON.stringify(proxy.stats.instructed)}; ` +
+            `convert retried ${report.storageRetries} ${JSON.stringify(report.storageRetriesByKind)}`,
+        );
+      } finally {
+        await proxy.close();
+        // The testbench holds every object in memory: drop this run's copy.
+        await testbenchStorage()
+          .bucket(dst)
+          .deleteFiles({ prefix: `seed-${seed}/` });
+      }
+    }, 180_000);
+  }
+});
+
+// What the testbench shows GcsStore does not handle yet; each is skipped, saying why, until src/store/gcs.ts and
+// http.ts (being rewritten for issue 16) take it. Then drop the `.skip`.
+describe.skipIf(missing !== undefined)("GcsStore on the testbench's own faults", () => {
+  let bucket: string;
+  let proxy: InstructionProxy | undefined;
+  const FAST = { retry: { firstDelayMs: 5, maxDelayMs: 50, deadlineMs: 5_000 }, timeouts: { stallMs: 1_000 } };
+  const through = async (o: { only: string[]; rawErrors?: boolean }) => {
+    proxy = await startInstructionProxy({ upstream: testbenchEndpoint() as string, seed: 1, rate: 1, limit: 1, ...o });
+    return new GcsStore(bucket, "gaps", undefined, new Storage({ apiEndpoint: proxy.url, projectId: "test-project" }), FAST);
+  };
+  beforeAll(async () => {
+    bucket = await newTestbenchBucket("gaps");
+  });
+  afterAll(() => proxy?.close());
+
+  test.skip(
+    "skipped until http.ts takes it: a 503 whose error body nests an object in error.message is retried " +
+      "(http.ts's statusError calls .replace on it: TypeError, exit 1 as an unexpected error)",
+    async () => {
+      const s = await through({ only: ["return-503"], rawErrors: true });
+      resetRetryStats();
+      expect(await s.stat("nothing")).toBeUndefined();
+      expect(retryStats().byKind).toEqual({ "http-503": 1 });
+    },
+  );
+
+  test.skip(
+    "skipped until gcs.ts takes it: an upload damaged on its way is refused for its CRC-32C and sent again " +
+      "(the testbench refuses it with 412, GCS with 400; GcsStore reads a 412 as a failed precondition and put() " +
+      "fails with a TypeError)",
+    async () => {
+      const s = await through({ only: ["inject-upload-data-error"] });
+      resetRetryStats();
+      const data = new Uint8Array(100_000).map((_, i) => i % 251);
+      expect((await s.write("damaged-once", data)).size).toBe(data.length);
+      expect(retryStats().byKind).toEqual({ checksum: 1 });
+      expect(Buffer.from(await s.read("damaged-once")).equals(data)).toBe(true);
+    },
+  );
+});
+
+test.skipIf(missing === undefined)(missing ?? "storage-testbench is installed", () => {});
