@@ -1,4 +1,4 @@
-import type { Dirent } from "node:fs";
+import type { Dirent, Stats } from "node:fs";
 import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
@@ -9,6 +9,8 @@ import { checkKey, type DirListing, describe, ioCause, type ObjectInfo, type Ran
 const READ_PIECE = 1 << 30;
 /** The pieces of a readStream: each is read through a descriptor of its own, held only while it is read. */
 const STREAM_PIECE = 1 << 20;
+/** stat calls a listing keeps in flight (each waits for a thread of libuv's pool, not for a descriptor). */
+const STATS_AT_ONCE = 32;
 
 /**
  * Descriptors this process's local stores hold at once, whatever the number of objects or the callers'
@@ -187,26 +189,37 @@ export class LocalStore implements Store {
     return this.walk(dirKey === "" ? this.root : this.file(dirKey), dirKey);
   }
 
+  /** Every file below `dir` (keys under `dirKey`), sorted by key; each directory walked joins `dirs`. */
   private async walk(dir: string, dirKey: string, dirs?: string[]): Promise<ObjectInfo[]> {
+    const out: ObjectInfo[] = [];
+    await this.walkInto(dir, dirKey, out, dirs);
+    // Directory order puts "a/b" after "a.b"-like names differently from key order; sort by key bytes.
+    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  }
+
+  /** Appends the files below `dir` to `out` (one array for the whole walk: a step may hold millions). */
+  private async walkInto(dir: string, dirKey: string, out: ObjectInfo[], dirs?: string[]): Promise<void> {
     let names: string[];
     try {
       names = (await holding(READS, 1, () => readdir(dir))).sort();
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT" || code === "ENOTDIR") return [];
+      if (code === "ENOENT" || code === "ENOTDIR") return;
       throw e;
     }
     dirs?.push(dir);
-    const out: ObjectInfo[] = [];
-    for (const name of names) {
+    // stat takes no descriptor: several at once, so that a big directory is not one stat after another.
+    const stats: (Stats | undefined)[] = new Array(names.length);
+    await forEachLimited(names, STATS_AT_ONCE, async (name, i) => {
+      stats[i] = await stat(join(dir, name)).catch(() => undefined);
+    });
+    for (const [i, name] of names.entries()) {
       const key = dirKey === "" ? name : `${dirKey}/${name}`;
-      const st = await stat(join(dir, name)).catch(() => undefined);
+      const st = stats[i];
       if (st === undefined) continue;
-      if (st.isDirectory()) out.push(...(await this.walk(join(dir, name), key, dirs)));
+      if (st.isDirectory()) await this.walkInto(join(dir, name), key, out, dirs);
       else if (st.isFile()) out.push({ key, size: st.size });
     }
-    // Directory order puts "a/b" after "a.b"-like names differently from key order; sort by key bytes.
-    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   }
 
   async listDir(dir: string): Promise<DirListing> {
