@@ -1,5 +1,6 @@
 import { MetadataError, NotFoundError, UncommittedError } from "../errors.js";
 import { OcdbtDatabase } from "../ocdbt/database.js";
+import { parseIndex } from "../regular/index-file.js";
 import { openStore } from "../store/open.js";
 import { type DirListing, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
@@ -99,6 +100,28 @@ export function parseStepName(name: string): number | undefined {
 }
 
 /**
+ * The step of a step directory still under Orbax's temporary name: `step_00000200.orbax-checkpoint-tmp`
+ * (orbax >= 0.11.20), or with `-<counter>` / `-<timestamp>` (older): docs in /orbax-format.md §1.3.
+ */
+export function parseTemporaryStepName(name: string): number | undefined {
+  const m = /^step_(\d+)\.orbax-checkpoint-tmp(?:-\d+)?$/.exec(name);
+  return m ? Number(m[1]) : undefined;
+}
+
+/**
+ * An item's directory among a step's `dirs`: its final name, else its temporary one (`state.orbax-checkpoint-tmp`
+ * or older `state.orbax-checkpoint-tmp-<N>`): a save killed before Orbax's finalize renamed no item.
+ */
+function itemDirName(dirs: ReadonlySet<string>, item: string): string | undefined {
+  if (dirs.has(item)) return item;
+  const base = `${item}${TMP_MARK}`;
+  const temporary = (d: string) => d === base || (d.startsWith(`${base}-`) && /^\d+$/.test(d.slice(base.length + 1)));
+  let found: string | undefined;
+  for (const d of dirs) if (temporary(d) && (found === undefined || d > found)) found = d;
+  return found;
+}
+
+/**
  * Opens an Orbax step from a location that is a step directory, a checkpoint root (latest committed step
  * or `step`), an emergency checkpointer root or its `tensors/step_X`, or a PyTree item directory.
  */
@@ -134,13 +157,19 @@ function kindOf(top: DirListing): "emergency" | "step" | "item" | "root" | undef
   const fileNames = new Set(top.files.map((f) => f.key));
   const dirNames = new Set(top.dirs);
   if (dirNames.has("tensors")) return "emergency";
-  if (fileNames.has("_CHECKPOINT_METADATA") || fileNames.has("commit_success.txt") || dirNames.has("state") || dirNames.has("index")) {
+  if (
+    fileNames.has("_CHECKPOINT_METADATA") ||
+    fileNames.has("commit_success.txt") ||
+    itemDirName(dirNames, "state") !== undefined ||
+    itemDirName(dirNames, "index") !== undefined
+  ) {
     return "step";
   }
   if (fileNames.has("_METADATA") || fileNames.has("manifest.ocdbt") || top.dirs.some((d) => d.startsWith("ocdbt.process_"))) {
     return "item";
   }
-  return top.dirs.some((d) => parseStepName(d) !== undefined) ? "root" : undefined;
+  const isStep = (d: string) => parseStepName(d) !== undefined || parseTemporaryStepName(d) !== undefined;
+  return top.dirs.some(isStep) ? "root" : undefined;
 }
 
 /**
@@ -191,7 +220,11 @@ function stepsHere(steps: readonly number[]): string {
 async function chooseStep(store: Store, root: string, dirs: readonly string[], step: number | undefined): Promise<RootStep> {
   const steps = finalSteps(dirs).sort((a, b) => a.step - b.step);
   if (step !== undefined) {
-    const hit = steps.find((s) => s.step === step);
+    // Under its final name, else under a temporary one (a save in progress or killed: uncommitted).
+    let hit = steps.find((s) => s.step === step);
+    for (const name of dirs)
+      if (parseTemporaryStepName(name) === step && (hit === undefined || (hit.name.includes(TMP_MARK) && name > hit.name)))
+        hit = { name, step };
     if (hit === undefined)
       throw new NotFoundError(`no step ${step} (steps here: ${stepsHere(steps.map((s) => s.step))})`, {
         path: describe(store, root),
@@ -245,25 +278,45 @@ async function openStepDir(store: Store, stepDir: string, name: string): Promise
   const commit = await commitStatus(store, stepDir, name);
   const listing = await store.listDir(stepDir);
   const dirs = new Set(listing.dirs);
+  const has = (item: string) => itemDirName(dirs, item) !== undefined;
   const metaKey = joinKey(stepDir, "_CHECKPOINT_METADATA");
   let items: string[] = [];
   if (listing.files.some((f) => f.key === metaKey)) {
-    items = pytreeItems(parseCheckpointMetadata(await store.read(metaKey), describe(store, metaKey))).filter((i) => dirs.has(i));
+    items = pytreeItems(parseCheckpointMetadata(await store.read(metaKey), describe(store, metaKey))).filter(has);
   }
-  if (items.length === 0) items = ["state", "default"].filter((i) => dirs.has(i));
-  const step = parseStepName(name);
+  if (items.length === 0) items = ["state", "default"].filter(has);
   const item = items[0];
+  const indexDir = itemDirName(dirs, "index");
+  const indexKey = indexDir === undefined ? undefined : joinKey(stepDir, indexDir, "index");
+  const hasIndex = indexKey !== undefined && (await store.stat(indexKey)) !== undefined;
   if (item === undefined) {
+    const own = new Set(listing.files.map((f) => f.key.slice(f.key.lastIndexOf("/") + 1)));
+    if (
+      indexDir !== undefined &&
+      !own.has("_METADATA") &&
+      !own.has("manifest.ocdbt") &&
+      !listing.dirs.some((d) => d.startsWith("ocdbt.process_"))
+    ) {
+      // AXLearn's step (it has the index item) whose arrays are nowhere: say which item is missing.
+      throw new NotFoundError(`no state item (state/ or state${TMP_MARK}/) beside ${indexDir}/: the step holds no arrays`, {
+        path: describe(store, stepDir),
+      });
+    }
     // StandardCheckpointer writes the PyTree item's files directly into the step directory.
-    return openItem(store, stepDir, { layout: "pytree", step, commit });
+    return openItem(store, stepDir, { layout: "pytree", step: parseStepName(name) ?? parseTemporaryStepName(name), commit });
   }
-  const axlearn = item === "state" && (await store.stat(joinKey(stepDir, "index/index"))) !== undefined;
-  return openItem(store, joinKey(stepDir, item), {
+  const axlearn = item === "state" && hasIndex;
+  // A directory whose name gives no step (copied elsewhere, say): AXLearn's index starts with it.
+  let step = parseStepName(name) ?? parseTemporaryStepName(name);
+  if (step === undefined && axlearn && indexKey !== undefined) {
+    step = parseIndex(new TextDecoder().decode(await store.read(indexKey)), describe(store, indexKey)).step;
+  }
+  return openItem(store, joinKey(stepDir, itemDirName(dirs, item) as string), {
     layout: axlearn ? "axlearn" : "composite",
     step,
     commit,
     stepDir,
-    indexKey: axlearn ? joinKey(stepDir, "index/index") : undefined,
+    indexKey: axlearn ? indexKey : undefined,
     iteratorPrefixes: axlearn ? [`${joinKey(stepDir, "tfds")}/`, `${joinKey(stepDir, "python")}/`] : [],
   });
 }

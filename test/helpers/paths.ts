@@ -7,6 +7,8 @@ export const FIXTURES = "test/fixtures";
 export const GENERATED = "test/.generated/fixtures";
 export const GENERATOR_INPUTS = ["test/fixtures-gen/generate.py", "test/fixtures-gen/bigtree.py", "test/fixtures-gen/requirements.txt"];
 export const PYTHON = ".venv/bin/python";
+/** test/fixtures-gen/interrupted.py's output: `step_00000200.orbax-checkpoint-tmp`, a save killed before finalize. */
+export const INTERRUPTED_ROOT = "test/.generated/interrupted";
 export const TOOLS = ".tools/bin";
 
 /** Orbax's own compatibility checkpoints (copied from the orbax repository). */

@@ -4,7 +4,7 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { TestProject } from "vitest/node";
-import { GENERATED, GENERATOR_INPUTS, PYTHON, TOOLS } from "../helpers/paths.js";
+import { GENERATED, GENERATOR_INPUTS, INTERRUPTED_ROOT, PYTHON, TOOLS } from "../helpers/paths.js";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
 
 declare module "vitest" {
@@ -16,6 +16,7 @@ declare module "vitest" {
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   buildCli();
   generateFixtures();
+  generateInterrupted();
   const gcs = await startFakeGcs();
   project.provide("gcsEndpoint", gcs.url);
   process.env.ORBAX2REG_GCS_ENDPOINT = gcs.url; // inherited by the test workers
@@ -43,6 +44,18 @@ function generateFixtures(): void {
     const r = spawnSync(PYTHON, [script, GENERATED], { stdio: "inherit", timeout: 900_000 });
     if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
   }
+  writeFileSync(stampFile, stamp);
+}
+
+/** Runs test/fixtures-gen/interrupted.py (a save killed before Orbax's finalize) into its own directory, once. */
+function generateInterrupted(): void {
+  const script = "test/fixtures-gen/interrupted.py";
+  const stamp = createHash("sha256").update(readFileSync(script)).update(readFileSync("test/fixtures-gen/generate.py")).digest("hex");
+  const stampFile = `${INTERRUPTED_ROOT}/.stamp`;
+  if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
+  rmSync(INTERRUPTED_ROOT, { recursive: true, force: true });
+  const r = spawnSync(PYTHON, [script, INTERRUPTED_ROOT], { stdio: "inherit", timeout: 300_000 });
+  if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
   writeFileSync(stampFile, stamp);
 }
 
