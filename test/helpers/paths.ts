@@ -9,6 +9,8 @@ export const GENERATOR_INPUTS = ["test/fixtures-gen/generate.py", "test/fixtures
 export const PYTHON = ".venv/bin/python";
 /** test/fixtures-gen/interrupted.py's output: `step_00000200.orbax-checkpoint-tmp`, a save killed before finalize. */
 export const INTERRUPTED_ROOT = "test/.generated/interrupted";
+/** test/fixtures-gen/many_chunks.py's output: `step_00000100`, 100 arrays of 64 chunks of 2 KiB. */
+export const MANY_CHUNKS_ROOT = "test/.generated/many-chunks";
 export const TOOLS = ".tools/bin";
 
 /** Orbax's own compatibility checkpoints (copied from the orbax repository). */

@@ -2,6 +2,7 @@ import { spawnSync } from "node:child_process";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { expect, test } from "vitest";
+import { filesBelow, MANY_CHUNKS_ROOT } from "../helpers/paths.js";
 import { tempDir } from "../helpers/tmp.js";
 
 // A process gets as many descriptors as its hard limit allows (Node raises the soft limit to it); 1,024 is a
@@ -53,3 +54,14 @@ test(`${OBJECTS} objects are written, copied, read and made durable under a limi
   expect(readdirSync(join(root, "d7"))).toHaveLength(OBJECTS / 50);
   expect(readdirSync(join(root, "copies", "d7"))).toHaveLength(OBJECTS / 50);
 });
+
+test("a real step of 6,400 small chunks converts through the CLI under a limit of 512 open files", () => {
+  // Before the pools, this step failed with EMFILE here: the flushes of thousands of written files piled up.
+  const dest = tempDir("fds-step");
+  const command = `ulimit -Hn 512 -Sn 512 && exec "$0" bin/orbax2reg.js convert "$1" "$2" --json`;
+  const r = spawnSync("bash", ["-c", command, process.execPath, `${MANY_CHUNKS_ROOT}/step_00000100`, dest], { encoding: "utf8" });
+  expect(r.stderr).not.toMatch(/EMFILE|orbax2reg:/);
+  expect(r.status).toBe(0);
+  expect(JSON.parse(r.stdout)).toMatchObject({ objects: 6500, written: 6500, committed: true });
+  expect(filesBelow(join(dest, "step_00000100", "gda"))).toHaveLength(6500);
+}, 180_000);
