@@ -5,6 +5,7 @@ import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
 import { DestinationError, Orbax2RegError, UsageError } from "../errors.js";
+import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
 import { formatBytes } from "./format.js";
 import type { Output } from "./output.js";
@@ -55,6 +56,28 @@ function planOptions(o: ConvertCliOptions): PlanPhaseOptions {
 }
 
 /**
+ * Without --step, a checkpoint root's step is chosen here, once, so that the output can say how (AXLearn's
+ * tracker file or a listing); the phases then open that step by number, which lists nothing more.
+ */
+async function chooseStep(source: string, o: ConvertCliOptions): Promise<{ options: ConvertCliOptions; chosen?: RootStep }> {
+  if (o.step !== undefined) return { options: o };
+  const chosen = await chooseRootStep(source);
+  return chosen === undefined ? { options: o } : { options: { ...o, step: chosen.step }, chosen };
+}
+
+/** The --json fields saying how a root's step was chosen (none when the source was a step). */
+function choiceFields(chosen: RootStep | undefined): { stepChosenBy?: string; stepChoiceNote?: string } {
+  if (chosen === undefined) return {};
+  return { stepChosenBy: chosen.chosenBy, ...(chosen.note === undefined ? {} : { stepChoiceNote: chosen.note }) };
+}
+
+/** One line saying how a root's step was chosen. */
+function choiceLine(chosen: RootStep): string {
+  const how = chosen.chosenBy === "tracker" ? `named by the root's ${TRACKER_FILE}` : "the latest committed step under the root";
+  return `step ${chosen.step} (${chosen.name}): ${how}${chosen.note === undefined ? "" : `; ${chosen.note}`}`;
+}
+
+/**
  * A GCS "404" that no store turned into a missing object (a missing object is a NotFoundError): the
  * bucket itself does not exist. One line naming the path, exit 3, whatever form the error took (the
  * client library's `code`, or a storage error whose message carries the HTTP status). Typed errors pass.
@@ -78,8 +101,9 @@ export function runConvert(source: string, dest: string, o: ConvertCliOptions, o
   return atDestination(dest, () => convertCommand(source, dest, o, out));
 }
 
-async function convertCommand(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+async function convertCommand(source: string, dest: string, given: ConvertCliOptions, out: Output): Promise<number> {
   const started = Date.now();
+  const { options: o, chosen } = await chooseStep(source, given);
   const common = planOptions(o);
   let progress: ConvertProgress | undefined;
   const result = await convert(source, dest, {
@@ -94,6 +118,7 @@ async function convertCommand(source: string, dest: string, o: ConvertCliOptions
   const seconds = (Date.now() - started) / 1000;
   const summary = {
     ...planSummary(result.plan),
+    ...choiceFields(chosen),
     dryRun: common.dryRun,
     resumed: result.reused,
     alreadyConverted: result.alreadyConverted,
@@ -111,6 +136,7 @@ async function convertCommand(source: string, dest: string, o: ConvertCliOptions
     return 0;
   }
   const p = result.plan;
+  if (chosen !== undefined) out.stdout(choiceLine(chosen));
   if (common.dryRun) {
     out.stdout(
       `dry run: would convert step ${p.step}: ${p.totals.arrays} arrays, ${p.totals.objects} objects, ${formatBytes(p.totals.bytes)}, ${p.files.length} iterator file(s)`,
@@ -132,11 +158,13 @@ async function convertCommand(source: string, dest: string, o: ConvertCliOptions
   return 0;
 }
 
-export async function runPlan(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+export async function runPlan(source: string, dest: string, given: ConvertCliOptions, out: Output): Promise<number> {
+  const { options: o, chosen } = await atDestination(dest, () => chooseStep(source, given));
   const { plan, reused } = await atDestination(dest, () => planPhase(source, dest, planOptions(o)));
-  const summary = { ...planSummary(plan), reused };
+  const summary = { ...planSummary(plan), ...choiceFields(chosen), reused };
   if (o.json) out.stdout(JSON.stringify(summary, null, 2));
   else {
+    if (chosen !== undefined) out.stdout(choiceLine(chosen));
     out.stdout(
       `${reused ? "reusing" : o.dryRun ? "would write" : "wrote"} plan for step ${plan.step}: ${plan.totals.arrays} arrays, ${plan.totals.objects} objects, ${formatBytes(plan.totals.bytes)}`,
     );

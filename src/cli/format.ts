@@ -17,7 +17,9 @@ export function formatShape(shape: readonly number[]): string {
 
 /** Left-aligned columns; columns listed in `right` are right-aligned (numbers). */
 export function table(header: string[], rows: string[][], right: ReadonlySet<number> = new Set()): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  // A loop, not Math.max(...rows): spreading a step's worth of rows into a call overflows the stack.
+  const widths = header.map((h) => h.length);
+  for (const r of rows) for (const [i, w] of widths.entries()) widths[i] = Math.max(w, (r[i] ?? "").length);
   const line = (cells: string[]) =>
     cells
       .map((c, i) => (right.has(i) ? c.padStart(widths[i] as number) : c.padEnd(widths[i] as number)))

@@ -56,7 +56,9 @@ export async function finalize(
   verdicts.forEach((v, i) => {
     if (!("defect" in v)) return;
     const { o, group } = inGroups[i] as { o: PlannedObject; group: number };
-    bad.set(group, [...(bad.get(group) ?? []), { target: o.target, defect: v.defect }]);
+    const list = bad.get(group);
+    if (list === undefined) bad.set(group, [{ target: o.target, defect: v.defect }]);
+    else list.push({ target: o.target, defect: v.defect }); // in place: a copy per object is quadratic
   });
   if (bad.size > 0) throw incomplete(bad, `${destination.url}/${stepDir}`);
 

@@ -1,7 +1,9 @@
 import { MetadataError, NotFoundError, UncommittedError } from "../errors.js";
 import { OcdbtDatabase } from "../ocdbt/database.js";
+import { parseIndex } from "../regular/index-file.js";
 import { openStore } from "../store/open.js";
-import { describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { type DirListing, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { mapLimited } from "../util/budget.js";
 import { parseCheckpointMetadata, pytreeItems } from "./checkpoint-metadata.js";
 import { DirectorySource, type KvSource, OcdbtSource, UnionSource } from "./kv-source.js";
 import { type Leaf, makeLeaf, type PyTreeMetadata, parsePyTreeMetadata } from "./pytree-metadata.js";
@@ -46,6 +48,26 @@ export interface OrbaxStep {
   /** AXLearn's per-process iterator files (`tfds/tf_<pid>/...`, `python/python_<pid>/...`, emergency `tf_<pid>/...`). */
   readonly iteratorFiles: readonly ObjectInfo[];
   readonly warnings: readonly string[];
+  /** How the step was chosen, when the location was a checkpoint root. */
+  readonly chosen?: RootStep;
+}
+
+/** How a step under a checkpoint root was chosen. */
+export type StepChoice =
+  /** The step asked for (`--step`). */
+  | "given"
+  /** The committed step AXLearn's tracker file names (TRACKER_FILE). */
+  | "tracker"
+  /** The latest committed step, found by listing the root's steps and checking their commit markers. */
+  | "listing";
+
+export interface RootStep {
+  /** The step directory's name under the root. */
+  readonly name: string;
+  readonly step: number;
+  readonly chosenBy: StepChoice;
+  /** Why the tracker file, being there, was not used. */
+  readonly note?: string;
 }
 
 export interface OpenStepOptions {
@@ -56,6 +78,16 @@ export interface OpenStepOptions {
 const STEP_DIR = /^step_(\d+)$/;
 /** In the name of a directory Orbax is still writing (or abandoned): never a committed step. */
 export const TMP_MARK = ".orbax-checkpoint-tmp";
+/**
+ * AXLearn's OrbaxCheckpointer (with `read_latest_checkpoint_from_tracker_file`) writes the latest committed
+ * step into this file in the checkpoint root after each commit, as `str(step)`, and on restart trusts it
+ * when that step's directory (`step_%08d`) is committed, listing the root only otherwise: listing a root of
+ * thousands of steps "can take > 10 minutes" (axlearn/common/checkpointer_orbax.py,
+ * `_CheckpointManagerWithTrackerFile`). orbax2reg reads it the same way.
+ */
+export const TRACKER_FILE = "latest_checkpointed_step.txt";
+/** Commit markers checked at once when a root is listed (each is a request on GCS). */
+const COMMIT_CHECKS_AT_ONCE = 32;
 
 /** `step_%08d`: the step directory name AXLearn writes, for Orbax and regular checkpoints alike. */
 export function stepDirName(step: number): string {
@@ -65,6 +97,28 @@ export function stepDirName(step: number): string {
 export function parseStepName(name: string): number | undefined {
   const m = STEP_DIR.exec(name);
   return m ? Number(m[1]) : undefined;
+}
+
+/**
+ * The step of a step directory still under Orbax's temporary name: `step_00000200.orbax-checkpoint-tmp`
+ * (orbax >= 0.11.20), or with `-<counter>` / `-<timestamp>` (older): docs in /orbax-format.md §1.3.
+ */
+export function parseTemporaryStepName(name: string): number | undefined {
+  const m = /^step_(\d+)\.orbax-checkpoint-tmp(?:-\d+)?$/.exec(name);
+  return m ? Number(m[1]) : undefined;
+}
+
+/**
+ * An item's directory among a step's `dirs`: its final name, else its temporary one (`state.orbax-checkpoint-tmp`
+ * or older `state.orbax-checkpoint-tmp-<N>`): a save killed before Orbax's finalize renamed no item.
+ */
+function itemDirName(dirs: ReadonlySet<string>, item: string): string | undefined {
+  if (dirs.has(item)) return item;
+  const base = `${item}${TMP_MARK}`;
+  const temporary = (d: string) => d === base || (d.startsWith(`${base}-`) && /^\d+$/.test(d.slice(base.length + 1)));
+  let found: string | undefined;
+  for (const d of dirs) if (temporary(d) && (found === undefined || d > found)) found = d;
+  return found;
 }
 
 /**
@@ -79,53 +133,136 @@ export async function openStep(location: string, options: OpenStepOptions = {}):
   }
   const store = await openStore(trimmed);
   const top = await store.listDir("");
+  const name = trimmed.slice(trimmed.lastIndexOf("/") + 1);
+  switch (kindOf(top)) {
+    case "emergency":
+      return openEmergency(store, options.step);
+    case "step":
+      return openStepDir(store, "", name);
+    case "item":
+      return openItem(store, "", { layout: "pytree", step: parseStepName(name), commit: { committed: true, marker: "none" } });
+    case "root": {
+      const chosen = await chooseStep(store, "", top.dirs, options.step);
+      return { ...(await openStepDir(store, chosen.name, chosen.name)), chosen };
+    }
+    default:
+      throw new NotFoundError("no Orbax checkpoint here (expected a step directory, a root with step_* directories, or a PyTree item)", {
+        path: store.url,
+      });
+  }
+}
+
+/** What a location's top-level listing says it is (see openStep). */
+function kindOf(top: DirListing): "emergency" | "step" | "item" | "root" | undefined {
   const fileNames = new Set(top.files.map((f) => f.key));
   const dirNames = new Set(top.dirs);
-  const name = trimmed.slice(trimmed.lastIndexOf("/") + 1);
-
-  if (dirNames.has("tensors")) return openEmergency(store, options.step);
-  if (fileNames.has("_CHECKPOINT_METADATA") || fileNames.has("commit_success.txt") || dirNames.has("state") || dirNames.has("index")) {
-    return openStepDir(store, "", name);
+  if (dirNames.has("tensors")) return "emergency";
+  if (
+    fileNames.has("_CHECKPOINT_METADATA") ||
+    fileNames.has("commit_success.txt") ||
+    itemDirName(dirNames, "state") !== undefined ||
+    itemDirName(dirNames, "index") !== undefined
+  ) {
+    return "step";
   }
   if (fileNames.has("_METADATA") || fileNames.has("manifest.ocdbt") || top.dirs.some((d) => d.startsWith("ocdbt.process_"))) {
-    return openItem(store, "", { layout: "pytree", step: parseStepName(name), commit: { committed: true, marker: "none" } });
+    return "item";
   }
-  const steps = top.dirs.filter((d) => parseStepName(d) !== undefined);
-  if (steps.length > 0) {
-    const chosen = await chooseStep(store, "", options.step);
-    return openStepDir(store, chosen, chosen);
-  }
-  throw new NotFoundError("no Orbax checkpoint here (expected a step directory, a root with step_* directories, or a PyTree item)", {
-    path: store.url,
-  });
+  const isStep = (d: string) => parseStepName(d) !== undefined || parseTemporaryStepName(d) !== undefined;
+  return top.dirs.some(isStep) ? "root" : undefined;
+}
+
+/**
+ * When `location` is a checkpoint root (step_* directories), the step openStep would open there and how it
+ * was chosen; undefined for a step directory, an item or an emergency checkpointer's root. Costs what
+ * openStep's choice costs: a listing of the root, the tracker file and a commit marker or a few.
+ */
+export async function chooseRootStep(location: string, step?: number): Promise<RootStep | undefined> {
+  return chooseStepIn(await openStore(location.replace(/\/+$/, "")), step);
+}
+
+/** chooseRootStep for the root at the top of `store`. */
+export async function chooseStepIn(store: Store, step?: number): Promise<RootStep | undefined> {
+  const top = await store.listDir("");
+  return kindOf(top) === "root" ? chooseStep(store, "", top.dirs, step) : undefined;
 }
 
 /** Lists the steps under a checkpoint root with their commit status, oldest first. */
 export async function listSteps(store: Store, root = ""): Promise<{ name: string; step: number; commit: CommitStatus }[]> {
   const { dirs } = await store.listDir(root);
-  const out = [];
-  for (const name of dirs) {
-    const step = parseStepName(name);
-    if (step === undefined) continue; // also skips *.orbax-checkpoint-tmp* directories
-    out.push({ name, step, commit: await commitStatus(store, joinKey(root, name), name) });
-  }
-  return out.sort((a, b) => a.step - b.step);
+  const named = finalSteps(dirs).sort((a, b) => a.step - b.step);
+  const commits = await mapLimited(named, COMMIT_CHECKS_AT_ONCE, (s) => commitStatus(store, joinKey(root, s.name), s.name));
+  return named.map((s, i) => ({ ...s, commit: commits[i] as CommitStatus }));
 }
 
-async function chooseStep(store: Store, root: string, step: number | undefined): Promise<string> {
-  const steps = await listSteps(store, root);
+/** The step directories among `dirs` under their final names (*.orbax-checkpoint-tmp* ones are not). */
+function finalSteps(dirs: readonly string[]): { name: string; step: number }[] {
+  const out: { name: string; step: number }[] = [];
+  for (const name of dirs) {
+    const step = parseStepName(name);
+    if (step !== undefined) out.push({ name, step });
+  }
+  return out;
+}
+
+/** `steps` in a message: all of a few, the ends of many (a root may hold thousands). */
+function stepsHere(steps: readonly number[]): string {
+  if (steps.length === 0) return "none";
+  if (steps.length <= 20) return steps.join(", ");
+  return `${steps.slice(0, 5).join(", ")}, ... (${steps.length - 10} more), ${steps.slice(-5).join(", ")}`;
+}
+
+/**
+ * The step to open under a checkpoint root whose subdirectories are `dirs`: `step` if given; else the one
+ * AXLearn's tracker file names if that step is committed here; else the latest committed one, checking
+ * commit markers newest first, COMMIT_CHECKS_AT_ONCE at a time.
+ */
+async function chooseStep(store: Store, root: string, dirs: readonly string[], step: number | undefined): Promise<RootStep> {
+  const steps = finalSteps(dirs).sort((a, b) => a.step - b.step);
   if (step !== undefined) {
-    const hit = steps.find((s) => s.step === step);
+    // Under its final name, else under a temporary one (a save in progress or killed: uncommitted).
+    let hit = steps.find((s) => s.step === step);
+    for (const name of dirs)
+      if (parseTemporaryStepName(name) === step && (hit === undefined || (hit.name.includes(TMP_MARK) && name > hit.name)))
+        hit = { name, step };
     if (hit === undefined)
-      throw new NotFoundError(`no step ${step} (steps here: ${steps.map((s) => s.step).join(", ") || "none"})`, {
+      throw new NotFoundError(`no step ${step} (steps here: ${stepsHere(steps.map((s) => s.step))})`, {
         path: describe(store, root),
       });
-    return hit.name;
+    return { name: hit.name, step, chosenBy: "given" };
   }
-  const committed = steps.filter((s) => s.commit.committed);
-  const latest = committed[committed.length - 1];
-  if (latest === undefined) throw new NotFoundError("no committed step under this root", { path: describe(store, root) });
-  return latest.name;
+  const tracked = await readTracker(store, root);
+  let note: string | undefined = tracked?.note;
+  if (tracked?.step !== undefined) {
+    const name = stepDirName(tracked.step);
+    const commit = dirs.includes(name) ? await commitStatus(store, joinKey(root, name), name) : undefined;
+    if (commit?.committed) return { name, step: tracked.step, chosenBy: "tracker" };
+    note = `${TRACKER_FILE} names step ${tracked.step}, ${commit === undefined ? `but there is no ${name}` : `which is not committed (${commit.reason})`}`;
+  }
+  const newestFirst = steps.reverse();
+  for (let i = 0; i < newestFirst.length; i += COMMIT_CHECKS_AT_ONCE) {
+    const window = newestFirst.slice(i, i + COMMIT_CHECKS_AT_ONCE);
+    const commits = await Promise.all(window.map((s) => commitStatus(store, joinKey(root, s.name), s.name)));
+    const latest = window[commits.findIndex((c) => c.committed)];
+    if (latest !== undefined) return { ...latest, chosenBy: "listing", ...(note === undefined ? {} : { note }) };
+  }
+  throw new NotFoundError(`no committed step under this root${note === undefined ? "" : ` (${note})`}`, { path: describe(store, root) });
+}
+
+/** The step AXLearn's tracker file names (Python's `int()` of its text), or why it names none; undefined when absent. */
+async function readTracker(store: Store, root: string): Promise<{ step?: number; note?: string } | undefined> {
+  const key = joinKey(root, TRACKER_FILE);
+  let text: string;
+  try {
+    text = new TextDecoder().decode(await store.read(key));
+  } catch (e) {
+    if (e instanceof NotFoundError) return undefined;
+    throw e;
+  }
+  const m = /^\s*\+?(\d+)\s*$/.exec(text);
+  const step = m ? Number(m[1]) : Number.NaN;
+  if (!Number.isSafeInteger(step)) return { note: `${TRACKER_FILE} does not hold a step number (${JSON.stringify(text.slice(0, 40))})` };
+  return { step };
 }
 
 async function commitStatus(store: Store, stepDir: string, name: string): Promise<CommitStatus> {
@@ -141,36 +278,55 @@ async function openStepDir(store: Store, stepDir: string, name: string): Promise
   const commit = await commitStatus(store, stepDir, name);
   const listing = await store.listDir(stepDir);
   const dirs = new Set(listing.dirs);
+  const has = (item: string) => itemDirName(dirs, item) !== undefined;
   const metaKey = joinKey(stepDir, "_CHECKPOINT_METADATA");
   let items: string[] = [];
   if (listing.files.some((f) => f.key === metaKey)) {
-    items = pytreeItems(parseCheckpointMetadata(await store.read(metaKey), describe(store, metaKey))).filter((i) => dirs.has(i));
+    items = pytreeItems(parseCheckpointMetadata(await store.read(metaKey), describe(store, metaKey))).filter(has);
   }
-  if (items.length === 0) items = ["state", "default"].filter((i) => dirs.has(i));
-  const step = parseStepName(name);
+  if (items.length === 0) items = ["state", "default"].filter(has);
   const item = items[0];
+  const indexDir = itemDirName(dirs, "index");
+  const indexKey = indexDir === undefined ? undefined : joinKey(stepDir, indexDir, "index");
+  const hasIndex = indexKey !== undefined && (await store.stat(indexKey)) !== undefined;
   if (item === undefined) {
+    const own = new Set(listing.files.map((f) => f.key.slice(f.key.lastIndexOf("/") + 1)));
+    if (
+      indexDir !== undefined &&
+      !own.has("_METADATA") &&
+      !own.has("manifest.ocdbt") &&
+      !listing.dirs.some((d) => d.startsWith("ocdbt.process_"))
+    ) {
+      // AXLearn's step (it has the index item) whose arrays are nowhere: say which item is missing.
+      throw new NotFoundError(`no state item (state/ or state${TMP_MARK}/) beside ${indexDir}/: the step holds no arrays`, {
+        path: describe(store, stepDir),
+      });
+    }
     // StandardCheckpointer writes the PyTree item's files directly into the step directory.
-    return openItem(store, stepDir, { layout: "pytree", step, commit });
+    return openItem(store, stepDir, { layout: "pytree", step: parseStepName(name) ?? parseTemporaryStepName(name), commit });
   }
-  const axlearn = item === "state" && (await store.stat(joinKey(stepDir, "index/index"))) !== undefined;
-  return openItem(store, joinKey(stepDir, item), {
+  const axlearn = item === "state" && hasIndex;
+  // A directory whose name gives no step (copied elsewhere, say): AXLearn's index starts with it.
+  let step = parseStepName(name) ?? parseTemporaryStepName(name);
+  if (step === undefined && axlearn && indexKey !== undefined) {
+    step = parseIndex(new TextDecoder().decode(await store.read(indexKey)), describe(store, indexKey)).step;
+  }
+  return openItem(store, joinKey(stepDir, itemDirName(dirs, item) as string), {
     layout: axlearn ? "axlearn" : "composite",
     step,
     commit,
     stepDir,
-    indexKey: axlearn ? joinKey(stepDir, "index/index") : undefined,
+    indexKey: axlearn ? indexKey : undefined,
     iteratorPrefixes: axlearn ? [`${joinKey(stepDir, "tfds")}/`, `${joinKey(stepDir, "python")}/`] : [],
   });
 }
 
 async function openEmergency(store: Store, step: number | undefined): Promise<OrbaxStep> {
   const steps = await listSteps(store, "tensors");
-  const withIndex = [];
-  for (const s of steps) {
-    const index = await store.stat(joinKey("non-tensors", s.name, "index"));
-    withIndex.push({ ...s, hasIndex: index !== undefined });
-  }
+  const withIndex = await mapLimited(steps, COMMIT_CHECKS_AT_ONCE, async (s) => ({
+    ...s,
+    hasIndex: (await store.stat(joinKey("non-tensors", s.name, "index"))) !== undefined,
+  }));
   const pick =
     step === undefined ? withIndex.filter((s) => s.commit.committed && s.hasIndex).pop() : withIndex.find((s) => s.step === step);
   if (pick === undefined) {

@@ -1,14 +1,38 @@
-import type { Dirent } from "node:fs";
-import { createReadStream } from "node:fs";
+import type { Dirent, Stats } from "node:fs";
 import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
 import { DestinationError, FormatError, NotFoundError, Orbax2RegError } from "../errors.js";
+import { Budget, forEachLimited } from "../util/budget.js";
 import { checkKey, type DirListing, describe, ioCause, type ObjectInfo, type RangeCopy, type Store, type WriteResult } from "./store.js";
 
 const READ_PIECE = 1 << 30;
-/** Files or directories fsynced at once by makeDurable (each holds a descriptor). */
-const SYNC_BATCH = 64;
+/** The pieces of a readStream: each is read through a descriptor of its own, held only while it is read. */
+const STREAM_PIECE = 1 << 20;
+/** stat calls a listing keeps in flight (each waits for a thread of libuv's pool, not for a descriptor). */
+const STATS_AT_ONCE = 32;
+
+/**
+ * Descriptors this process's local stores hold at once, whatever the number of objects or the callers'
+ * concurrency (a machine may allow a process only 1,024; each written file's flush holds one until the disk
+ * has its bytes, and a slow disk once had thousands pending). Three pools, so that nothing waits for a
+ * descriptor from a pool whose holders may wait for it: a flush waits only for the disk; a read holds its
+ * descriptor for one call (a stream, for one piece) and waits for nothing else; a write holds its own while its
+ * bytes arrive, and those may come from a read. A write waits for its flush's turn before it resolves, so
+ * flushes a slow disk has not caught up with hold back the writer instead of piling up.
+ */
+const FLUSHES = new Budget(128);
+const READS = new Budget(128);
+const WRITES = new Budget(128);
+
+async function holding<T>(pool: Budget, weight: number, fn: () => Promise<T>): Promise<T> {
+  const release = await pool.acquire(weight);
+  try {
+    return await fn();
+  } finally {
+    release();
+  }
+}
 
 /**
  * Temporary names of writes in flight: `<key>.tmp-<writer's pid, 8 hex><sequence, 4 hex>`. The pid lets a
@@ -49,7 +73,7 @@ async function* tagSourceErrors(data: AsyncIterable<Uint8Array>): AsyncIterable<
   }
 }
 
-/** fdatasync (a file's bytes) or fsync (a directory's names) through a descriptor of its own. */
+/** fdatasync (a file's bytes) or fsync (a directory's names) through a descriptor of its own (the caller holds a FLUSHES slot). */
 async function syncFile(path: string, data: boolean): Promise<void> {
   const h = await open(path, "r");
   try {
@@ -85,69 +109,69 @@ export class LocalStore implements Store {
   }
 
   async read(key: string): Promise<Uint8Array> {
+    const path = this.file(key);
     try {
-      return new Uint8Array(await readFile(this.file(key)));
+      return new Uint8Array(await holding(READS, 1, () => readFile(path)));
     } catch (e) {
       throw this.translate(e, key);
     }
   }
 
   async readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
-    const path = this.file(key);
     if (length === 0) return new Uint8Array(0);
-    let handle: Awaited<ReturnType<typeof open>>;
-    try {
-      handle = await open(path, "r");
-    } catch (e) {
-      throw this.translate(e, key);
-    }
-    try {
-      // Check the size before allocating: a corrupted length must not become a huge buffer.
-      const size = (await handle.stat()).size;
-      if (offset + length > size) {
-        throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object has ${size}`, {
-          path: describe(this, key),
-          offset,
-        });
-      }
-      const out = new Uint8Array(length);
-      let done = 0;
-      while (done < length) {
-        // fs reads take an int32 length; read large ranges in pieces.
-        const { bytesRead } = await handle.read(out, done, Math.min(length - done, READ_PIECE), offset + done);
-        if (bytesRead === 0) {
-          throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object ends at ${offset + done}`, {
-            path: describe(this, key),
-            offset,
-          });
-        }
-        done += bytesRead;
-      }
-      return out;
-    } catch (e) {
-      throw this.translate(e, key);
-    } finally {
-      await handle.close();
-    }
+    return this.readPiece(key, offset, length, offset, length);
   }
 
-  async *readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+  /**
+   * `length` bytes at `offset`, a piece of the range [`whole`, `whole + wholeLength`) the caller wants (checked
+   * against the object's size first: a corrupted length must not become a huge buffer, and a stream fails
+   * before its first piece), through a descriptor held only meanwhile.
+   */
+  private readPiece(key: string, offset: number, length: number, whole: number, wholeLength: number): Promise<Uint8Array> {
     const path = this.file(key);
-    if (length === 0) return;
-    let done = 0;
-    try {
-      for await (const piece of createReadStream(path, { start: offset, end: offset + length - 1, highWaterMark: 1 << 20 })) {
-        done += (piece as Buffer).length;
-        yield new Uint8Array((piece as Buffer).buffer, (piece as Buffer).byteOffset, (piece as Buffer).length);
+    return holding(READS, 1, async () => {
+      let handle: FileHandle;
+      try {
+        handle = await open(path, "r");
+      } catch (e) {
+        throw this.translate(e, key);
       }
-    } catch (e) {
-      throw this.translate(e, key);
-    }
-    if (done !== length) {
-      throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object ends at ${offset + done}`, {
-        path: describe(this, key),
-        offset,
-      });
+      try {
+        const size = (await handle.stat()).size;
+        if (whole + wholeLength > size) {
+          throw new FormatError(`short read: wanted ${wholeLength} bytes at offset ${whole}, the object has ${size}`, {
+            path: describe(this, key),
+            offset: whole,
+          });
+        }
+        const out = new Uint8Array(length);
+        let done = 0;
+        while (done < length) {
+          // fs reads take an int32 length; read large ranges in pieces.
+          const { bytesRead } = await handle.read(out, done, Math.min(length - done, READ_PIECE), offset + done);
+          if (bytesRead === 0) {
+            throw new FormatError(`short read: wanted ${wholeLength} bytes at offset ${whole}, the object ends at ${offset + done}`, {
+              path: describe(this, key),
+              offset: whole,
+            });
+          }
+          done += bytesRead;
+        }
+        return out;
+      } catch (e) {
+        throw this.translate(e, key);
+      } finally {
+        await handle.close();
+      }
+    });
+  }
+
+  /** Piece by piece, each through a descriptor of its own: a slow consumer holds none (see READS). */
+  async *readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+    for (let done = 0; done < length; ) {
+      const piece = await this.readPiece(key, offset + done, Math.min(STREAM_PIECE, length - done), offset, length);
+      done += piece.length;
+      yield piece;
     }
   }
 
@@ -165,33 +189,44 @@ export class LocalStore implements Store {
     return this.walk(dirKey === "" ? this.root : this.file(dirKey), dirKey);
   }
 
+  /** Every file below `dir` (keys under `dirKey`), sorted by key; each directory walked joins `dirs`. */
   private async walk(dir: string, dirKey: string, dirs?: string[]): Promise<ObjectInfo[]> {
+    const out: ObjectInfo[] = [];
+    await this.walkInto(dir, dirKey, out, dirs);
+    // Directory order puts "a/b" after "a.b"-like names differently from key order; sort by key bytes.
+    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  }
+
+  /** Appends the files below `dir` to `out` (one array for the whole walk: a step may hold millions). */
+  private async walkInto(dir: string, dirKey: string, out: ObjectInfo[], dirs?: string[]): Promise<void> {
     let names: string[];
     try {
-      names = (await readdir(dir)).sort();
+      names = (await holding(READS, 1, () => readdir(dir))).sort();
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT" || code === "ENOTDIR") return [];
+      if (code === "ENOENT" || code === "ENOTDIR") return;
       throw e;
     }
     dirs?.push(dir);
-    const out: ObjectInfo[] = [];
-    for (const name of names) {
+    // stat takes no descriptor: several at once, so that a big directory is not one stat after another.
+    const stats: (Stats | undefined)[] = new Array(names.length);
+    await forEachLimited(names, STATS_AT_ONCE, async (name, i) => {
+      stats[i] = await stat(join(dir, name)).catch(() => undefined);
+    });
+    for (const [i, name] of names.entries()) {
       const key = dirKey === "" ? name : `${dirKey}/${name}`;
-      const st = await stat(join(dir, name)).catch(() => undefined);
+      const st = stats[i];
       if (st === undefined) continue;
-      if (st.isDirectory()) out.push(...(await this.walk(join(dir, name), key, dirs)));
+      if (st.isDirectory()) await this.walkInto(join(dir, name), key, out, dirs);
       else if (st.isFile()) out.push({ key, size: st.size });
     }
-    // Directory order puts "a/b" after "a.b"-like names differently from key order; sort by key bytes.
-    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   }
 
   async listDir(dir: string): Promise<DirListing> {
     const path = dir === "" ? this.root : this.file(dir);
     let entries: Dirent[];
     try {
-      entries = await readdir(path, { withFileTypes: true });
+      entries = await holding(READS, 1, () => readdir(path, { withFileTypes: true }));
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT" || code === "ENOTDIR") return { files: [], dirs: [] };
@@ -234,24 +269,28 @@ export class LocalStore implements Store {
    * source (convert/done.ts), so such an object is written again, never committed. Failures to write are
    * DestinationErrors naming `key`.
    */
-  private async replaceAtomically<T>(key: string, fill: (out: FileHandle) => Promise<T>): Promise<T> {
+  private async replaceAtomically<T>(key: string, fill: (out: FileHandle) => Promise<T>, holdsSlot = false): Promise<T> {
     const path = this.file(key);
     const tmp = temporaryName(path);
+    const release = holdsSlot ? () => undefined : await WRITES.acquire();
     let out: FileHandle | undefined;
+    let result: T;
     try {
       await mkdir(dirname(path), { recursive: true });
       out = await open(tmp, "w");
-      const result = await fill(out);
+      result = await fill(out);
       await out.close();
       out = undefined;
       await rename(tmp, path);
-      this.flushSoon(path, key);
-      return result;
     } catch (e) {
       await out?.close().catch(() => undefined);
       await rm(tmp, { force: true }).catch(() => undefined);
       throw e instanceof SourceFailure ? e.cause : this.destinationError(e, key);
+    } finally {
+      release();
     }
+    await this.flushSoon(path, key);
+    return result;
   }
 
   async createExclusive(key: string, data: Uint8Array): Promise<boolean> {
@@ -259,6 +298,7 @@ export class LocalStore implements Store {
     // Write the content under a temporary name, then hard-link it into place: link() fails if the name
     // exists, so the object appears whole and only once.
     const tmp = temporaryName(path);
+    const release = await WRITES.acquire();
     try {
       await mkdir(dirname(path), { recursive: true });
       const out = await open(tmp, "w");
@@ -275,6 +315,7 @@ export class LocalStore implements Store {
       throw this.destinationError(e, key);
     } finally {
       await rm(tmp, { force: true }).catch(() => undefined);
+      release();
     }
   }
 
@@ -298,33 +339,47 @@ export class LocalStore implements Store {
     targetKey: string,
     buffer: Uint8Array,
   ): Promise<{ size: number }> {
-    let input: FileHandle;
+    // Two descriptors: the write's first, then the read's (the pools' order; see READS).
+    const releaseWrite = await WRITES.acquire();
+    let releaseRead: () => void = () => undefined;
+    let input: FileHandle | undefined;
     try {
-      input = await open(this.file(key), "r");
-    } catch (e) {
-      throw this.translate(e, key);
-    }
-    try {
+      releaseRead = await READS.acquire();
+      try {
+        input = await open(this.file(key), "r");
+      } catch (e) {
+        throw this.translate(e, key);
+      }
       if (offset + length > (await input.stat()).size) {
         throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
           path: describe(this, key),
           offset,
         });
       }
-      await target.replaceAtomically(targetKey, async (out) => {
-        for (let done = 0; done < length; ) {
-          const { bytesRead } = await input
-            .read(buffer, 0, Math.min(buffer.length, length - done), offset + done)
-            .catch((e) => Promise.reject(new SourceFailure(this.translate(e, key))));
-          if (bytesRead === 0)
-            throw new SourceFailure(new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset }));
-          await writeAll(out, buffer.subarray(0, bytesRead));
-          done += bytesRead;
-        }
-      });
+      const from = input;
+      await target.replaceAtomically(
+        targetKey,
+        async (out) => {
+          for (let done = 0; done < length; ) {
+            const { bytesRead } = await from
+              .read(buffer, 0, Math.min(buffer.length, length - done), offset + done)
+              .catch((e) => Promise.reject(new SourceFailure(this.translate(e, key))));
+            if (bytesRead === 0)
+              throw new SourceFailure(new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset }));
+            await writeAll(out, buffer.subarray(0, bytesRead));
+            done += bytesRead;
+          }
+          input = undefined;
+          await from.close().catch(() => undefined); // read-only: nothing of the copy depends on it
+          releaseRead();
+        },
+        true,
+      );
       return { size: length };
     } finally {
-      await input.close();
+      await input?.close();
+      releaseRead();
+      releaseWrite();
     }
   }
 
@@ -333,13 +388,29 @@ export class LocalStore implements Store {
     if (this.flushFailure !== undefined) throw this.flushFailure;
   }
 
-  /** Starts the fdatasync of a file just renamed into place; flushed and makeDurable wait for it. */
-  private flushSoon(path: string, key: string): void {
-    const flush = syncFile(path, true).catch((e) => {
+  /**
+   * Starts the fdatasync of a file just renamed into place once a FLUSHES slot is free; flushed and
+   * makeDurable wait for it (it counts as started from this call on). Resolves once the slot is taken.
+   */
+  private flushSoon(path: string, key: string): Promise<void> {
+    let started: () => void = () => undefined;
+    const slot = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    const flush = (async () => {
+      const release = await FLUSHES.acquire();
+      started();
+      try {
+        await syncFile(path, true);
+      } finally {
+        release();
+      }
+    })().catch((e) => {
       this.flushFailure ??= this.destinationError(e, key);
     });
     this.flushing.add(flush);
     void flush.finally(() => this.flushing.delete(flush));
+    return slot;
   }
 
   /**
@@ -356,9 +427,7 @@ export class LocalStore implements Store {
     const under = await this.walk(top, key, dirs); // a directory joins `dirs`; an object's key lists nothing
     const paths = dirs.length > 1 ? under.map((f) => this.file(f.key)) : (await stat(top).catch(() => undefined))?.isFile() ? [top] : [];
     const all = [...paths.map((path) => ({ path, data: true })), ...dirs.map((d) => ({ path: d, data: false }))];
-    for (let i = 0; i < all.length; i += SYNC_BATCH) {
-      await Promise.all(all.slice(i, i + SYNC_BATCH).map((f) => syncFile(f.path, f.data)));
-    }
+    await forEachLimited(all, FLUSHES.capacity, (f) => holding(FLUSHES, 1, () => syncFile(f.path, f.data)));
   }
 
   async removeAbandoned(prefix: string): Promise<number> {

@@ -52,3 +52,27 @@ export function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: 
     }),
   );
 }
+
+/**
+ * `fn` over every item, at most `limit` running at once, in order; memory for `limit` calls, not for every
+ * item (mapLimited holds a promise per item). Stops starting new calls after the first failure, which it
+ * rethrows once the running ones have ended.
+ */
+export async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed = false;
+  const worker = async (): Promise<void> => {
+    while (!failed && next < items.length) {
+      const index = next++;
+      try {
+        await fn(items[index] as T, index);
+      } catch (e) {
+        failed = true;
+        throw e;
+      }
+    }
+  };
+  const results = await Promise.allSettled(Array.from({ length: Math.min(limit, items.length) }, worker));
+  const failure = results.find((r) => r.status === "rejected");
+  if (failure !== undefined) throw (failure as PromiseRejectedResult).reason;
+}

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { runBin, runCli } from "../helpers/cli.js";
 import { FIXTURES, GENERATED } from "../helpers/paths.js";
-import { tempDir } from "../helpers/tmp.js";
+import { rootWithSteps, tempDir } from "../helpers/tmp.js";
 
 const TINY = `${FIXTURES}/orbax-axlearn/tiny/step_00000100`;
 
@@ -100,5 +100,24 @@ describe("orbax2reg ocdbt ls", () => {
     const r = await runCli(["ocdbt", "ls", tempDir("nodb")]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/manifest\.ocdbt: no such file/);
+  });
+});
+
+describe("orbax2reg convert of a checkpoint root", () => {
+  test("says which step it chose and how: AXLearn's tracker file, or the latest committed by listing (also in --json)", async () => {
+    const root = rootWithSteps(TINY, ["step_00000100"]);
+    writeFileSync(join(root, "latest_checkpointed_step.txt"), "100");
+    const tracked = await runCli(["convert", root, tempDir("dest"), "--json"]);
+    expect(tracked.code).toBe(0);
+    expect(JSON.parse(tracked.stdout)).toMatchObject({ step: 100, stepChosenBy: "tracker" });
+    const text = await runCli(["convert", root, tempDir("dest"), "--dry-run"]);
+    expect(text.stdout).toMatch(/^step 100 \(step_00000100\): named by the root's latest_checkpointed_step\.txt$/m);
+    writeFileSync(join(root, "latest_checkpointed_step.txt"), "200");
+    const listed = await runCli(["plan", root, tempDir("dest"), "--json"]);
+    expect(JSON.parse(listed.stdout)).toMatchObject({
+      step: 100,
+      stepChosenBy: "listing",
+      stepChoiceNote: "latest_checkpointed_step.txt names step 200, but there is no step_00000200",
+    });
   });
 });

@@ -7,6 +7,10 @@ export const FIXTURES = "test/fixtures";
 export const GENERATED = "test/.generated/fixtures";
 export const GENERATOR_INPUTS = ["test/fixtures-gen/generate.py", "test/fixtures-gen/bigtree.py", "test/fixtures-gen/requirements.txt"];
 export const PYTHON = ".venv/bin/python";
+/** test/fixtures-gen/interrupted.py's output: `step_00000200.orbax-checkpoint-tmp`, a save killed before finalize. */
+export const INTERRUPTED_ROOT = "test/.generated/interrupted";
+/** test/fixtures-gen/many_chunks.py's output: `step_00000100`, 100 arrays of 64 chunks of 2 KiB. */
+export const MANY_CHUNKS_ROOT = "test/.generated/many-chunks";
 export const TOOLS = ".tools/bin";
 /** Google's storage-testbench, installed by scripts/install.sh from ORBAX2REG_STORAGE_TESTBENCH. */
 export const TESTBENCH_VENV = ".venv-testbench";

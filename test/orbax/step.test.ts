@@ -3,7 +3,9 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { NotFoundError, UncommittedError } from "../../src/errors.js";
 import { arraySha256, listArrays, readArray, type StoredArray } from "../../src/orbax/arrays.js";
-import { openStep, requireCommitted } from "../../src/orbax/step.js";
+import { chooseStepIn, listSteps, openStep, requireCommitted, stepDirName, TRACKER_FILE } from "../../src/orbax/step.js";
+import { CountingStore } from "../../src/store/counting.js";
+import { LocalStore } from "../../src/store/local.js";
 import { newBucket, uploadDir } from "../helpers/gcs.js";
 import { FIXTURES, GENERATED, UPSTREAM, UPSTREAM_NON_CRITICAL } from "../helpers/paths.js";
 import { rootWithSteps, tempDir } from "../helpers/tmp.js";
@@ -98,6 +100,97 @@ describe("choosing a step under a checkpoint root", () => {
     const root = rootWithSteps(TINY, ["step_00000100.orbax-checkpoint-tmp-7"]);
     const step = await openStep(join(root, "step_00000100.orbax-checkpoint-tmp-7"));
     expect(step.commit.committed).toBe(false);
+  });
+});
+
+/** A GCS-like view of a local root (no atomic renames: commit_success.txt decides), counting stats in flight. */
+class MarkerCountingStore extends CountingStore {
+  inFlight = 0;
+  maxInFlight = 0;
+
+  override get renamesAtomically(): boolean | undefined {
+    return undefined;
+  }
+
+  override async stat(key: string) {
+    this.maxInFlight = Math.max(this.maxInFlight, ++this.inFlight);
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 2)); // a request's latency, so that checks overlap
+      return await super.stat(key);
+    } finally {
+      this.inFlight--;
+    }
+  }
+}
+
+/** A root of empty step directories `steps`; those in `committed` hold commit_success.txt. */
+function markerRoot(steps: number[], committed: number[], tracker?: string): string {
+  const root = tempDir("steps");
+  for (const n of steps) mkdirSync(join(root, stepDirName(n)));
+  for (const n of committed) writeFileSync(join(root, stepDirName(n), "commit_success.txt"), "Checkpoint commit was successful");
+  if (tracker !== undefined) writeFileSync(join(root, TRACKER_FILE), tracker);
+  return root;
+}
+
+describe("choosing a step under a root by AXLearn's tracker file (latest_checkpointed_step.txt)", () => {
+  test("a tracker naming a committed step is trusted: that step, with one commit marker checked", async () => {
+    const store = new MarkerCountingStore(new LocalStore(markerRoot([100, 200, 300], [100, 200, 300], "200\n")));
+    expect(await chooseStepIn(store)).toEqual({ name: "step_00000200", step: 200, chosenBy: "tracker" });
+    expect(store.counts.stats).toBe(1);
+    const root = rootWithSteps(TINY, ["step_00000100", "step_00000300"]);
+    writeFileSync(join(root, TRACKER_FILE), "100");
+    const step = await openStep(root);
+    expect([step.step, step.chosen?.chosenBy]).toEqual([100, "tracker"]);
+  });
+
+  test("a tracker naming an uncommitted step falls back to the latest committed step, saying why", async () => {
+    const store = new MarkerCountingStore(new LocalStore(markerRoot([100, 200, 300], [100, 200], "300")));
+    expect(await chooseStepIn(store)).toEqual({
+      name: "step_00000200",
+      step: 200,
+      chosenBy: "listing",
+      note: `${TRACKER_FILE} names step 300, which is not committed (no commit_success.txt in the step directory)`,
+    });
+  });
+
+  test("a tracker naming a missing step, or no step number, falls back to listing, saying why", async () => {
+    const missing = await chooseStepIn(new LocalStore(markerRoot([100, 200], [100, 200], "900")));
+    expect(missing).toMatchObject({
+      step: 200,
+      chosenBy: "listing",
+      note: `${TRACKER_FILE} names step 900, but there is no step_00000900`,
+    });
+    const garbage = await chooseStepIn(new LocalStore(markerRoot([100, 200], [100, 200], "step 9")));
+    expect(garbage).toMatchObject({ step: 200, chosenBy: "listing", note: `${TRACKER_FILE} does not hold a step number ("step 9")` });
+  });
+
+  test("without a tracker the latest committed step is found by listing", async () => {
+    expect(await chooseStepIn(new LocalStore(markerRoot([100, 200, 300], [100, 300])))).toEqual({
+      name: "step_00000300",
+      step: 300,
+      chosenBy: "listing",
+    });
+  });
+
+  test("many steps: commit markers are checked newest first, at most 32 at once, and no further than the latest committed", async () => {
+    const steps = Array.from({ length: 200 }, (_, i) => i + 1);
+    const oldest = new MarkerCountingStore(new LocalStore(markerRoot(steps, [1])));
+    expect(await chooseStepIn(oldest)).toMatchObject({ step: 1, chosenBy: "listing" });
+    expect(oldest.counts.stats).toBe(200);
+    expect(oldest.maxInFlight).toBeGreaterThan(1);
+    expect(oldest.maxInFlight).toBeLessThanOrEqual(32);
+    const newest = new MarkerCountingStore(new LocalStore(markerRoot(steps, [200])));
+    expect(await chooseStepIn(newest)).toMatchObject({ step: 200 });
+    expect(newest.counts.stats).toBeLessThanOrEqual(32);
+  });
+
+  test("listSteps checks every step's marker, at most 32 at once", async () => {
+    const steps = Array.from({ length: 100 }, (_, i) => i + 1);
+    const store = new MarkerCountingStore(new LocalStore(markerRoot(steps, [7])));
+    const listed = await listSteps(store);
+    expect(listed.map((s) => s.step)).toEqual(steps);
+    expect(listed.filter((s) => s.commit.committed).map((s) => s.step)).toEqual([7]);
+    expect(store.maxInFlight).toBeLessThanOrEqual(32);
   });
 });
 

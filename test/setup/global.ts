@@ -4,7 +4,7 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { TestProject } from "vitest/node";
-import { GENERATED, GENERATOR_INPUTS, PYTHON, TESTBENCH_VENV, TOOLS } from "../helpers/paths.js";
+import { GENERATED, GENERATOR_INPUTS, INTERRUPTED_ROOT, MANY_CHUNKS_ROOT, PYTHON, TESTBENCH_VENV, TOOLS } from "../helpers/paths.js";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
 
 declare module "vitest" {
@@ -19,6 +19,8 @@ declare module "vitest" {
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   buildCli();
   generateFixtures();
+  generateInterrupted();
+  generateManyChunks();
   const gcs = await startFakeGcs();
   project.provide("gcsEndpoint", gcs.url);
   process.env.ORBAX2REG_GCS_ENDPOINT = gcs.url; // inherited by the test workers
@@ -55,6 +57,27 @@ function generateFixtures(): void {
     const r = spawnSync(PYTHON, [script, GENERATED], { stdio: "inherit", timeout: 900_000 });
     if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
   }
+  writeFileSync(stampFile, stamp);
+}
+
+/** Runs test/fixtures-gen/interrupted.py (a save killed before Orbax's finalize) into its own directory, once. */
+function generateInterrupted(): void {
+  generateOnce("test/fixtures-gen/interrupted.py", INTERRUPTED_ROOT);
+}
+
+/** Runs test/fixtures-gen/many_chunks.py (a step of 6,400 small chunks) into its own directory, once. */
+function generateManyChunks(): void {
+  generateOnce("test/fixtures-gen/many_chunks.py", MANY_CHUNKS_ROOT);
+}
+
+/** Runs a generator that builds on generate.py into `out` unless its output is up to date (its own stamp). */
+function generateOnce(script: string, out: string): void {
+  const stamp = createHash("sha256").update(readFileSync(script)).update(readFileSync("test/fixtures-gen/generate.py")).digest("hex");
+  const stampFile = `${out}/.stamp`;
+  if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
+  rmSync(out, { recursive: true, force: true });
+  const r = spawnSync(PYTHON, [script, out], { stdio: "inherit", timeout: 300_000 });
+  if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
   writeFileSync(stampFile, stamp);
 }
 

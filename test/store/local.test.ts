@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -64,6 +65,25 @@ describe("LocalStore", () => {
     const s = tempStore();
     await s.write("k", new Uint8Array(3));
     expect((await s.listDir("")).files.map((f) => f.key)).toEqual(["k"]);
+  });
+});
+
+describe("LocalStore at scale", () => {
+  // More entries than a call's arguments can hold (about 125k spread into push overflowed the stack).
+  const MANY = 130_000;
+
+  test(`lists ${MANY.toLocaleString("en-US")} objects below one directory, sorted by key`, async () => {
+    const s = tempStore();
+    const dir = join(s.root, "step", "d");
+    mkdirSync(dir, { recursive: true });
+    const names = Array.from({ length: MANY }, (_, i) => String(i).padStart(6, "0"));
+    const touch = spawnSync("xargs", ["touch"], { cwd: dir, input: names.join("\n") });
+    expect(touch.status).toBe(0);
+    writeFileSync(join(s.root, "step", "index"), "x");
+    const keys: string[] = [];
+    for await (const info of s.list("step/")) keys.push(info.key);
+    expect(keys).toHaveLength(MANY + 1);
+    expect([keys[0], keys[MANY - 1], keys[MANY]]).toEqual(["step/d/000000", `step/d/${names[MANY - 1]}`, "step/index"]);
   });
 });
 
