@@ -52,6 +52,12 @@ describe("the job image", () => {
     expect(copied).toEqual(["/app/package.json", "/app/node_modules", "/app/dist"]);
   });
 
+  test("builds the native addon from source against the base image's own Node headers, downloading nothing", () => {
+    // Without these, zstd-napi's install fetches a prebuilt binary (github.com) and node-gyp Node's headers (nodejs.org).
+    const rebuild = build?.find((l) => /npm rebuild zstd-napi/.test(l));
+    expect(rebuild).toMatch(/npm_config_build_from_source=true npm_config_nodedir=\/usr\/local npm rebuild zstd-napi/);
+  });
+
   test("runs as a non-root user", () => {
     const user = runtime?.filter((l) => l.startsWith("USER ")).at(-1);
     expect(user).toBeDefined();
