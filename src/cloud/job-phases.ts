@@ -16,11 +16,22 @@ import { pruneAfterFinalize, retentionFromEnv } from "./retention.js";
 import { jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix, type WorkflowArgument } from "./workflow-argument.js";
 
 /**
- * What each Cloud Run job phase does (jobs/main.ts runs one and reports how it ended): read its settings from
+ * What each Cloud Run job phase does (src/cloud/job-run.ts runs one and reports how it ended): read its settings from
  * the environment (src/cloud/env.ts), call the engine the CLI uses, and log single-line JSON for Cloud Logging.
  */
 
 const PROGRESS_EVERY_MS = 5000;
+
+/**
+ * What every log line of a job carries: the workflow passes its execution name so every line of a conversion
+ * can be found from it, and the id of this job execution (the failure reports' key) so its lines can be told
+ * from a retry's.
+ */
+export function jobLogFields(env: Env): Record<string, string> {
+  const execution = fromEnv.optionalString(env, "ORBAX2REG_EXECUTION", "");
+  const attempt = fromEnv.optionalString(env, "ORBAX2REG_ATTEMPT", "");
+  return { ...(execution ? { execution } : {}), ...(attempt ? { attempt } : {}) };
+}
 
 /** Steps, groups: any whole number Number() holds exactly (the engine says which exist). */
 const WHOLE = { min: 0, max: Number.MAX_SAFE_INTEGER } as const;
