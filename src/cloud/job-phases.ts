@@ -38,8 +38,18 @@ const WHOLE = { min: 0, max: Number.MAX_SAFE_INTEGER } as const;
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 
-/** Runs `phase` with the settings in `env`; throws what failed (an Orbax2RegError when retrying cannot help). */
-export async function runPhase(phase: JobPhase, env: Env, log: Logger, started: number, progress: Progress): Promise<void> {
+/**
+ * Runs `phase` with the settings in `env`; throws what failed (an Orbax2RegError when retrying cannot help).
+ * Once `stop` is aborted, finalize no longer commits (the index is not written).
+ */
+export async function runPhase(
+  phase: JobPhase,
+  env: Env,
+  log: Logger,
+  started: number,
+  progress: Progress,
+  stop?: AbortSignal,
+): Promise<void> {
   const destination = fromEnv.requiredString(env, "ORBAX2REG_DESTINATION");
   // Optional for plan (then the source's latest committed step); the other phases require it below.
   const knownStep = fromEnv.optionalInteger(env, "ORBAX2REG_STEP", WHOLE);
@@ -87,7 +97,11 @@ export async function runPhase(phase: JobPhase, env: Env, log: Logger, started: 
   }
   if (phase === "finalize") {
     const retention = retentionFromEnv(env); // checked before committing: a bad setting fails with nothing committed
-    const report = await finalizePhase(destination, step, stopIfRunCancelled);
+    const report = await finalizePhase(destination, step, async () => {
+      stop?.throwIfAborted();
+      await stopIfRunCancelled();
+      stop?.throwIfAborted(); // checked again after the round trip: the index comes next
+    });
     await pruneAfterFinalize(retention, destination, step, log); // older converted steps; never fails the job
     progress.set({ objects: report.objects, objectsDone: report.objects });
     log.info("checkpoint committed", {

@@ -39,6 +39,8 @@ export class Progress {
   private store: Promise<Store> | undefined;
   private chain: Promise<void> = Promise.resolve();
   private lastWrite = 0;
+  /** Set by finish(): nothing is written after the last record (a phase left running after a stop may still report progress). */
+  private finished = false;
 
   constructor(
     phase: JobPhase,
@@ -86,6 +88,7 @@ export class Progress {
 
   /** Writes now (not awaited). */
   write(): void {
+    if (this.finished) return;
     if (this.key === undefined || this.destination === undefined || this.stepDir === undefined) return;
     this.lastWrite = Date.now();
     const snapshot: ProgressRecord = { ...this.record, updatedAt: new Date(this.lastWrite).toISOString() };
@@ -109,11 +112,16 @@ export class Progress {
     if (Date.now() - this.lastWrite >= (this.options.progressEveryMs ?? PROGRESS_WRITE_EVERY_MS)) this.write();
   }
 
-  /** The last write: succeeded or failed (with the error's first line). Resolves once it has landed or failed. */
-  async finish(state: "succeeded" | "failed", error: Error | null): Promise<void> {
+  /**
+   * The last write: succeeded, failed or stopped (with the error's first line). Resolves once it has landed
+   * or failed; later writes are dropped.
+   */
+  async finish(state: "succeeded" | "failed" | "stopped", error: Error | null): Promise<void> {
+    if (this.finished) return this.chain;
     this.record.state = state;
     this.record.error = error === null ? null : (error.message.split("\n")[0] ?? "");
     this.write();
+    this.finished = true;
     await this.chain;
   }
 }

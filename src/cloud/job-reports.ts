@@ -159,7 +159,8 @@ export interface ProgressRecord {
   readonly workflowExecution: string | null;
   /** Full Cloud Run execution name projects/P/locations/R/jobs/J/executions/E when known, else null. */
   readonly execution: string | null;
-  readonly state: "running" | "succeeded" | "failed";
+  /** "stopped": told to stop (SIGTERM: its execution was cancelled, or the task ran past its timeout). */
+  readonly state: "running" | "succeeded" | "failed" | "stopped";
   /**
    * Objects and bytes of this task's work, and how many are done (skipped as already present counts as
    * done). Totals are null when unknown: always for plan, and for convert-group until its share is done

@@ -16,6 +16,30 @@ import { jsonLogger, type Logger } from "./log.js";
 const PHASES: readonly JobPhase[] = ["plan", "convert-group", "finalize"];
 const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as JobPhase);
 
+/** 128 + SIGTERM's 15: what a process ended by SIGTERM exits with. */
+export const EXIT_STOPPED = 143;
+
+/**
+ * How long a stopped task gives its progress record to land. Cloud Run sends SIGTERM when a job execution is
+ * cancelled or a task runs past its timeout, and SIGKILL 10 s later
+ * (https://cloud.google.com/run/docs/container-contract): the exit must come well before that.
+ */
+export const STOP_RECORD_MS = 5_000;
+
+/** The task was told to stop: SIGTERM (its job execution was cancelled, or it ran past its task timeout). */
+export class StoppedError extends Error {
+  override readonly name = "StoppedError";
+}
+
+export interface RunOptions extends JobOptions {
+  /**
+   * Aborted when the task must stop: runJob then returns EXIT_STOPPED at once, with the progress record
+   * marked "stopped" (within STOP_RECORD_MS) and no failure report; the phase's own work is abandoned (the
+   * process exits) and finalize no longer writes the index.
+   */
+  readonly stop?: AbortSignal;
+}
+
 /**
  * Runs one phase; returns the process exit code. On failure it leaves a report the workflow reads to decide
  * whether a retry can help (src/cloud/job-reports.ts, reportFailure).
@@ -24,18 +48,30 @@ export async function runJob(
   phase: string | undefined,
   env: fromEnv.Env,
   log: Logger = jsonLogger({ component: "orbax2reg-job" }),
-  options: JobOptions = {},
+  options: RunOptions = {},
 ): Promise<number> {
   const started = Date.now();
   const progress = isPhase(phase) ? new Progress(phase, env, started, log, options) : undefined;
+  const { stop } = options;
   try {
     if (!isPhase(phase) || progress === undefined)
       throw new UsageError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
+    stop?.throwIfAborted();
     progress.write();
-    await runPhase(phase, env, log, started, progress);
+    const work = runPhase(phase, env, log, started, progress, stop);
+    if (stop !== undefined) {
+      work.catch(() => {}); // once stopped, how the abandoned work ends is nobody's concern
+      await Promise.race([work, stopped(stop)]);
+    } else await work;
     await progress.finish("succeeded", null);
     return 0;
   } catch (e) {
+    if (stop?.aborted) {
+      // Whoever stopped the task has said so in the log (main's one line); the record says so too.
+      const reason = stop.reason instanceof Error ? stop.reason : new StoppedError("stopped");
+      await within(STOP_RECORD_MS, progress?.finish("stopped", reason));
+      return EXIT_STOPPED;
+    }
     // Bad input is permanent (exit 2: retrying cannot help); anything else may be transient (exit 1).
     const err = e as Error;
     const permanent = e instanceof Orbax2RegError;
@@ -62,6 +98,33 @@ export async function main(argv: readonly string[]): Promise<void> {
     log.error("the phase stopped while still waiting for an operation to finish", { phase, permanent: false });
     process.exitCode = 1;
   });
-  process.exitCode = await runJob(phase, process.env, log);
+  // Cloud Run stops a task with SIGTERM (https://cloud.google.com/run/docs/container-contract), which Node,
+  // as PID 1 without a handler, would ignore until the SIGKILL 10 s later: no log line, the record left
+  // "running". Once: a second SIGTERM ends the process at once.
+  const stop = new AbortController();
+  process.once("SIGTERM", () => {
+    const why = "SIGTERM: the job execution was cancelled or the task ran past its timeout";
+    log.warn(`stopping (${why}); work in flight is abandoned, nothing is committed`, { phase, permanent: false });
+    stop.abort(new StoppedError(`stopped by ${why}`));
+  });
+  const code = await runJob(phase, process.env, log, { stop: stop.signal });
   settled = true;
+  // Stopped: the abandoned work may still hold requests and timers; exit now rather than when they end.
+  if (code === EXIT_STOPPED) process.exit(code);
+  process.exitCode = code;
+}
+
+/** Rejects with the signal's reason once it is aborted. */
+function stopped(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    if (signal.aborted) reject(signal.reason);
+    else signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+  });
+}
+
+/** Waits for `work`, but no longer than `ms`. */
+async function within(ms: number, work: Promise<void> | undefined): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
 }

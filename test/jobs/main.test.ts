@@ -274,6 +274,18 @@ describe("progress records", () => {
     expect(reportsOf("f1")).toEqual(["permanent.task-0.attempt-0.json"]);
   });
 
+  test("a task told to stop exits 143 with its record marked stopped, and leaves no failure report", async () => {
+    expect(await runJob("plan", env(), log())).toBe(0);
+    const { seen, options } = watch();
+    const stop = new AbortController();
+    stop.abort(new Error("stopped by SIGTERM"));
+    expect(await runJob("finalize", env({ ORBAX2REG_ATTEMPT: "s1" }), log(), { ...options, stop: stop.signal })).toBe(143);
+    expect(seen.map((s) => s.record.state)).toEqual(["stopped"]);
+    expect(readJson<ProgressRecord>(progressKey("finalize", null, 0))).toMatchObject({ state: "stopped", error: "stopped by SIGTERM" });
+    expect(existsSync(join(destination, tiny.stepDir, "index"))).toBe(false);
+    expect(reportsOf("s1")).toEqual([]);
+  });
+
   test("the record names the full Cloud Run execution when project, region, job and execution are all known", async () => {
     expect(await runJob("plan", env(), log())).toBe(0);
     expect(

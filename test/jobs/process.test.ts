@@ -2,10 +2,11 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
+import { type ProgressRecord, progressKey } from "../../src/cloud/job-reports.js";
 import { jsonLogger } from "../../src/cloud/log.js";
-import { type FaultProxy, isDownload, startFaultProxy } from "../faults/proxy.js";
+import { type FaultProxy, isDownload, isListing, startFaultProxy } from "../faults/proxy.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
-import { newBucket, uploadDir } from "../helpers/gcs.js";
+import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 
 // The job as Cloud Run runs it: `node dist/jobs/main.js PHASE` in a process of its own (built by the global
 // setup), against fake-gcs-server behind the fault proxy, which can hold a conversion mid-way.
@@ -59,26 +60,45 @@ afterAll(async () => {
   removeScratch();
 });
 
+const quiet = jsonLogger({}, () => {});
+const baseEnv = (destination: string) => ({
+  ORBAX2REG_SOURCE: `gs://${src}/run/${tiny.stepDir}`,
+  ORBAX2REG_DESTINATION: destination,
+  ORBAX2REG_STEP: "100",
+  // A held request is never given up on while the test runs: whatever ends the job, it is not a timeout.
+  ORBAX2REG_GCS_STALL_MS: "600000",
+});
+const fromSource = (method: string, url: string) => isDownload(method, url) && url.includes(`/b/${src}/o/`);
+
 /**
- * A step planned into `destination`, and a convert-group task of it whose reads of the source hang until
- * the proxy closes: a job process caught mid-conversion.
+ * A job process of `phase` against `destination`, through a proxy that holds every request `held` matches
+ * until it closes; resolves once the job has sent one: a job caught mid-phase (its SIGTERM handler is in
+ * place before its first request).
  */
-async function heldConversion(destination: string, env: Record<string, string> = {}): Promise<Job> {
-  const base = { ORBAX2REG_SOURCE: `gs://${src}/run/${tiny.stepDir}`, ORBAX2REG_DESTINATION: destination, ORBAX2REG_STEP: "100" };
-  expect(
-    await runJob(
-      "plan",
-      base,
-      jsonLogger({}, () => {}),
-    ),
-  ).toBe(0);
-  const fromSource = (method: string, url: string) => isDownload(method, url) && url.includes(`/b/${src}/o/`);
-  proxy = await startFaultProxy({ upstream: inject("gcsEndpoint"), rules: [{ match: fromSource, fault: "stall-headers" }] });
-  const job = startJob("convert-group", { ...base, ORBAX2REG_GCS_ENDPOINT: proxy.url, ORBAX2REG_GROUP: "0", ...env });
+async function heldJob(
+  phase: string,
+  destination: string,
+  held: (method: string, url: string) => boolean,
+  env: Record<string, string> = {},
+) {
+  proxy = await startFaultProxy({ upstream: inject("gcsEndpoint"), rules: [{ match: held, fault: "stall-headers" }] });
+  const job = startJob(phase, { ...baseEnv(destination), ORBAX2REG_GCS_ENDPOINT: proxy.url, ...env });
   running.push(job);
-  await until(() => proxy.log.some((r) => fromSource(r.method, r.url)));
+  await until(() => proxy.log.some((r) => held(r.method, r.url)));
   return job;
 }
+
+/** A step planned into `destination`, and a convert-group task of it whose reads of the source hang. */
+async function heldConversion(destination: string, env: Record<string, string> = {}): Promise<Job> {
+  expect(await runJob("plan", baseEnv(destination), quiet)).toBe(0);
+  return heldJob("convert-group", destination, fromSource, { ORBAX2REG_GROUP: "0", ...env });
+}
+
+const object = async (name: string): Promise<Buffer | undefined> => {
+  const file = emulatorStorage().bucket(dst).file(name);
+  return (await file.exists())[0] ? (await file.download())[0] : undefined;
+};
+const record = async (root: string, key: string) => JSON.parse(String(await object(`${root}/${tiny.stepDir}/${key}`))) as ProgressRecord;
 
 const threads = (pid: number) => readdirSync(`/proc/${pid}/task`).length;
 
@@ -89,5 +109,34 @@ describe.skipIf(!existsSync("/proc/self/task"))("the job process", () => {
     await proxy.close();
     const four = threads((await heldConversion(scratch("threads"), { UV_THREADPOOL_SIZE: "4" }).then((j) => j.child.pid)) as number);
     expect(sixteen - four).toBe(12);
+  });
+
+  test("stopped by SIGTERM mid-conversion: one log line, its record marked stopped, exit 143 without waiting for the held request", async () => {
+    const job = await heldConversion(`gs://${dst}/sigterm-group`);
+    job.child.kill("SIGTERM");
+    expect(await job.exited).toEqual({ code: 143, signal: null });
+    expect(job.lines.filter((l) => l.severity !== "INFO")).toEqual([
+      expect.objectContaining({ severity: "WARNING", message: expect.stringMatching(/^stopping \(SIGTERM/), phase: "convert-group" }),
+    ]);
+    expect(await record("sigterm-group", progressKey("convert-group", 0, 0))).toMatchObject({
+      state: "stopped",
+      error: expect.stringMatching(/SIGTERM/),
+    });
+    expect(await object(`sigterm-group/${tiny.stepDir}/index`)).toBeUndefined();
+  });
+
+  test("stopped by SIGTERM while finalizing: no index; a later finalize commits the step", async () => {
+    const destination = `gs://${dst}/sigterm-finalize`;
+    expect(await runJob("plan", baseEnv(destination), quiet)).toBe(0);
+    expect(await runJob("convert-group", { ...baseEnv(destination), ORBAX2REG_GROUP: "0" }, quiet)).toBe(0);
+    // Finalize lists the step to check it is complete before committing: that listing is held.
+    const job = await heldJob("finalize", destination, (method, url) => isListing(method, url) && url.includes("sigterm-finalize"));
+    job.child.kill("SIGTERM");
+    expect(await job.exited).toEqual({ code: 143, signal: null });
+    expect(await record("sigterm-finalize", progressKey("finalize", null, 0))).toMatchObject({ state: "stopped" });
+    expect(await object(`sigterm-finalize/${tiny.stepDir}/index`)).toBeUndefined();
+
+    expect(await runJob("finalize", baseEnv(destination), quiet)).toBe(0);
+    expect(await object(`sigterm-finalize/${tiny.stepDir}/index`)).toBeDefined();
   });
 });
