@@ -1,7 +1,15 @@
 import { openStore } from "../store/open.js";
 import { joinKey, type Store } from "../store/store.js";
 import { cloudRunTask, type Env } from "./env.js";
-import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey, recordedGroup, recordedStepDir } from "./job-reports.js";
+import {
+  cloudRunExecutionName,
+  type JobPhase,
+  type ProgressRecord,
+  progressKey,
+  recordedGroup,
+  recordedStepDir,
+  recordStoreOptions,
+} from "./job-reports.js";
 import type { Logger } from "./log.js";
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
@@ -28,8 +36,9 @@ function keyOf(phase: JobPhase, group: number | null, task: number): string | un
 
 /**
  * This task's progress record (job-reports.ts), kept up to date in the destination step. Best effort: a
- * failed write is logged and never fails the job. Writes are chained, so they land in order and the final
- * one (awaited before the job exits) is the one that stays.
+ * failed write (retried for RECORD_RETRY_DEADLINE_MS, not the phase's minutes) is logged and never fails
+ * the job. Writes are chained, so they land in order and the final one (awaited before the job exits) is
+ * the one that stays.
  */
 export class Progress {
   private readonly record: Mutable<ProgressRecord>;
@@ -96,7 +105,7 @@ export class Progress {
     const destination = this.destination;
     this.chain = this.chain.then(async () => {
       try {
-        this.store ??= openStore(destination);
+        this.store ??= openStore(destination, recordStoreOptions());
         await (await this.store).write(key, encodeJson(snapshot));
         this.options.onProgress?.(key, snapshot);
       } catch (w) {

@@ -1,5 +1,5 @@
 import { Orbax2RegError, UsageError } from "../errors.js";
-import { retryStats } from "../store/retry.js";
+import { observeRetries, type RetryNotice, retryStats } from "../store/retry.js";
 import type * as fromEnv from "./env.js";
 import { jobLogFields, runPhase } from "./job-phases.js";
 import { type JobOptions, Progress } from "./job-progress.js";
@@ -53,6 +53,7 @@ export async function runJob(
   const started = Date.now();
   const progress = isPhase(phase) ? new Progress(phase, env, started, log, options) : undefined;
   const { stop } = options;
+  const unobserve = observeRetries(retryWarnings(log.with({ phase })));
   try {
     if (!isPhase(phase) || progress === undefined)
       throw new UsageError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
@@ -76,10 +77,41 @@ export async function runJob(
     const err = e as Error;
     const permanent = e instanceof Orbax2RegError;
     log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000, storageRetries: retryStats() });
-    if (isPhase(phase)) await reportFailure(env, phase, err, permanent, log);
-    await progress?.finish("failed", err);
+    // Side by side, each within its own short deadline (job-reports.ts, RECORD_RETRY_DEADLINE_MS).
+    await Promise.all([isPhase(phase) ? reportFailure(env, phase, err, permanent, log) : undefined, progress?.finish("failed", err)]);
     return permanent ? 2 : 1;
+  } finally {
+    unobserve();
   }
+}
+
+/** Retry warnings after the first: at most one line per this interval, counting the retries between. */
+export const RETRY_WARNING_EVERY_MS = 60_000;
+
+/**
+ * Storage retries are silent (a phase retries each request for up to 2 minutes, src/store/retry.ts): a
+ * task whose storage is unreachable would say nothing for minutes. The first failed attempt is logged at
+ * once, at WARNING, then at most one line a minute while requests keep failing.
+ */
+function retryWarnings(log: Logger): (n: RetryNotice) => void {
+  let lastWarning: number | undefined;
+  let since = 0;
+  return (n) => {
+    since++;
+    const now = Date.now();
+    if (lastWarning !== undefined && now - lastWarning < RETRY_WARNING_EVERY_MS) return;
+    const first = lastWarning === undefined;
+    log.warn(first ? `storage request failed; retrying: ${n.message}` : `storage requests still failing; retrying: ${n.message}`, {
+      what: n.what,
+      path: n.path,
+      kind: n.kind,
+      retry: n.retry,
+      retryForSeconds: n.deadlineMs / 1000,
+      ...(first ? {} : { retriesSinceLastWarning: since }),
+    });
+    lastWarning = now;
+    since = 0;
+  };
 }
 
 /** The job process: `node dist/jobs/main.js PHASE`, the environment as the workflow and Cloud Run set it. */

@@ -7,6 +7,7 @@ import { jsonLogger } from "../../src/cloud/log.js";
 import { type FaultProxy, isDownload, isListing, startFaultProxy } from "../faults/proxy.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { freePort } from "../helpers/servers.js";
 
 // The job as Cloud Run runs it: `node dist/jobs/main.js PHASE` in a process of its own (built by the global
 // setup), against fake-gcs-server behind the fault proxy, which can hold a conversion mid-way.
@@ -138,5 +139,34 @@ describe.skipIf(!existsSync("/proc/self/task"))("the job process", () => {
 
     expect(await runJob("finalize", baseEnv(destination), quiet)).toBe(0);
     expect(await object(`sigterm-finalize/${tiny.stepDir}/index`)).toBeDefined();
+  });
+
+  test("with storage unreachable, the first failed attempt is a WARNING at once; the report and record writes give up too", async () => {
+    // Nothing listens on the port: every request is refused, and retried until the (shortened) deadline.
+    const unreachable = `http://127.0.0.1:${await freePort()}`;
+    const job = startJob("plan", {
+      ...baseEnv("gs://nowhere/regular"),
+      ORBAX2REG_GCS_ENDPOINT: unreachable,
+      ORBAX2REG_GCS_RETRY_DEADLINE_MS: "2000",
+      ORBAX2REG_ATTEMPT: "u1",
+    });
+    running.push(job);
+    expect(await job.exited).toEqual({ code: 1, signal: null });
+    expect(job.lines[0]).toMatchObject({
+      severity: "WARNING",
+      message: expect.stringMatching(/^storage request failed; retrying: connection failed/),
+      phase: "plan",
+      kind: "refused",
+      retry: 1,
+      retryForSeconds: 2,
+    });
+    // Many retries, one line for them (the next would come a minute later).
+    const error = job.lines.find((l) => l.severity === "ERROR") as { message: string; storageRetries: { retries: number } };
+    expect(error.message).toMatch(/failed after \d+ attempts/);
+    expect(error.storageRetries.retries).toBeGreaterThan(1);
+    expect(job.lines.filter((l) => String(l.message).includes("retrying"))).toHaveLength(1);
+    const gaveUp = job.lines.filter((l) => l.severity === "WARNING").map((l) => l.message);
+    expect(gaveUp).toContain("could not write the failure report");
+    expect(gaveUp).toContain("could not write the progress record");
   });
 });
