@@ -1,26 +1,45 @@
 # The one image for the three Cloud Run jobs (terraform/modules/orbax2reg/jobs.tf runs
 # `node dist/jobs/main.js plan|convert-group|finalize` in it).
 #   docker build -t REGION-docker.pkg.dev/PROJECT/orbax2reg/orbax2reg:$(git rev-parse --short HEAD) .
+# Needs no internet access beyond the package registries (npm, Debian).
 
 ARG NODE_IMAGE=node:22-bookworm-slim
 
-# Build stage: compiles TypeScript and the native zstd addon, then drops the dev dependencies.
+# Build stage: compiles TypeScript and the native zstd addon, then keeps only what the jobs load.
 FROM ${NODE_IMAGE} AS build
-# zstd-napi compiles with node-gyp.
+# zstd-napi compiles with node-gyp (python3, make, g++ from Debian's packages).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
 # --ignore-scripts: the package's own `prepare` needs the sources copied below; the addon is built explicitly.
-RUN npm ci --ignore-scripts --no-audit --no-fund && npm rebuild zstd-napi
+# From source, against the base image's own Node headers (/usr/local/include/node): its install script would
+# otherwise fetch a prebuilt binary from github.com and then node-gyp would fetch the headers from nodejs.org,
+# so a builder without internet access (a private Cloud Build pool, a VPC-SC perimeter) could not build it.
+# Only the package registries (npm, Debian) are needed.
+RUN npm ci --ignore-scripts --no-audit --no-fund \
+ && npm_config_build_from_source=true npm_config_nodedir=/usr/local npm rebuild zstd-napi
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY jobs ./jobs
-COPY functions ./functions
-RUN npx tsc -p tsconfig.build.json && npm prune --omit=dev --no-audit --no-fund
+COPY scripts/image-deps.mjs ./scripts/
+# No source maps or declarations: nothing at run time reads them. Then only the dependencies the jobs'
+# code imports (scripts/image-deps.mjs: not the CLI's nor the trigger function's, functions-framework and
+# express), and of those nothing that is only for compilers and editors (*.d.ts, source maps, @types) or left
+# by the addon's build (its objects, the zstd sources it compiled; their licences stay).
+RUN npx tsc -p tsconfig.build.json --sourceMap false --declaration false \
+ && node scripts/image-deps.mjs --write \
+ && npm prune --omit=dev --no-audit --no-fund \
+ && rm -rf node_modules/@types node_modules/zstd-napi/src \
+ && find node_modules -type f \( -name '*.map' -o -name '*.d.ts' -o -name '*.d.cts' -o -name '*.d.mts' \) -delete \
+ && find node_modules/zstd-napi/build -mindepth 1 -maxdepth 1 ! -name Release -exec rm -rf {} + \
+ && find node_modules/zstd-napi/build/Release -mindepth 1 -maxdepth 1 ! -name binding.node -exec rm -rf {} + \
+ && find node_modules/zstd-napi/deps -type f ! -name 'LICENSE*' ! -name 'COPYING*' -delete \
+ && find node_modules -mindepth 1 -type d -empty -delete \
+ && node -e 'require("zstd-napi")' && node --input-type=module -e 'await import("./dist/src/cloud/job-run.js")'
 
-# Runtime stage: compiled code and production dependencies only, run as the unprivileged `node` user.
+# Runtime stage: compiled code and the dependencies it loads, run as the unprivileged `node` user.
 FROM ${NODE_IMAGE}
 ENV NODE_ENV=production
 WORKDIR /app

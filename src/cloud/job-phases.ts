@@ -16,19 +16,40 @@ import { pruneAfterFinalize, retentionFromEnv } from "./retention.js";
 import { jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix, type WorkflowArgument } from "./workflow-argument.js";
 
 /**
- * What each Cloud Run job phase does (jobs/main.ts runs one and reports how it ended): read its settings from
+ * What each Cloud Run job phase does (src/cloud/job-run.ts runs one and reports how it ended): read its settings from
  * the environment (src/cloud/env.ts), call the engine the CLI uses, and log single-line JSON for Cloud Logging.
  */
 
 const PROGRESS_EVERY_MS = 5000;
+
+/**
+ * What every log line of a job carries: the workflow passes its execution name so every line of a conversion
+ * can be found from it, and the id of this job execution (the failure reports' key) so its lines can be told
+ * from a retry's.
+ */
+export function jobLogFields(env: Env): Record<string, string> {
+  const execution = fromEnv.optionalString(env, "ORBAX2REG_EXECUTION", "");
+  const attempt = fromEnv.optionalString(env, "ORBAX2REG_ATTEMPT", "");
+  return { ...(execution ? { execution } : {}), ...(attempt ? { attempt } : {}) };
+}
 
 /** Steps, groups: any whole number Number() holds exactly (the engine says which exist). */
 const WHOLE = { min: 0, max: Number.MAX_SAFE_INTEGER } as const;
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 
-/** Runs `phase` with the settings in `env`; throws what failed (an Orbax2RegError when retrying cannot help). */
-export async function runPhase(phase: JobPhase, env: Env, log: Logger, started: number, progress: Progress): Promise<void> {
+/**
+ * Runs `phase` with the settings in `env`; throws what failed (an Orbax2RegError when retrying cannot help).
+ * Once `stop` is aborted, finalize no longer commits (the index is not written).
+ */
+export async function runPhase(
+  phase: JobPhase,
+  env: Env,
+  log: Logger,
+  started: number,
+  progress: Progress,
+  stop?: AbortSignal,
+): Promise<void> {
   const destination = fromEnv.requiredString(env, "ORBAX2REG_DESTINATION");
   // Optional for plan (then the source's latest committed step); the other phases require it below.
   const knownStep = fromEnv.optionalInteger(env, "ORBAX2REG_STEP", WHOLE);
@@ -76,7 +97,11 @@ export async function runPhase(phase: JobPhase, env: Env, log: Logger, started: 
   }
   if (phase === "finalize") {
     const retention = retentionFromEnv(env); // checked before committing: a bad setting fails with nothing committed
-    const report = await finalizePhase(destination, step, stopIfRunCancelled);
+    const report = await finalizePhase(destination, step, async () => {
+      stop?.throwIfAborted();
+      await stopIfRunCancelled();
+      stop?.throwIfAborted(); // checked again after the round trip: the index comes next
+    });
     await pruneAfterFinalize(retention, destination, step, log); // older converted steps; never fails the job
     progress.set({ objects: report.objects, objectsDone: report.objects });
     log.info("checkpoint committed", {

@@ -1,7 +1,15 @@
 import { openStore } from "../store/open.js";
 import { joinKey, type Store } from "../store/store.js";
 import { cloudRunTask, type Env } from "./env.js";
-import { cloudRunExecutionName, type JobPhase, type ProgressRecord, progressKey, recordedGroup, recordedStepDir } from "./job-reports.js";
+import {
+  cloudRunExecutionName,
+  type JobPhase,
+  type ProgressRecord,
+  progressKey,
+  recordedGroup,
+  recordedStepDir,
+  recordStoreOptions,
+} from "./job-reports.js";
 import type { Logger } from "./log.js";
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
@@ -28,8 +36,9 @@ function keyOf(phase: JobPhase, group: number | null, task: number): string | un
 
 /**
  * This task's progress record (job-reports.ts), kept up to date in the destination step. Best effort: a
- * failed write is logged and never fails the job. Writes are chained, so they land in order and the final
- * one (awaited before the job exits) is the one that stays.
+ * failed write (retried for RECORD_RETRY_DEADLINE_MS, not the phase's minutes) is logged and never fails
+ * the job. Writes are chained, so they land in order and the final one (awaited before the job exits) is
+ * the one that stays.
  */
 export class Progress {
   private readonly record: Mutable<ProgressRecord>;
@@ -39,6 +48,8 @@ export class Progress {
   private store: Promise<Store> | undefined;
   private chain: Promise<void> = Promise.resolve();
   private lastWrite = 0;
+  /** Set by finish(): nothing is written after the last record (a phase left running after a stop may still report progress). */
+  private finished = false;
 
   constructor(
     phase: JobPhase,
@@ -86,6 +97,7 @@ export class Progress {
 
   /** Writes now (not awaited). */
   write(): void {
+    if (this.finished) return;
     if (this.key === undefined || this.destination === undefined || this.stepDir === undefined) return;
     this.lastWrite = Date.now();
     const snapshot: ProgressRecord = { ...this.record, updatedAt: new Date(this.lastWrite).toISOString() };
@@ -93,7 +105,7 @@ export class Progress {
     const destination = this.destination;
     this.chain = this.chain.then(async () => {
       try {
-        this.store ??= openStore(destination);
+        this.store ??= openStore(destination, recordStoreOptions());
         await (await this.store).write(key, encodeJson(snapshot));
         this.options.onProgress?.(key, snapshot);
       } catch (w) {
@@ -109,11 +121,16 @@ export class Progress {
     if (Date.now() - this.lastWrite >= (this.options.progressEveryMs ?? PROGRESS_WRITE_EVERY_MS)) this.write();
   }
 
-  /** The last write: succeeded or failed (with the error's first line). Resolves once it has landed or failed. */
-  async finish(state: "succeeded" | "failed", error: Error | null): Promise<void> {
+  /**
+   * The last write: succeeded, failed or stopped (with the error's first line). Resolves once it has landed
+   * or failed; later writes are dropped.
+   */
+  async finish(state: "succeeded" | "failed" | "stopped", error: Error | null): Promise<void> {
+    if (this.finished) return this.chain;
     this.record.state = state;
     this.record.error = error === null ? null : (error.message.split("\n")[0] ?? "");
     this.write();
+    this.finished = true;
     await this.chain;
   }
 }

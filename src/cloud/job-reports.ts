@@ -1,6 +1,9 @@
 import { WORK_DIR } from "../convert/plan-format.js";
 import { stepDirName } from "../orbax/step.js";
+import type { GcsOptions } from "../store/gcs.js";
+import { defaultTimeouts } from "../store/http.js";
 import { openStore } from "../store/open.js";
+import { defaultRetryPolicy } from "../store/retry.js";
 import { joinKey } from "../store/store.js";
 import { cloudRunTask, type Env } from "./env.js";
 import type { Logger } from "./log.js";
@@ -159,7 +162,8 @@ export interface ProgressRecord {
   readonly workflowExecution: string | null;
   /** Full Cloud Run execution name projects/P/locations/R/jobs/J/executions/E when known, else null. */
   readonly execution: string | null;
-  readonly state: "running" | "succeeded" | "failed";
+  /** "stopped": told to stop (SIGTERM: its execution was cancelled, or the task ran past its timeout). */
+  readonly state: "running" | "succeeded" | "failed" | "stopped";
   /**
    * Objects and bytes of this task's work, and how many are done (skipped as already present counts as
    * done). Totals are null when unknown: always for plan, and for convert-group until its share is done
@@ -208,10 +212,30 @@ function reportTarget(env: Env, phase: JobPhase): { location: string; under: str
 }
 
 /**
+ * How long a record write (a failure report, a progress record) keeps retrying, and how long one of its
+ * requests may make no progress. Short, unlike the phase's own 2 minutes: these are small best-effort
+ * objects, and they are written after a phase failed, often because storage itself is unreachable; with the
+ * phase's deadline each would add 2 minutes more before the task exits (and Cloud Run and the workflow retry
+ * it). A shorter ORBAX2REG_GCS_RETRY_DEADLINE_MS / ORBAX2REG_GCS_STALL_MS shortens them too.
+ */
+export const RECORD_RETRY_DEADLINE_MS = 10_000;
+export const RECORD_STALL_MS = 5_000;
+
+/** The storage options of record writes: the defaults, bounded by RECORD_RETRY_DEADLINE_MS and RECORD_STALL_MS. */
+export function recordStoreOptions(): GcsOptions {
+  const retry = defaultRetryPolicy();
+  return {
+    retry: { ...retry, deadlineMs: Math.min(retry.deadlineMs, RECORD_RETRY_DEADLINE_MS) },
+    timeouts: { stallMs: Math.min(defaultTimeouts().stallMs, RECORD_STALL_MS) },
+  };
+}
+
+/**
  * Leaves the failure report of a job task under a key of its own (this execution, this task, this task
  * attempt): reports are never shared, so none is deleted or overwritten by another task or a later run.
- * Best effort: the destination itself may be what failed; the job's log line still tells the story, and the
- * workflow treats a failure without a report as transient (retried a bounded number of times).
+ * Best effort, within RECORD_RETRY_DEADLINE_MS: the destination itself may be what failed; the job's log
+ * line still tells the story, and the workflow treats a failure without a report as transient (retried a
+ * bounded number of times).
  */
 export async function reportFailure(env: Env, phase: JobPhase, err: Error, permanent: boolean, log: Logger): Promise<void> {
   const target = reportTarget(env, phase);
@@ -237,7 +261,7 @@ export async function reportFailure(env: Env, phase: JobPhase, err: Error, perma
   };
   const key = failureKey(target.attempt, report, target.under);
   try {
-    await (await openStore(target.location)).write(key, new TextEncoder().encode(JSON.stringify(report)));
+    await (await openStore(target.location, recordStoreOptions())).write(key, new TextEncoder().encode(JSON.stringify(report)));
   } catch (w) {
     log.warn("could not write the failure report", { key, error: (w as Error).message });
   }

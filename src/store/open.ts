@@ -2,6 +2,7 @@ import { realpath } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { UsageError } from "../errors.js";
+import type { GcsOptions } from "./gcs.js";
 import { LocalStore } from "./local.js";
 import type { Store } from "./store.js";
 
@@ -35,13 +36,13 @@ export function parseLocation(location: string): Location {
 /**
  * A store for a location: `gs://bucket/prefix`, `file:///abs/path`, or a plain local path. The GCS client
  * is loaded only when a gs:// location is used (it adds a quarter second to every start otherwise).
- * GcsStore always receives the canonical prefix (see parseLocation).
+ * GcsStore always receives the canonical prefix (see parseLocation); `gcs` sets its retries and timeouts.
  */
-export async function openStore(location: string): Promise<Store> {
+export async function openStore(location: string, gcs?: GcsOptions): Promise<Store> {
   const at = parseLocation(location);
   if (at.kind === "local") return new LocalStore(at.path, at.url);
-  const { GcsStore } = await import("./gcs.js");
-  return new GcsStore(at.bucket, at.prefix, at.url);
+  const { GcsStore, storageClient } = await import("./gcs.js");
+  return gcs === undefined ? new GcsStore(at.bucket, at.prefix, at.url) : new GcsStore(at.bucket, at.prefix, at.url, storageClient(), gcs);
 }
 
 /**

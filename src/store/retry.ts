@@ -61,6 +61,32 @@ export function resetRetryStats(): void {
   stats.gaveUp = 0;
 }
 
+/** One failed attempt that is about to be retried. */
+export interface RetryNotice {
+  /** What was attempted ("upload", "listing", ...) and on which object. */
+  readonly what: string;
+  readonly path: string;
+  /** The failure's kind (as in RetryStats.byKind) and message. */
+  readonly kind: string;
+  readonly message: string;
+  /** Which retry this is for the operation (1 after its first failure). */
+  readonly retry: number;
+  /** The wait before it, and how long the operation keeps retrying in all (the policy's deadline). */
+  readonly delayMs: number;
+  readonly deadlineMs: number;
+}
+
+const observers = new Set<(n: RetryNotice) => void>();
+
+/**
+ * Calls `observer` on every retry in this process (the jobs log the first at once: retries are otherwise
+ * silent until the deadline, minutes later). Returns the function that stops it.
+ */
+export function observeRetries(observer: (n: RetryNotice) => void): () => void {
+  observers.add(observer);
+  return () => observers.delete(observer);
+}
+
 /**
  * The attempts of one operation. Usage: `for (const r = new Attempts(...); ; ) try { ...; return } catch (e)
  * { await r.failed(e) }`. failed() rethrows what is not transient, gives up with a StorageIoError naming the
@@ -94,6 +120,16 @@ export class Attempts {
     this.retries++;
     stats.retries++;
     stats.byKind[e.kind] = (stats.byKind[e.kind] ?? 0) + 1;
+    const notice = {
+      what: this.what,
+      path: this.path,
+      kind: e.kind,
+      message: e.message,
+      retry: this.retries,
+      delayMs: Math.round(delay),
+      deadlineMs: this.policy.deadlineMs,
+    };
+    for (const o of observers) o(notice);
     await new Promise((resolve) => setTimeout(resolve, delay));
   }
 

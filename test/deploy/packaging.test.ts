@@ -52,6 +52,32 @@ describe("the job image", () => {
     expect(copied).toEqual(["/app/package.json", "/app/node_modules", "/app/dist"]);
   });
 
+  test("builds the native addon from source against the base image's own Node headers, downloading nothing", () => {
+    // Without these, zstd-napi's install fetches a prebuilt binary (github.com) and node-gyp Node's headers (nodejs.org).
+    const rebuild = build?.find((l) => /npm rebuild zstd-napi/.test(l));
+    expect(rebuild).toMatch(/npm_config_build_from_source=true npm_config_nodedir=\/usr\/local npm rebuild zstd-napi/);
+  });
+
+  test("ships only the dependencies the jobs' code imports, not the CLI's or the trigger function's", () => {
+    const r = spawnSync(process.execPath, ["scripts/image-deps.mjs"], { encoding: "utf8" });
+    expect(r.status).toBe(0);
+    const kept = r.stdout.trim().split("\n");
+    expect(kept).toEqual(expect.arrayContaining(["@google-cloud/storage", "zstd-napi", "fzstd", "@node-rs/crc32"]));
+    for (const other of ["@google-cloud/functions-framework", "commander", "cli-progress", "@google-cloud/run"])
+      expect(kept).not.toContain(other);
+    expect(kept.every((p) => p in pkg.dependencies)).toBe(true);
+    // The list replaces package.json's dependencies before the prune, which then removes the rest.
+    const step = build?.find((l) => /npm prune --omit=dev/.test(l)) ?? "";
+    expect(step.indexOf("node scripts/image-deps.mjs --write")).toBeGreaterThan(-1);
+    expect(step.indexOf("node scripts/image-deps.mjs --write")).toBeLessThan(step.indexOf("npm prune --omit=dev"));
+  });
+
+  test("leaves out source maps and declarations, of the code and of its dependencies", () => {
+    const step = build?.find((l) => /npx tsc -p tsconfig.build.json/.test(l)) ?? "";
+    expect(step).toMatch(/tsc -p tsconfig.build.json --sourceMap false --declaration false/);
+    expect(step).toMatch(/find node_modules -type f .*-name '\*\.map' -o -name '\*\.d\.ts'.* -delete/);
+  });
+
   test("runs as a non-root user", () => {
     const user = runtime?.filter((l) => l.startsWith("USER ")).at(-1);
     expect(user).toBeDefined();

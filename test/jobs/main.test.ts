@@ -11,9 +11,12 @@ import {
   PROGRESS_PREFIX,
   type ProgressRecord,
   progressKey,
+  RECORD_RETRY_DEADLINE_MS,
+  RECORD_STALL_MS,
   RUN_ARGUMENT_KEY,
   RUN_PLAN_KEY,
   type RunPlan,
+  recordStoreOptions,
   runDirKey,
   SUMMARY_KEY,
 } from "../../src/cloud/job-reports.js";
@@ -274,6 +277,18 @@ describe("progress records", () => {
     expect(reportsOf("f1")).toEqual(["permanent.task-0.attempt-0.json"]);
   });
 
+  test("a task told to stop exits 143 with its record marked stopped, and leaves no failure report", async () => {
+    expect(await runJob("plan", env(), log())).toBe(0);
+    const { seen, options } = watch();
+    const stop = new AbortController();
+    stop.abort(new Error("stopped by SIGTERM"));
+    expect(await runJob("finalize", env({ ORBAX2REG_ATTEMPT: "s1" }), log(), { ...options, stop: stop.signal })).toBe(143);
+    expect(seen.map((s) => s.record.state)).toEqual(["stopped"]);
+    expect(readJson<ProgressRecord>(progressKey("finalize", null, 0))).toMatchObject({ state: "stopped", error: "stopped by SIGTERM" });
+    expect(existsSync(join(destination, tiny.stepDir, "index"))).toBe(false);
+    expect(reportsOf("s1")).toEqual([]);
+  });
+
   test("the record names the full Cloud Run execution when project, region, job and execution are all known", async () => {
     expect(await runJob("plan", env(), log())).toBe(0);
     expect(
@@ -296,6 +311,25 @@ describe("progress records", () => {
       ),
     ).toBe(0);
     expect(readJson<ProgressRecord>(progressKey("convert-group", 0, 1)).execution).toBeNull();
+  });
+
+  test("records and reports retry for seconds, not the phase's minutes, and no longer than a shorter configured deadline", () => {
+    const names = ["ORBAX2REG_GCS_RETRY_DEADLINE_MS", "ORBAX2REG_GCS_STALL_MS"] as const;
+    const saved = names.map((n) => process.env[n]);
+    try {
+      for (const n of names) delete process.env[n];
+      expect(recordStoreOptions()).toMatchObject({ retry: { deadlineMs: 10_000 }, timeouts: { stallMs: 5_000 } });
+      expect(RECORD_RETRY_DEADLINE_MS).toBeLessThanOrEqual(20_000);
+      expect(RECORD_STALL_MS).toBeLessThan(RECORD_RETRY_DEADLINE_MS);
+      process.env.ORBAX2REG_GCS_RETRY_DEADLINE_MS = "2000";
+      process.env.ORBAX2REG_GCS_STALL_MS = "1000";
+      expect(recordStoreOptions()).toMatchObject({ retry: { deadlineMs: 2000 }, timeouts: { stallMs: 1000 } });
+    } finally {
+      names.forEach((n, i) => {
+        if (saved[i] === undefined) delete process.env[n];
+        else process.env[n] = saved[i];
+      });
+    }
   });
 
   test("a progress record that cannot be written is logged and does not fail the job", async () => {

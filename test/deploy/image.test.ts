@@ -1,0 +1,206 @@
+import { spawn, spawnSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import { runJob } from "../../jobs/main.js";
+import { type ProgressRecord, progressKey, RUN_PLAN_KEY, type RunPlan, runDirKey } from "../../src/cloud/job-reports.js";
+import { jsonLogger } from "../../src/cloud/log.js";
+import { type FaultProxy, isDownload, startFaultProxy } from "../faults/proxy.js";
+import { runBin } from "../helpers/cli.js";
+import { fixtureCase } from "../helpers/convert.js";
+import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+
+// The job image, built from the Dockerfile and run as Cloud Run runs it: one container per task, as user
+// `node` on a read-only root, the command `node dist/jobs/main.js PHASE`, and the environment the workflow
+// and Cloud Run give it, against fake-gcs-server on loopback (host network). Needs a container engine
+// (ORBAX2REG_CONTAINER_ENGINE, default podman) that can run containers here, and the base image
+// (ORBAX2REG_IMAGE_BASE, default the Dockerfile's node:22-bookworm-slim); skipped, saying why, without them.
+
+const ENGINE = process.env.ORBAX2REG_CONTAINER_ENGINE || "podman";
+const BASE = process.env.ORBAX2REG_IMAGE_BASE || "node:22-bookworm-slim";
+const IMAGE = "localhost/orbax2reg:test";
+
+function unavailable(): string | undefined {
+  const version = spawnSync(ENGINE, ["--version"], { encoding: "utf8" });
+  if (version.error || version.status !== 0) return `no container engine ${JSON.stringify(ENGINE)} (ORBAX2REG_CONTAINER_ENGINE names one)`;
+  if (spawnSync(ENGINE, ["image", "inspect", BASE], { encoding: "utf8" }).status !== 0)
+    return `no base image ${BASE} here (ORBAX2REG_IMAGE_BASE names one)`;
+  const run = spawnSync(ENGINE, ["run", "--rm", "--network", "host", BASE, "true"], { encoding: "utf8" });
+  if (run.status !== 0) return `${ENGINE} cannot run a container here: ${run.stderr.trim().split("\n").at(-1)}`;
+  return undefined;
+}
+const skipped = unavailable();
+if (skipped !== undefined) process.stderr.write(`test/deploy/image.test.ts skipped: ${skipped}\n`);
+
+const tiny = fixtureCase("tiny");
+const WORKFLOW_EXECUTION = "projects/p1/locations/us-central1/workflows/orbax2reg-convert/executions/wf1";
+/** What terraform gives every job (jobs.tf: job_location_env), and finalize in addition. */
+const STATIC_ENV = { ORBAX2REG_PROJECT: "p1", ORBAX2REG_REGION: "us-central1" };
+const FINALIZE_ENV = { ORBAX2REG_EVENTS_TOPIC: "projects/p1/topics/orbax2reg-events" };
+
+type Env = Record<string, string>;
+interface Ran {
+  readonly code: number | null;
+  readonly lines: Record<string, unknown>[];
+  readonly stderr: string;
+}
+
+/** One task: a container of the image running `node dist/jobs/main.js PHASE`, as user node on a read-only root. */
+function runTask(phase: string, env: Env, name = `orbax2reg-test-${randomUUID().slice(0, 8)}`): Promise<Ran> {
+  const vars = Object.entries(env).flatMap(([k, v]) => ["--env", `${k}=${v}`]);
+  const args = ["run", "--rm", "--name", name, "--network", "host", "--user", "node", "--read-only", ...vars, IMAGE];
+  const child = spawn(ENGINE, [...args, "dist/jobs/main.js", phase]);
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => {
+    stdout += d;
+  });
+  child.stderr.on("data", (d) => {
+    stderr += d;
+  });
+  return new Promise((resolve) =>
+    child.on("close", (code) =>
+      resolve({
+        code,
+        stderr,
+        lines: stdout
+          .split("\n")
+          .filter((l) => l.startsWith("{"))
+          .map((l) => JSON.parse(l)),
+      }),
+    ),
+  );
+}
+
+/** A command's exit code and its output, both streams. */
+function run(command: string, args: string[]): Promise<{ code: number | null; output: string }> {
+  const child = spawn(command, args);
+  let output = "";
+  child.stdout.on("data", (d) => {
+    output += d;
+  });
+  child.stderr.on("data", (d) => {
+    output += d;
+  });
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, output })));
+}
+
+/** What Cloud Run sets in every task of a job execution (https://cloud.google.com/run/docs/container-contract#jobs-env-vars). */
+const cloudRun = (job: string, index: number, count: number): Env => ({
+  CLOUD_RUN_JOB: job,
+  CLOUD_RUN_EXECUTION: `${job}-${randomUUID().slice(0, 5)}`,
+  CLOUD_RUN_TASK_INDEX: String(index),
+  CLOUD_RUN_TASK_COUNT: String(count),
+  CLOUD_RUN_TASK_ATTEMPT: "0",
+});
+
+/** The workflow's own variables of a job execution (workflows/convert.yaml): its jobEnv, then the attempt id. */
+const asEnv = (vars: readonly { name: string; value: string }[]): Env => Object.fromEntries(vars.map((v) => [v.name, v.value]));
+
+describe.skipIf(skipped !== undefined)("the job image", () => {
+  let bucket: string;
+  const endpoint = () => ({ ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint") });
+  const object = async (name: string) => {
+    const file = emulatorStorage().bucket(bucket).file(name);
+    return (await file.exists())[0] ? (await file.download())[0] : undefined;
+  };
+
+  beforeAll(async () => {
+    // Niced: the machine's CPU is shared. Layers are cached, so an unchanged image builds in seconds. Not
+    // spawnSync: the test worker must keep answering vitest while the build runs.
+    const built = await run("nice", [ENGINE, "build", "--network", "host", "--build-arg", `NODE_IMAGE=${BASE}`, "-t", IMAGE, "."]);
+    if (built.code !== 0) throw new Error(`${ENGINE} build failed:\n${built.output.slice(-4000)}`);
+    bucket = await newBucket("image");
+    await uploadDir(tiny.location, bucket, `runs/exp/${tiny.stepDir}`);
+  }, 1_200_000);
+
+  test("plan, convert-group (2 groups × 2 tasks) and finalize, each a container, convert the step and verify passes", async () => {
+    const source = `gs://${bucket}/runs/exp/${tiny.stepDir}`;
+    const destination = `gs://${bucket}/runs/exp/regular`;
+    // The plan job as workflows/convert.yaml starts it: the execution's argument as given.
+    const plan = await runTask("plan", {
+      ...STATIC_ENV,
+      ...cloudRun("orbax2reg-plan", 0, 1),
+      ...endpoint(),
+      ORBAX2REG_ARGUMENT: JSON.stringify({ source, destination, groups: 2, tasks_per_group: 2 }),
+      ORBAX2REG_GROUPS: "8",
+      ORBAX2REG_RUN: `${destination}/${runDirKey("wf1")}`,
+      ORBAX2REG_DESTINATION: destination,
+      ORBAX2REG_EXECUTION: WORKFLOW_EXECUTION,
+      ORBAX2REG_ATTEMPT: randomUUID(),
+    });
+    expect(plan.code, plan.stderr).toBe(0);
+    const answer = JSON.parse(String(await object(`runs/exp/regular/${runDirKey("wf1")}${RUN_PLAN_KEY}`))) as RunPlan;
+    expect(answer).toMatchObject({ groups: 2, tasksPerGroup: 2, committed: false });
+
+    // Each group one job execution of tasksPerGroup tasks, run side by side as Cloud Run does.
+    for (let group = 0; group < answer.groups; group++) {
+      const attempt = randomUUID();
+      const tasks = await Promise.all(
+        Array.from({ length: answer.tasksPerGroup }, (_, task) =>
+          runTask("convert-group", {
+            ...STATIC_ENV,
+            ...cloudRun("orbax2reg-convert-group", task, answer.tasksPerGroup),
+            ...endpoint(),
+            ...asEnv(answer.jobEnv),
+            ORBAX2REG_GROUP: String(group),
+            ORBAX2REG_ATTEMPT: attempt,
+          }),
+        ),
+      );
+      for (const t of tasks) expect(t.code, t.stderr).toBe(0);
+    }
+
+    const finalize = await runTask("finalize", {
+      ...STATIC_ENV,
+      ...FINALIZE_ENV,
+      ...cloudRun("orbax2reg-finalize", 0, 1),
+      ...endpoint(),
+      ...asEnv(answer.jobEnv),
+      ORBAX2REG_ATTEMPT: randomUUID(),
+    });
+    expect(finalize.code, finalize.stderr).toBe(0);
+    expect(finalize.lines.at(-1)).toMatchObject({ severity: "INFO", message: "checkpoint committed", indexWritten: true });
+    expect(await object(`runs/exp/regular/${tiny.stepDir}/index`)).toBeDefined();
+
+    const verify = runBin(["verify", source, `${destination}/${tiny.stepDir}`]);
+    expect(verify.code, verify.stderr).toBe(0);
+    expect(verify.stdout).toMatch(/\b[1-9]\d* passed, 0 failed/);
+  }, 600_000);
+
+  describe("stopped", () => {
+    let proxy: FaultProxy | undefined;
+    afterAll(() => proxy?.close());
+
+    test("as PID 1 of its container, a convert-group task exits 143 on SIGTERM with its record marked stopped", async () => {
+      const destination = `gs://${bucket}/runs/exp/stopped`;
+      const env = {
+        ORBAX2REG_SOURCE: `gs://${bucket}/runs/exp/${tiny.stepDir}`,
+        ORBAX2REG_DESTINATION: destination,
+        ORBAX2REG_STEP: "100",
+      };
+      expect(
+        await runJob(
+          "plan",
+          env,
+          jsonLogger({}, () => {}),
+        ),
+      ).toBe(0);
+      // The source's reads are held: the task is caught mid-conversion.
+      const fromSource = (method: string, url: string) => isDownload(method, url) && url.includes(`/runs%2Fexp%2F${tiny.stepDir}%2F`);
+      proxy = await startFaultProxy({ upstream: inject("gcsEndpoint"), rules: [{ match: fromSource, fault: "stall-headers" }] });
+      const name = `orbax2reg-test-${randomUUID().slice(0, 8)}`;
+      const task = runTask(
+        "convert-group",
+        { ...STATIC_ENV, ...cloudRun("orbax2reg-convert-group", 0, 1), ...env, ORBAX2REG_GROUP: "0", ORBAX2REG_GCS_ENDPOINT: proxy.url },
+        name,
+      );
+      while (!proxy.log.some((r) => fromSource(r.method, r.url))) await new Promise((r) => setTimeout(r, 50));
+      expect(spawnSync(ENGINE, ["kill", "--signal", "TERM", name]).status).toBe(0);
+      const ran = await task;
+      expect(ran.code).toBe(143);
+      expect(ran.lines.filter((l) => l.severity !== "INFO").map((l) => l.message)).toEqual([expect.stringMatching(/^stopping \(SIGTERM/)]);
+      const record = JSON.parse(String(await object(`runs/exp/stopped/${tiny.stepDir}/${progressKey("convert-group", 0, 0)}`)));
+      expect(record as ProgressRecord).toMatchObject({ state: "stopped" });
+    }, 120_000);
+  });
+});
