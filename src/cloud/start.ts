@@ -2,7 +2,14 @@ import { ConflictError } from "../errors.js";
 import { stepDirName } from "../orbax/step.js";
 import type { Store } from "../store/store.js";
 import { type ClaimRecord, StepClaim } from "./claim.js";
-import { type ExecutionRef, type Executions, executionLabels, isLive, isPermanentApiError, type WorkflowArgument } from "./executions.js";
+import {
+  type ExecutionSummary,
+  type Executions,
+  executionLabels,
+  isLive,
+  isPermanentApiError,
+  type WorkflowArgument,
+} from "./executions.js";
 import type { Logger } from "./log.js";
 
 /**
@@ -79,10 +86,12 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
   const claim = await claimFor(argument, deps);
   const labels = executionLabels(argument.source, argument.step);
   /** The newest execution for this step created since `claimedAt` (older ones belong to earlier claims). */
-  const findExecution = async (claimedAt: string): Promise<ExecutionRef | undefined> => {
-    const since = Date.parse(claimedAt) - CLOCK_SKEW_MS;
-    const found = await deps.executions.find(deps.workflow, labels);
-    return found.find((e) => !(Date.parse(e.startTime) < since) && (request.adoptFinished || isLive(e)));
+  const findExecution = async (claimedAt: string): Promise<ExecutionSummary | undefined> => {
+    // An unreadable claim time counts as the epoch: every execution of the step is then a candidate.
+    const since = new Date(Math.max(0, (Date.parse(claimedAt) || 0) - CLOCK_SKEW_MS)).toISOString();
+    // By createTime (the API's filter), not startTime: a backlogged (QUEUED) execution has none yet.
+    const found = await deps.executions.find(deps.workflow, labels, { createdSince: since });
+    return found.find((e) => request.adoptFinished || isLive(e));
   };
   const fresh = (): ClaimRecord => ({
     source: argument.source,
@@ -138,7 +147,7 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
   }
 
   // 2. Start the execution, unless one started since this claim's time (by a caller that saw an error).
-  let existing: ExecutionRef | undefined;
+  let existing: ExecutionSummary | undefined;
   try {
     existing = await findExecution(record.claimedAt);
   } catch (e) {
@@ -156,7 +165,7 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
     execution = await deps.executions.start(deps.workflow, argument, labels);
   } catch (e) {
     // The call may have failed after the execution was created (a timeout, a dropped connection).
-    let found: ExecutionRef | undefined;
+    let found: ExecutionSummary | undefined;
     try {
       found = await findExecution(record.claimedAt);
     } catch (lookup) {
@@ -214,7 +223,7 @@ export async function startByHand(request: ManualStart, deps: StartDeps): Promis
     });
     if (execution && isLive(execution)) {
       throw new ConflictError(
-        `step ${request.argument.step} is being converted by ${execution.name} (started ${execution.startTime}); \`orbax2reg cloud cancel\` stops it`,
+        `step ${request.argument.step} is being converted by ${execution.name} (${execution.startTime ? `started ${execution.startTime}` : execution.state}); \`orbax2reg cloud cancel\` stops it`,
         { path: claim.url },
       );
     }

@@ -1,7 +1,14 @@
 import { beforeEach, describe, expect, test } from "vitest";
 import type { ClaimRecord } from "../../src/cloud/claim.js";
 import type { ConversionEvent } from "../../src/cloud/events.js";
-import { type ExecutionRef, type Executions, executionLabels, type WorkflowArgument } from "../../src/cloud/executions.js";
+import {
+  type ExecutionRef,
+  type ExecutionSummary,
+  type Executions,
+  executionLabels,
+  type FindOptions,
+  type WorkflowArgument,
+} from "../../src/cloud/executions.js";
 import { jsonLogger } from "../../src/cloud/log.js";
 import { startByHand } from "../../src/cloud/start.js";
 import { ClaimBusyError, handleFinalized, type TriggerDeps } from "../../src/cloud/trigger-handler.js";
@@ -21,7 +28,9 @@ interface Started {
   name: string;
   argument: WorkflowArgument;
   labels: Record<string, string>;
-  startTime: string;
+  /** When it was created; a QUEUED one has no startTime yet. */
+  createTime: string;
+  startTime?: string;
   state: string;
 }
 
@@ -39,29 +48,42 @@ class FakeExecutions implements Executions {
     if (fail === "before-create") throw new Error("503 Service Unavailable");
     if (fail === "invalid-argument") throw Object.assign(new Error("3 INVALID_ARGUMENT: invalid labels"), { code: 3 });
     const name = `${workflow}/executions/e${this.started.length + 1}`;
-    this.started.push({ name, argument, labels, startTime: new Date(this.clock()).toISOString(), state: "ACTIVE" });
+    const now = new Date(this.clock()).toISOString();
+    this.started.push({ name, argument, labels, createTime: now, startTime: now, state: "ACTIVE" });
     if (fail === "after-create") throw new Error("4 DEADLINE_EXCEEDED: the connection dropped");
     return name;
   }
-  async find(_workflow: string, labels: Record<string, string>): Promise<ExecutionRef[]> {
+  /** As executions.list in its default BASIC view: name, state and times only, newest created first. */
+  async find(workflow: string, labels: Record<string, string>, options: FindOptions = {}): Promise<ExecutionSummary[]> {
+    return (await this.findFull(workflow, labels, options)).map(({ name, state, startTime }) => ({
+      name,
+      state,
+      ...(startTime ? { startTime } : {}),
+    }));
+  }
+  async findFull(_workflow: string, labels: Record<string, string>, options: FindOptions = {}): Promise<ExecutionRef[]> {
     if (this.failFindAfterStart && this.started.length > 0) throw new Error("503 Service Unavailable");
-    return this.started
-      .filter((e) => Object.entries(labels).every(([k, v]) => e.labels[k] === v))
-      .map((e) => ({ ...e, argument: JSON.stringify(e.argument) }))
-      .reverse();
+    const since = options.createdSince === undefined ? 0 : Date.parse(options.createdSince);
+    const found = this.started
+      .filter((e) => Object.entries(labels).every(([k, v]) => e.labels[k] === v) && !(Date.parse(e.createTime) < since))
+      .sort((a, b) => b.createTime.localeCompare(a.createTime))
+      .map((e) => full(e));
+    return found;
   }
   async get(name: string): Promise<ExecutionRef> {
     const e = this.started.find((x) => x.name === name);
     if (!e) throw new Error(`5 NOT_FOUND: ${name}`);
-    return { ...e, argument: JSON.stringify(e.argument) };
+    return full(e);
   }
-  async cancel(name: string): Promise<ExecutionRef> {
+  async cancel(name: string): Promise<ExecutionSummary> {
     const e = this.started.find((x) => x.name === name);
     if (!e) throw new Error(`5 NOT_FOUND: ${name}`);
     e.state = "CANCELLED";
-    return { ...e, argument: JSON.stringify(e.argument) };
+    return { name: e.name, state: e.state };
   }
 }
+
+const full = (e: Started): ExecutionRef => ({ ...e, argument: JSON.stringify(e.argument) });
 
 const commit = (bucket: string, name = "runs/exp/step_00000100/commit_success.txt") => ({ id: "evt-1", data: { bucket, name } });
 const claimKey = `step_00000100/${CLAIM_KEY}`;
@@ -288,6 +310,7 @@ describe("the trigger function's handler", () => {
       name: `${WORKFLOW}/executions/orphan`,
       argument: { source: "", destination: "", step: 100, groups: 4 },
       labels,
+      createTime: new Date(clock - LEASE_MS).toISOString(),
       startTime: new Date(clock - LEASE_MS).toISOString(),
       state: "ACTIVE",
     });
@@ -296,11 +319,26 @@ describe("the trigger function's handler", () => {
     expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/orphan`);
   });
 
+  test("an expired claim whose execution waits QUEUED in the backlog (created, no startTime yet) gets it recorded, not a second one", async () => {
+    await deadClaim(LEASE_MS + 1);
+    executions.started.push({
+      name: `${WORKFLOW}/executions/backlogged`,
+      argument: { source: "", destination: "", step: 100, groups: 4 },
+      labels: executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100),
+      createTime: new Date(clock - LEASE_MS).toISOString(),
+      state: "QUEUED",
+    });
+    expect(await handleFinalized(commit(bucket), deps())).toBe("adopted");
+    expect(executions.started).toHaveLength(1);
+    expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/backlogged`);
+  });
+
   test("an execution older than the claim (a run before the claim was deleted to convert again) does not stop a new one", async () => {
     executions.started.push({
       name: `${WORKFLOW}/executions/last-week`,
       argument: { source: "", destination: "", step: 100, groups: 4 },
       labels: executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100),
+      createTime: new Date(clock - 7 * 86_400_000).toISOString(),
       startTime: new Date(clock - 7 * 86_400_000).toISOString(),
       state: "FAILED",
     });

@@ -132,7 +132,8 @@ async function finalized(bucket: string, name: string, url = fn.url): Promise<nu
 const finalizedName = (bucket: string, name: string, url = fn.url) => deliver({ bucket, name, generation: "1" }, url);
 
 async function executionsOf(bucket: string): Promise<Execution[]> {
-  const [all] = await executions.listExecutions({ parent: WORKFLOW });
+  // FULL: the listing's default BASIC view has no argument (every page: the client follows the page tokens).
+  const [all] = await executions.listExecutions({ parent: WORKFLOW, view: "FULL" });
   return all.filter((e) => (JSON.parse(e.argument ?? "{}").source as string | undefined)?.startsWith(`gs://${bucket}/`));
 }
 

@@ -7,7 +7,9 @@ requirements.txt) and adds what that package lacks for this project:
 * an Executions REST API shaped like workflowexecutions v1 (create returns an ACTIVE
   execution at once; the workflow runs in a background thread; poll GET until
   SUCCEEDED / FAILED) so `@google-cloud/workflows` ExecutionsClient can talk to it
-  with REST fallback;
+  with REST fallback; as Google's, list gives the BASIC view unless `view=FULL` (get: FULL
+  unless `view=BASIC`), pages of `pageSize` (default 100, at most 1000 BASIC / 100 FULL) with
+  `nextPageToken`, newest `createTime` first, `orderBy` and `filter` on labels, state and times;
 * `--connector-hooks hooks.yaml`: every `call: googleapis.*` step is run by a local
   executable (args as JSON on stdin, result as JSON on stdout, non-zero exit raises);
 * `parallel` with a real `concurrency_limit`, per-branch variable scopes and `shared`
@@ -618,9 +620,18 @@ _LOCK = threading.Lock()
 _CREATE_FAULTS: list[str] = []
 
 # executions.list `filter` (AIP-160), the subset Google documents and this project uses: comparisons
-# `labels.KEY="VALUE"` and `state="STATE"` joined by AND. Anything else is refused, as an unknown filter is
-# by Google (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/list).
+# `labels.KEY="VALUE"`, `state="STATE"` and `createTime`/`startTime` OP "RFC 3339" (OP one of = > >= < <=)
+# joined by AND. Anything else is refused, as an unknown filter is by Google
+# (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/list).
 _FILTER_TERM = re.compile(r'^\s*(labels\.([a-z][a-z0-9_-]{0,62})|state)\s*=\s*"([^"]*)"\s*$')
+_TIME_TERM = re.compile(r'^\s*(createTime|startTime)\s*(>=|<=|=|>|<)\s*"([^"]+)"\s*$')
+_OPS = {"=": lambda a, b: a == b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+        "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+def _parse_time(text: str) -> dt.datetime:
+    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
 def _parse_filter(text: str):
@@ -628,6 +639,12 @@ def _parse_filter(text: str):
         return lambda e: True
     tests = []
     for term in re.split(r"\s+AND\s+", text.strip()):
+        t = _TIME_TERM.match(term)
+        if t:
+            field, op, value = t.group(1), _OPS[t.group(2)], _parse_time(t.group(3))
+            # An execution without the field (a QUEUED one has no startTime) matches no comparison on it.
+            tests.append(lambda e, f=field, o=op, v=value: f in e and o(_parse_time(e[f]), v))
+            continue
         m = _FILTER_TERM.match(term)
         if not m:
             raise ValueError(f"invalid filter term {term!r} in {text!r}")
@@ -637,6 +654,87 @@ def _parse_filter(text: str):
         else:
             tests.append(lambda e, v=value: e.get("state") == v)
     return lambda e: all(t(e) for t in tests)
+
+
+# executions.list `orderBy` (AIP-132): one of the time fields Google lists, optionally "desc"; by default
+# "descending createTime" (same page). An execution without the field sorts last.
+_ORDER = re.compile(r"^\s*(createTime|startTime|endTime)(\s+(asc|desc))?\s*$")
+
+
+def _order_key(order_by: str):
+    m = _ORDER.match(order_by or "createTime desc")
+    if not m:
+        raise ValueError(f"unsupported orderBy {order_by!r}")
+    return m.group(1), m.group(3) != "asc"
+
+
+# The BASIC view: "name, startTime, endTime, duration, state, and workflowRevisionId" only
+# (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/ExecutionView). executions.list
+# defaults to BASIC, executions.get to FULL.
+_BASIC_FIELDS = ("name", "startTime", "endTime", "duration", "state", "workflowRevisionId")
+# pageSize: "it's 1000 for BASIC and 100 for FULL. The default value used if the field is not specified is
+# 100, regardless of the selected view. Values greater than the max value will be coerced down to it."
+_MAX_PAGE = {"BASIC": 1000, "FULL": 100}
+
+
+def _view(query: dict, default: str) -> str:
+    raw = (query.get("view") or [""])[0]
+    view = {"": default, "0": default, "EXECUTION_VIEW_UNSPECIFIED": default, "1": "BASIC", "2": "FULL"}.get(raw, raw)
+    if view not in _MAX_PAGE:
+        raise ValueError(f"invalid view {raw!r}")
+    return view
+
+
+def _in_view(execution: dict, view: str) -> dict:
+    if view == "FULL":
+        return copy.deepcopy(execution)
+    return {k: copy.deepcopy(v) for k, v in execution.items() if k in _BASIC_FIELDS}
+
+
+def list_executions(prefix: str, query: dict):
+    """One page of executions.list; (status, body)."""
+    def bad(message):
+        return 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": message}}
+    try:
+        view = _view(query, "BASIC")
+        keep = _parse_filter((query.get("filter") or [""])[0])
+        order_field, descending = _order_key((query.get("orderBy") or [""])[0])
+        size = int((query.get("pageSize") or ["0"])[0] or 0)
+    except ValueError as err:
+        return bad(str(err))
+    if size < 0:
+        return bad("pageSize must not be negative")
+    size = min(size or 100, _MAX_PAGE[view])
+    # The page token carries where the last page ended and a digest of every other parameter: "When
+    # paginating, all other parameters provided to executions.list must match the call that provided the
+    # page token". A cursor, not an offset: executions created meanwhile shift no page.
+    params = json.dumps({k: v for k, v in sorted(query.items()) if k != "pageToken"})
+    digest = hashlib.sha256(params.encode()).hexdigest()[:16]
+    token = (query.get("pageToken") or [""])[0]
+    after = None
+    if token:
+        try:
+            cursor = json.loads(bytes.fromhex(token).decode())
+            if cursor["digest"] != digest:
+                return bad("the page token was issued for a request with other parameters")
+            after = tuple(cursor["after"])
+        except (ValueError, KeyError, TypeError):
+            return bad("invalid page token")
+    with _LOCK:
+        items = [copy.deepcopy(e) for n, e in _EXECUTIONS.items() if n.startswith(prefix) and keep(e)]
+
+    def key(e):
+        # Executions without the field last, whichever the direction; the name breaks ties.
+        value = e.get(order_field, "")
+        return (value != "", value, e["name"]) if descending else (value == "", value, e["name"])
+    items.sort(key=key, reverse=descending)
+    if after is not None:
+        items = [e for e in items if (key(e) < after if descending else key(e) > after)]
+    page, rest = items[:size], items[size:]
+    body = {"executions": [_in_view(e, view) for e in page]}
+    if rest:
+        body["nextPageToken"] = json.dumps({"digest": digest, "after": list(key(page[-1]))}).encode().hex()
+    return 200, body
 
 
 def _now():
@@ -715,7 +813,8 @@ def create_execution(project, location, wid, body):
     exec_id = str(uuid.uuid4())
     revision = "000001-" + hashlib.sha256(open(path, "rb").read()).hexdigest()[:3]
     name = f"projects/{project}/locations/{location}/workflows/{wid}/executions/{exec_id}"
-    execution = {"name": name, "startTime": _now(), "state": "ACTIVE", "argument": argument,
+    created = _now()
+    execution = {"name": name, "createTime": created, "startTime": created, "state": "ACTIVE", "argument": argument,
                  "workflowRevisionId": revision, "callLogLevel": body.get("callLogLevel", "CALL_LOG_LEVEL_UNSPECIFIED"),
                  "labels": body.get("labels") or {}, "status": {}}
     env = {"GOOGLE_CLOUD_PROJECT_ID": project, "GOOGLE_CLOUD_LOCATION": location,
@@ -761,23 +860,21 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_emulator/faults":  # test control: faults not yet consumed
             with _LOCK:
                 return self._send(200, {"createExecution": list(_CREATE_FAULTS)})
+        query = _up.parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
         m = _RE_EXEC.match(path)
         if m and not m.group(2):
+            try:
+                view = _view(query, "FULL")
+            except ValueError as err:
+                return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": str(err)}})
             with _LOCK:
-                ex = copy.deepcopy(_EXECUTIONS.get(m.group(1)))
+                ex = _EXECUTIONS.get(m.group(1))
+                ex = _in_view(ex, view) if ex else None
             return self._send(200, ex) if ex else self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": "execution not found"}})
         m = _RE_EXECS.match(path)
         if m:
             prefix = f"projects/{m.group(1)}/locations/{m.group(2)}/workflows/{m.group(3)}/executions/"
-            query = _up.parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
-            try:
-                keep = _parse_filter((query.get("filter") or [""])[0])
-            except ValueError as err:
-                return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": str(err)}})
-            with _LOCK:
-                items = [copy.deepcopy(e) for n, e in _EXECUTIONS.items() if n.startswith(prefix) and keep(e)]
-            items.sort(key=lambda e: e["startTime"], reverse=True)
-            return self._send(200, {"executions": items})
+            return self._send(*list_executions(prefix, query))
         m = _RE_WF.match(path)
         if m and _workflow_file(m.group(3)):
             return self._send(200, {"name": f"projects/{m.group(1)}/locations/{m.group(2)}/workflows/{m.group(3)}", "state": "ACTIVE"})
