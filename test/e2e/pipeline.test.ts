@@ -184,14 +184,17 @@ async function exists(bucket: string, name: string): Promise<boolean> {
   return found;
 }
 
-/** Queues faults for the Workflows emulator's next createExecution calls (tools/workflows-emulator/wfemu.py). */
-async function injectWorkflowsFaults(faults: string[]): Promise<void> {
-  const r = await fetch(`${workflows.url}/_emulator/faults`, { method: "POST", body: JSON.stringify({ createExecution: faults }) });
+/**
+ * Queues faults for the Workflows emulator's next createExecution calls, or executions.list calls
+ * (tools/workflows-emulator/wfemu.py).
+ */
+async function injectWorkflowsFaults(faults: string[], call: "createExecution" | "listExecutions" = "createExecution"): Promise<void> {
+  const r = await fetch(`${workflows.url}/_emulator/faults`, { method: "POST", body: JSON.stringify({ [call]: faults }) });
   expect(r.ok).toBe(true);
 }
 
-async function pendingWorkflowsFaults(): Promise<string[]> {
-  return ((await (await fetch(`${workflows.url}/_emulator/faults`)).json()) as { createExecution: string[] }).createExecution;
+async function pendingWorkflowsFaults(call: "createExecution" | "listExecutions" = "createExecution"): Promise<string[]> {
+  return ((await (await fetch(`${workflows.url}/_emulator/faults`)).json()) as Record<string, string[]>)[call] ?? [];
 }
 
 async function until(condition: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
@@ -509,6 +512,36 @@ describe("the pipeline on local emulators", () => {
     expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
     expect(await finalized(bucket, marker)).toBe(204);
     expect(await executionsOf(bucket)).toHaveLength(1);
+  });
+
+  test("a function stopped between claiming and starting for longer than the lease starts nothing when it continues: one execution", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    // Its look-up before starting is answered (nothing exists yet) while it is stopped: it reads that when it continues.
+    await injectWorkflowsFaults(["late-answer:2"], "listExecutions");
+    const stopped = await startFunction(functionEnv, join(work, "function-stopped.log"));
+    try {
+      const delivery = finalized(bucket, marker, stopped.url).catch(() => 0);
+      await until(async () => (await exists(bucket, CLAIM)) && (await pendingWorkflowsFaults("listExecutions")).length === 0);
+      process.kill(stopped.pid, "SIGSTOP"); // throttled past its timeout, as a gen2 instance may be
+
+      // Meanwhile the lease ends (the claim made to look that old, as above) and a redelivery converts the step.
+      await ageClaim(bucket, Number(functionEnv.ORBAX2REG_CLAIM_LEASE_SECONDS ?? 600) + 1);
+      expect(await finalized(bucket, marker)).toBe(204);
+      const [converting] = await executionsOf(bucket);
+      expect(converting).toBeDefined();
+      await new Promise((r) => setTimeout(r, 2_500)); // the stopped one's answer is waiting in its socket by now
+
+      process.kill(stopped.pid, "SIGCONT");
+      expect(await delivery).toBe(204); // it saw the claim taken over and started nothing
+      expect((await executionsOf(bucket)).map((e) => e.name)).toEqual([converting?.name]);
+      expect(await claimOf(bucket)).toMatchObject({ execution: converting?.name });
+      expect((await finished(converting as Execution)).state).toBe("SUCCEEDED");
+      expect(readFileSync(join(work, "function-stopped.log"), "utf8")).toMatch(/taken over before this caller started an execution/);
+    } finally {
+      process.kill(stopped.pid, "SIGCONT");
+      await stopped.stop();
+    }
   });
 
   test("when Workflows creates the execution but the call fails, that execution is kept and no second one starts", async () => {

@@ -618,6 +618,9 @@ _LOCK = threading.Lock()
 # answers 503 (the answer was lost); "hang-then-fail:S" holds the call S seconds (default 30), then answers
 # 503, creating nothing.
 _CREATE_FAULTS: list[str] = []
+# Faults for the next executions.list calls: "late-answer:S" makes the answer at once (what exists now) and
+# sends it S seconds later, as a caller stopped right after the server answered would read it.
+_LIST_FAULTS: list[str] = []
 
 # executions.list `filter` (AIP-160), the subset Google documents and this project uses: comparisons
 # `labels.KEY="VALUE"`, `state="STATE"` and `createTime`/`startTime` OP "RFC 3339" (OP one of = > >= < <=)
@@ -859,7 +862,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, {"status": "ok"})
         if path == "/_emulator/faults":  # test control: faults not yet consumed
             with _LOCK:
-                return self._send(200, {"createExecution": list(_CREATE_FAULTS)})
+                return self._send(200, {"createExecution": list(_CREATE_FAULTS), "listExecutions": list(_LIST_FAULTS)})
         query = _up.parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
         m = _RE_EXEC.match(path)
         if m and not m.group(2):
@@ -874,7 +877,12 @@ class Handler(BaseHTTPRequestHandler):
         m = _RE_EXECS.match(path)
         if m:
             prefix = f"projects/{m.group(1)}/locations/{m.group(2)}/workflows/{m.group(3)}/executions/"
-            return self._send(*list_executions(prefix, query))
+            with _LOCK:
+                fault = _LIST_FAULTS.pop(0) if _LIST_FAULTS else None
+            answer = list_executions(prefix, query)
+            if fault and fault.startswith("late-answer"):
+                time.sleep(float(fault.partition(":")[2] or 3))
+            return self._send(*answer)
         m = _RE_WF.match(path)
         if m and _workflow_file(m.group(3)):
             return self._send(200, {"name": f"projects/{m.group(1)}/locations/{m.group(2)}/workflows/{m.group(3)}", "state": "ACTIVE"})
@@ -889,7 +897,8 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_emulator/faults":  # test control: queue faults for the next createExecution calls
             with _LOCK:
                 _CREATE_FAULTS.extend(body.get("createExecution") or [])
-            return self._send(200, {"queued": len(_CREATE_FAULTS)})
+                _LIST_FAULTS.extend(body.get("listExecutions") or [])
+            return self._send(200, {"queued": len(_CREATE_FAULTS) + len(_LIST_FAULTS)})
         m = _RE_EXECS.match(path)
         if m:
             with _LOCK:
