@@ -128,3 +128,76 @@ describe("orbax2reg's executions client over the emulator", () => {
     expect(recent.map((e) => e.name)).toEqual(all.slice(0, 10).map((e) => e.name));
   });
 });
+
+describe("a backlog on the Workflows emulator (--max-active: the concurrent executions quota)", () => {
+  let queueing: Running;
+  const SLEEPY = `projects/${PROJECT}/locations/${LOCATION}/workflows/sleepy`;
+  const at = (path: string) => `${queueing.url}/v1/${path}`;
+  const create = async (seconds: number) =>
+    (await (
+      await fetch(at(`${SLEEPY}/executions`), { method: "POST", body: JSON.stringify({ argument: JSON.stringify({ seconds }) }) })
+    ).json()) as {
+      name: string;
+      state: string;
+      startTime?: string;
+    };
+  const get = async (name: string) => (await (await fetch(at(name))).json()) as Record<string, string>;
+  const cancel = (name: string) => fetch(at(`${name}:cancel`), { method: "POST", body: "{}" });
+
+  beforeAll(async () => {
+    const workflows = join(dir, "sleepy");
+    mkdirSync(workflows);
+    writeFileSync(
+      join(workflows, "sleepy.yaml"),
+      stringify({
+        main: {
+          params: ["args"],
+          steps: [{ wait: { call: "sys.sleep", args: { seconds: `\${args.seconds}` } } }, { done: { return: 1 } }],
+        },
+      }),
+    );
+    queueing = await startWorkflows(
+      {
+        workflowsDir: workflows,
+        hooks: join(dir, "hooks.yaml"),
+        userEnv: {},
+        env: process.env,
+        args: ["--max-active", "1", "--backoff-scale", "1"],
+      },
+      join(dir, "wfemu-queue.log"),
+    );
+  });
+
+  afterAll(async () => {
+    await queueing?.stop();
+  });
+
+  test("an execution beyond the quota waits QUEUED without a startTime, and begins when a slot frees", async () => {
+    const first = await create(60);
+    const second = await create(0);
+    const third = await create(0);
+    expect(first.state).toBe("ACTIVE");
+    expect(second).toMatchObject({ state: "QUEUED" });
+    expect(second).not.toHaveProperty("startTime");
+    expect(await get(second.name)).toMatchObject({ state: "QUEUED", createTime: expect.any(String) });
+    expect(await get(second.name)).not.toHaveProperty("startTime");
+
+    // orbax2reg's look-ups match by createTime, so a queued execution is found, newest created first.
+    const executions = workflowsExecutions(await executionsClient(queueing.url));
+    const since = (await get(first.name)).createTime as string;
+    expect((await executions.find(SLEEPY, {}, { createdSince: since })).map((e) => [e.name, e.state, e.startTime])).toEqual([
+      [third.name, "QUEUED", undefined],
+      [second.name, "QUEUED", undefined],
+      [first.name, "ACTIVE", expect.any(String)],
+    ]);
+
+    await cancel(third.name); // cancelled while queued: it never begins
+    await cancel(first.name); // frees the slot: the oldest queued one begins
+    for (let i = 0; i < 100 && (await get(second.name)).state !== "SUCCEEDED"; i++) await new Promise((r) => setTimeout(r, 100));
+    const [a, b, c] = [await get(first.name), await get(second.name), await get(third.name)];
+    expect(b).toMatchObject({ state: "SUCCEEDED", startTime: expect.any(String) });
+    expect((b.startTime as string) >= (a.endTime as string)).toBe(true);
+    expect(c.state).toBe("CANCELLED");
+    expect(c).not.toHaveProperty("startTime");
+  });
+});

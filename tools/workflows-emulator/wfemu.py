@@ -10,6 +10,8 @@ requirements.txt) and adds what that package lacks for this project:
   with REST fallback; as Google's, list gives the BASIC view unless `view=FULL` (get: FULL
   unless `view=BASIC`), pages of `pageSize` (default 100, at most 1000 BASIC / 100 FULL) with
   `nextPageToken`, newest `createTime` first, `orderBy` and `filter` on labels, state and times;
+* `--max-active N`: a concurrent executions quota; executions beyond it wait QUEUED, without a
+  startTime, in a backlog and begin in creation order as slots free;
 * `--connector-hooks hooks.yaml`: every `call: googleapis.*` step is run by a local
   executable (args as JSON on stdin, result as JSON on stdout, non-zero exit raises);
 * `parallel` with a real `concurrency_limit`, per-branch variable scopes and `shared`
@@ -763,16 +765,41 @@ def _error_payload(err: BaseException) -> dict:
     return _plain(payload)
 
 
+# --max-active N: the concurrent executions quota. Beyond it executions are backlogged: QUEUED, with no
+# startTime until they begin, in creation order, as a slot frees (an execution "placed in the backlog for
+# processing at a later time", the Execution resource's State QUEUED; disableConcurrencyQuotaOverflowBuffering
+# "the execution will not be backlogged when the concurrency quota is exhausted"). 0: no quota.
+MAX_ACTIVE = 0
+_BACKLOG: list[str] = []  # names of QUEUED executions, oldest first
+_ADMITTED: dict[str, threading.Event] = {}  # set when a QUEUED execution begins (or is cancelled)
+
+
+def _admit_next_locked():
+    """Begins backlogged executions while the quota has room. Call with _LOCK held."""
+    active = sum(1 for e in _EXECUTIONS.values() if e["state"] == "ACTIVE")
+    while _BACKLOG and (MAX_ACTIVE == 0 or active < MAX_ACTIVE):
+        ex = _EXECUTIONS[_BACKLOG.pop(0)]
+        if ex["state"] != "QUEUED":
+            continue
+        ex.update(state="ACTIVE", startTime=_now())
+        _ADMITTED[ex["name"]].set()
+        active += 1
+
+
 def _run(execution: dict, config: dict, params: dict, env: dict, cancel: threading.Event):
     _EXEC_ENV.set(env)
     _CANCEL.set(cancel)
+    _ADMITTED[execution["name"]].wait()  # at once unless it waits in the backlog
+    with _LOCK:
+        if execution["state"] != "ACTIVE":
+            return  # cancelled while it was queued: it never began
     t0 = time.time()
     try:
         result = wf.execute_workflow(config, params)
         update = {"state": "SUCCEEDED", "result": json.dumps(_plain(result))}
     except ExecutionCancelled:
         log.info("execution %s stopped: cancelled", execution["name"])
-        return  # the cancel request set CANCELLED and endTime
+        return  # the cancel request set CANCELLED and endTime, and freed its slot
     except BaseException as err:  # noqa: BLE001 - every failure becomes a FAILED execution
         log.warning("execution %s failed: %s", execution["name"], err)
         update = {"state": "FAILED",
@@ -783,6 +810,7 @@ def _run(execution: dict, config: dict, params: dict, env: dict, cancel: threadi
         execution.update(update)
         execution["endTime"] = _now()
         execution["duration"] = f"{time.time() - t0:.6f}s"
+        _admit_next_locked()
 
 
 def create_execution(project, location, wid, body):
@@ -824,9 +852,17 @@ def create_execution(project, location, wid, body):
            "GOOGLE_CLOUD_WORKFLOW_ID": wid, "GOOGLE_CLOUD_WORKFLOW_REVISION_ID": revision,
            "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": exec_id}
     cancel = threading.Event()
+    admitted = threading.Event()
     with _LOCK:
+        if MAX_ACTIVE and sum(1 for e in _EXECUTIONS.values() if e["state"] == "ACTIVE") >= MAX_ACTIVE:
+            execution["state"] = "QUEUED"
+            del execution["startTime"]  # it has not begun
+            _BACKLOG.append(name)
+        else:
+            admitted.set()
         _EXECUTIONS[name] = execution
         _CANCEL_EVENTS[name] = cancel
+        _ADMITTED[name] = admitted
         snapshot = copy.deepcopy(execution)
     threading.Thread(target=contextvars.Context().run, args=(_run, execution, config, params, env, cancel), daemon=True).start()
     return 200, snapshot
@@ -916,16 +952,18 @@ class Handler(BaseHTTPRequestHandler):
         if m and m.group(2):  # CANCELLED at once; the workflow's thread stops at its next step, call or sleep
             with _LOCK:
                 ex = _EXECUTIONS.get(m.group(1))
-                if ex and ex["state"] == "ACTIVE":
+                if ex and ex["state"] in ("ACTIVE", "QUEUED"):
                     ex.update(state="CANCELLED", endTime=_now())
                     _CANCEL_EVENTS[m.group(1)].set()
+                    _ADMITTED[m.group(1)].set()  # a queued one's thread wakes and ends without beginning
+                    _admit_next_locked()
                 out = copy.deepcopy(ex)
             return self._send(200, out) if out else self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": "execution not found"}})
         return self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": path}})
 
 
 def main():
-    global PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE
+    global PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE, MAX_ACTIVE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8787)
@@ -935,10 +973,13 @@ def main():
     ap.add_argument("--connector-hooks", help="YAML: hooks: {<googleapis.connector.name>: {command: [...], timeout: s, env: {}}}")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="user env var for sys.get_env")
     ap.add_argument("--backoff-scale", type=float, default=1.0, help="multiply every retry delay (0 = no sleep)")
+    ap.add_argument("--max-active", type=int, default=0,
+                    help="concurrent executions quota; beyond it executions wait QUEUED (no startTime) in a backlog (0 = none)")
     ap.add_argument("--log-level", default="WARNING")
     a = ap.parse_args()
     logging.basicConfig(level=a.log_level, format="[wfemu %(asctime)s] %(name)s %(levelname)s %(message)s")
     PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE = a.project, a.location, os.path.abspath(a.workflows_dir), a.backoff_scale
+    MAX_ACTIVE = max(0, a.max_active)
     for kv in a.env:
         k, _, v = kv.partition("=")
         _USER_ENV[k] = v
