@@ -544,6 +544,33 @@ describe("the pipeline on local emulators", () => {
     }
   });
 
+  test("a function stopped past its own deadline between claiming and starting starts nothing, gives its claim back and fails", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    await injectWorkflowsFaults(["late-answer:1"], "listExecutions");
+    // A lease of 68 s is terraform's for an 8 s function timeout: the delivery's own deadline is 6 s.
+    const log = join(work, "function-deadline.log");
+    const stopped = await startFunction({ ...functionEnv, ORBAX2REG_CLAIM_LEASE_SECONDS: "68" }, log);
+    try {
+      const delivery = finalized(bucket, marker, stopped.url).catch(() => 0);
+      await until(async () => (await exists(bucket, CLAIM)) && (await pendingWorkflowsFaults("listExecutions")).length === 0);
+      process.kill(stopped.pid, "SIGSTOP");
+      await new Promise((r) => setTimeout(r, 7_000)); // past its deadline, within its lease
+      process.kill(stopped.pid, "SIGCONT");
+      expect(await delivery).toBe(500); // for the platform to redeliver
+      expect(await exists(bucket, CLAIM)).toBe(false);
+      expect(await executionsOf(bucket)).toHaveLength(0);
+      expect(readFileSync(log, "utf8")).toMatch(/deadline \(.*\) passed before it started an execution; claim released/);
+    } finally {
+      process.kill(stopped.pid, "SIGCONT");
+      await stopped.stop();
+    }
+    expect(await finalized(bucket, marker)).toBe(204); // the redelivery
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
+  });
+
   test("when Workflows creates the execution but the call fails, that execution is kept and no second one starts", async () => {
     const bucket = await newBucket("train");
     const marker = (await writeCheckpoint(bucket)).at(-1) as string;
