@@ -88,6 +88,7 @@ function detail(s: StepStatus): string {
         .filter(Boolean)
         .join(", ");
     case "running": {
+      if (s.executionState === "QUEUED") return "queued in the Workflows backlog, not begun";
       const groups = s.groups === null ? "planning" : `groups ${s.groupsDone}/${s.groups}`;
       const bytes = s.bytes === null ? formatBytes(s.bytesDone) : `${formatBytes(s.bytesDone)} of ${formatBytes(s.bytes)}`;
       const jobs = s.jobs.map((j) => `${j.name.split("/").at(-1)}: ${j.running} running, ${j.succeeded}/${j.taskCount} done`);

@@ -1,6 +1,10 @@
+import { mapLimited } from "../util/budget.js";
 import { isLive, rootLabel } from "./executions.js";
 import { type StartDeps, startByHand } from "./start.js";
 import { type FleetDeps, locate, parseRoot, type StepRow, stepStatuses } from "./status.js";
+
+/** Steps started at once. */
+const START_CONCURRENCY = 8;
 
 /**
  * Converting the steps a checkpoint root already holds (written before the pipeline was deployed, or
@@ -34,11 +38,35 @@ export async function backfill(rootLocation: string, options: BackfillOptions, d
   const rows = (await stepStatuses(root.url, undefined, deps)).filter(
     (r) => (options.from === undefined || r.step >= options.from) && (options.to === undefined || r.step <= options.to),
   );
-  const running = async () => (await deps.executions.find(deps.workflow, { source: rootLabel(root.url) })).filter(isLive).length;
+  // Live executions of the root, from one paged BASIC listing (the state is all it needs): looked at once,
+  // then only while `maxRunning` are running, not once per step.
+  const liveCount = async () => (await deps.executions.find(deps.workflow, { source: rootLabel(root.url) })).filter(isLive).length;
   const entries: BackfillEntry[] = [];
   const add = (e: BackfillEntry) => {
     entries.push(e);
     options.onEntry?.(e);
+  };
+  let live = options.dryRun ? 0 : await liveCount();
+  let batch: StepRow[] = [];
+  /** Starts the batch's steps a few at a time (each start is a handful of requests: claim, listing, create). */
+  const flush = async () => {
+    const rowsNow = batch;
+    batch = [];
+    const outcomes = await mapLimited(rowsNow, START_CONCURRENCY, (row) => {
+      const where = locate(root, row.step, deps.destinationTemplate);
+      return startByHand(
+        { argument: { source: where.source, destination: where.destination, step: row.step, groups: options.groups } },
+        deps,
+      );
+    });
+    outcomes.forEach((outcome, i) => {
+      const step = (rowsNow[i] as StepRow).step;
+      if (outcome.kind === "refused") add({ step, action: "skipped", why: `the workflow refused to start: ${outcome.message}` });
+      else {
+        live++;
+        add({ step, action: "started", execution: outcome.execution });
+      }
+    });
   };
   for (const row of rows) {
     const skip = options.every > 1 && row.step % options.every !== 0 ? `not a multiple of --every ${options.every}` : whySkip(row);
@@ -51,16 +79,20 @@ export async function backfill(rootLocation: string, options: BackfillOptions, d
       add({ step: row.step, action: "would-start", why });
       continue;
     }
-    while ((await running()) >= options.maxRunning) await sleep(options.pollMs ?? 15_000);
-    const where = locate(root, row.step, deps.destinationTemplate);
-    const outcome = await startByHand(
-      { argument: { source: where.source, destination: where.destination, step: row.step, groups: options.groups } },
-      deps,
-    );
-    if (outcome.kind === "refused") add({ step: row.step, action: "skipped", why: `the workflow refused to start: ${outcome.message}` });
-    else add({ step: row.step, action: "started", execution: outcome.execution });
+    while (live + batch.length >= options.maxRunning) {
+      if (batch.length > 0) {
+        await flush();
+        continue;
+      }
+      await sleep(options.pollMs ?? 15_000);
+      live = await liveCount();
+    }
+    batch.push(row);
+    if (batch.length >= START_CONCURRENCY) await flush();
   }
-  return entries;
+  await flush();
+  // In step order, as the rows were (a batch's starts are reported after the skips that came meanwhile).
+  return entries.sort((a, b) => a.step - b.step);
 }
 
 /** Why a step is left alone, or undefined when it should be converted. */

@@ -131,11 +131,13 @@ export async function postDeployCheck(o: CheckOptions, deps: CheckDeps): Promise
     });
     await run("trigger", async () => {
       const labels = executionLabels(source, STEP);
-      execution = await waitFor(
+      const found = await waitFor(
         `no execution of ${o.workflow} started for ${source} (labels step=${labels.step}, source=${labels.source}): is "${prefix}" one of checkpoint_prefixes, and is the function deployed? Read its logs`,
         o.triggerTimeoutMs,
         async () => (await deps.executions.find(o.workflow, labels))[0],
       );
+      // The listing's BASIC view has no argument: the execution itself (FULL view) names the destination.
+      execution = await deps.executions.get(found.name);
       destination = `${(JSON.parse(execution.argument) as { destination: string }).destination}/${STEP_DIR}`;
       return `execution ${execution.name}`;
     });

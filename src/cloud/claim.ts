@@ -5,9 +5,11 @@ import { describe, joinKey, type Store, type VersionedObjects } from "../store/s
 /**
  * The once-per-step claim: `<destination>/step_XXXXXXXX/.orbax2reg/claim.json`, created only if absent.
  * It is a lease with a recorded state. While it records no execution, it protects the step for
- * `leaseMs` from its `claimedAt`; after that the delivery that wrote it is dead (the function's timeout
- * is shorter) and a later delivery may take it over. Once it names an execution, the step is done for
- * the trigger: deleting the claim allows a new automatic run.
+ * `leaseMs` from its `claimedAt`; after that a later delivery may take it over. The delivery that wrote it
+ * is not necessarily dead then (a throttled function instance runs on past its timeout), so whoever holds a
+ * claim starts an execution only before its own deadline and only while the claim is still at the version
+ * it wrote, and settles the claim after the call (src/cloud/start.ts). Once it names an execution, the step
+ * is done for the trigger: deleting the claim allows a new automatic run.
  */
 export interface ClaimRecord {
   /** The Orbax step (gs:// URL). */

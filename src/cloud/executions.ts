@@ -16,36 +16,53 @@ export interface WorkflowArgument {
   readonly options?: { readonly params_only?: boolean; readonly force?: boolean };
 }
 
-export interface ExecutionRef {
+/**
+ * An execution as executions.list gives it in its BASIC view, the default: "name, startTime, endTime, duration,
+ * state, and workflowRevisionId" and nothing else: no argument, labels, result or error
+ * (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/ExecutionView).
+ */
+export interface ExecutionSummary {
   /** projects/P/locations/L/workflows/W/executions/ID */
   readonly name: string;
   /** ACTIVE, QUEUED, SUCCEEDED, FAILED, CANCELLED or UNAVAILABLE. */
   readonly state: string;
-  /** RFC 3339; when the execution was created. */
-  readonly startTime: string;
+  /** RFC 3339; when it began running. Absent while it waits QUEUED in the backlog. */
+  readonly startTime?: string;
   /** RFC 3339; when it finished, if it has. */
   readonly endTime?: string;
+}
+
+/** An execution in the FULL view: what executions.get gives by default, and executions.list only when asked. */
+export interface ExecutionRef extends ExecutionSummary {
   /** The JSON argument it was started with. */
   readonly argument: string;
+  readonly labels: Readonly<Record<string, string>>;
   /** For a failed execution, the error payload (JSON). */
   readonly error?: string;
   /** For a succeeded one, its result (JSON). */
   readonly result?: string;
 }
 
+export interface FindOptions {
+  /** Only executions created at or after this time (RFC 3339): a createTime filter, evaluated by the API. */
+  readonly createdSince?: string;
+}
+
 export interface Executions {
   /** Starts an execution; returns its name. */
   start(workflow: string, argument: WorkflowArgument, labels: Record<string, string>): Promise<string>;
-  /** Executions of `workflow` carrying all of `labels`, newest first; at most 100. */
-  find(workflow: string, labels: Record<string, string>): Promise<ExecutionRef[]>;
-  /** One execution by name. */
+  /** Executions of `workflow` carrying all of `labels` (BASIC view), newest created first, every page. */
+  find(workflow: string, labels: Record<string, string>, options?: FindOptions): Promise<ExecutionSummary[]>;
+  /** The same in the FULL view (pages of at most 100, so more requests): for when arguments or results are needed. */
+  findFull(workflow: string, labels: Record<string, string>, options?: FindOptions): Promise<ExecutionRef[]>;
+  /** One execution by name (FULL view). */
   get(name: string): Promise<ExecutionRef>;
   /** Cancels a running execution; its state afterwards. */
-  cancel(name: string): Promise<ExecutionRef>;
+  cancel(name: string): Promise<ExecutionSummary>;
 }
 
 /** An execution that may still do work: running, or queued behind the workflow's concurrency limit. */
-export const isLive = (e: ExecutionRef): boolean => e.state === "ACTIVE" || e.state === "QUEUED";
+export const isLive = (e: ExecutionSummary): boolean => e.state === "ACTIVE" || e.state === "QUEUED";
 
 /**
  * Labels that identify a step's conversion: its number, and a short hash of the checkpoint root it came
@@ -68,11 +85,24 @@ export function rootLabel(root: string): string {
  * (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/list:
  * "The following fields are supported for filtering: ... label ...").
  */
-export function labelFilter(labels: Record<string, string>): string {
-  return Object.entries(labels)
-    .map(([k, v]) => `labels.${k}="${v}"`)
-    .join(" AND ");
+export function labelFilter(labels: Record<string, string>, options: FindOptions = {}): string {
+  const terms = Object.entries(labels).map(([k, v]) => `labels.${k}="${v}"`);
+  // createTime, not startTime: a backlogged (QUEUED) execution has no startTime yet. The same page lists
+  // createTime among the fields executions can be filtered and ordered by.
+  if (options.createdSince !== undefined) {
+    if (Number.isNaN(Date.parse(options.createdSince))) throw new Error(`not an RFC 3339 time: ${options.createdSince}`);
+    terms.push(`createTime>="${options.createdSince}"`);
+  }
+  return terms.join(" AND ");
 }
+
+/**
+ * Page sizes of executions.list: "Max supported value depends on the selected Execution view: it's 1000 for
+ * BASIC and 100 for FULL ... Values greater than the max value will be coerced down to it" (same page).
+ */
+export const LIST_PAGE_SIZE = { BASIC: 1000, FULL: 100 } as const;
+/** Pages read at most for one listing (a runaway page token must not loop forever): 100,000 FULL executions. */
+const MAX_PAGES = 1000;
 
 /**
  * Per-call deadlines, well inside the function's default 60 s timeout so that after a failed start there is
@@ -95,43 +125,77 @@ export function workflowsExecutions(client: ExecutionsClient): Executions {
       if (!execution.name) throw new Error(`createExecution on ${workflow} returned no execution name`);
       return execution.name;
     },
-    async find(workflow, labels) {
-      // Listing is safe to repeat: a few quick tries ride out a blip.
-      let found: protos.google.cloud.workflows.executions.v1.IExecution[] = [];
-      for (let attempt = 1; ; attempt++) {
-        try {
-          // One page, newest first: a step has a handful of executions at most.
-          [found] = await client.listExecutions(
-            { parent: workflow, filter: labelFilter(labels), pageSize: 100 },
-            { timeout: LIST_TIMEOUT_MS, autoPaginate: false },
-          );
-          break;
-        } catch (e) {
-          if (attempt >= 3) throw e;
-          await new Promise((r) => setTimeout(r, 500 * attempt));
-        }
-      }
-      return found.filter((e) => e.name).map(ref);
-    },
+    find: (workflow, labels, options) => list(client, "BASIC", workflow, labels, options),
+    findFull: (workflow, labels, options) => list(client, "FULL", workflow, labels, options) as Promise<ExecutionRef[]>,
     async get(name) {
-      const [e] = await client.getExecution({ name }, { timeout: LIST_TIMEOUT_MS });
+      // FULL is get's default; asked for all the same, since the argument and result are what callers read.
+      const [e] = await client.getExecution({ name, view: "FULL" }, { timeout: LIST_TIMEOUT_MS });
       return ref(e);
     },
     async cancel(name) {
       // https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/cancel
       const [e] = await client.cancelExecution({ name }, { timeout: LIST_TIMEOUT_MS });
-      return ref(e);
+      return summary(e);
     },
   };
 }
 
-function ref(e: protos.google.cloud.workflows.executions.v1.IExecution): ExecutionRef {
+type IExecution = protos.google.cloud.workflows.executions.v1.IExecution;
+
+/**
+ * Every page of executions.list for `labels`, newest created first. Each page is its own request, retried a
+ * few times (listing is safe to repeat); the next page is asked with the same parameters and the page token,
+ * as the API requires ("all other parameters provided to executions.list must match").
+ */
+async function list(
+  client: ExecutionsClient,
+  view: "BASIC" | "FULL",
+  workflow: string,
+  labels: Record<string, string>,
+  options: FindOptions = {},
+): Promise<ExecutionSummary[]> {
+  const out: ExecutionSummary[] = [];
+  let request: protos.google.cloud.workflows.executions.v1.IListExecutionsRequest = {
+    parent: workflow,
+    filter: labelFilter(labels, options),
+    orderBy: "createTime desc",
+    pageSize: LIST_PAGE_SIZE[view],
+    view,
+  };
+  for (let page = 1; ; page++) {
+    let found: IExecution[] = [];
+    let next: typeof request | null = null;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        [found, next] = await client.listExecutions(request, { timeout: LIST_TIMEOUT_MS, autoPaginate: false });
+        break;
+      } catch (e) {
+        if (attempt >= 3 || isPermanentApiError(e)) throw e;
+        await new Promise((r) => setTimeout(r, 500 * attempt));
+      }
+    }
+    for (const e of found) if (e.name) out.push(view === "FULL" ? ref(e) : summary(e));
+    if (!next?.pageToken) return out;
+    if (page >= MAX_PAGES) throw new Error(`executions.list of ${workflow}: more than ${MAX_PAGES} pages`);
+    request = { ...request, pageToken: next.pageToken };
+  }
+}
+
+/** Only what the BASIC view carries, so that nothing can read a field the API did not send. */
+function summary(e: IExecution): ExecutionSummary {
   return {
     name: e.name ?? "",
     state: String(e.state ?? "STATE_UNSPECIFIED"),
-    startTime: timestamp(e.startTime),
+    ...(e.startTime ? { startTime: timestamp(e.startTime) } : {}),
     ...(e.endTime ? { endTime: timestamp(e.endTime) } : {}),
+  };
+}
+
+function ref(e: IExecution): ExecutionRef {
+  return {
+    ...summary(e),
     argument: e.argument ?? "",
+    labels: { ...(e.labels ?? {}) },
     ...(e.error?.payload ? { error: e.error.payload } : {}),
     ...(e.result ? { result: e.result } : {}),
   };

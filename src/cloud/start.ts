@@ -1,8 +1,15 @@
 import { ConflictError } from "../errors.js";
 import { stepDirName } from "../orbax/step.js";
 import type { Store } from "../store/store.js";
-import { type ClaimRecord, StepClaim } from "./claim.js";
-import { type ExecutionRef, type Executions, executionLabels, isLive, isPermanentApiError, type WorkflowArgument } from "./executions.js";
+import { type ClaimRecord, type ClaimState, StepClaim } from "./claim.js";
+import {
+  type ExecutionSummary,
+  type Executions,
+  executionLabels,
+  isLive,
+  isPermanentApiError,
+  type WorkflowArgument,
+} from "./executions.js";
 import type { Logger } from "./log.js";
 
 /**
@@ -38,6 +45,12 @@ export interface StartDeps {
    * ClaimBusyError. Well inside the function's timeout.
    */
   readonly waitForPeerMs?: number;
+  /**
+   * When (by `now`) this caller stops: no execution is started after it. The trigger sets it well before the
+   * function's timeout. Whatever it is, no execution is started later than half the claim's lease after its
+   * claim was written.
+   */
+  readonly deadline?: number;
 }
 
 /**
@@ -79,10 +92,12 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
   const claim = await claimFor(argument, deps);
   const labels = executionLabels(argument.source, argument.step);
   /** The newest execution for this step created since `claimedAt` (older ones belong to earlier claims). */
-  const findExecution = async (claimedAt: string): Promise<ExecutionRef | undefined> => {
-    const since = Date.parse(claimedAt) - CLOCK_SKEW_MS;
-    const found = await deps.executions.find(deps.workflow, labels);
-    return found.find((e) => !(Date.parse(e.startTime) < since) && (request.adoptFinished || isLive(e)));
+  const findExecution = async (claimedAt: string): Promise<ExecutionSummary | undefined> => {
+    // An unreadable claim time counts as the epoch: every execution of the step is then a candidate.
+    const since = new Date(Math.max(0, (Date.parse(claimedAt) || 0) - CLOCK_SKEW_MS)).toISOString();
+    // By createTime (the API's filter), not startTime: a backlogged (QUEUED) execution has none yet.
+    const found = await deps.executions.find(deps.workflow, labels, { createdSince: since });
+    return found.find((e) => request.adoptFinished || isLive(e));
   };
   const fresh = (): ClaimRecord => ({
     source: argument.source,
@@ -92,10 +107,10 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
     execution: null,
   });
 
-  // 1. Hold the claim: create it, or take over one whose holder is certainly dead.
+  // 1. Hold the claim: create it, or take over one whose lease is over (its holder starts nothing after that).
   let record = fresh();
   let version: string | undefined;
-  const waitUntil = now() + (deps.waitForPeerMs ?? 20_000);
+  const waitUntil = Math.min(now() + (deps.waitForPeerMs ?? 20_000), deps.deadline ?? Number.POSITIVE_INFINITY);
   while (version === undefined) {
     const state = await claim.read();
     if (state.kind === "absent") {
@@ -138,7 +153,18 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
   }
 
   // 2. Start the execution, unless one started since this claim's time (by a caller that saw an error).
-  let existing: ExecutionRef | undefined;
+  // Never after this caller's deadline: a delivery past it may be a throttled instance that resumed after a
+  // redelivery took its lease over (src/cloud/claim.ts).
+  const deadline = Math.min(deps.deadline ?? Number.POSITIVE_INFINITY, Date.parse(record.claimedAt) + deps.claimLeaseMs / 2);
+  const giveUp = async (): Promise<never> => {
+    const released = await claim.release(version as string).catch(() => false);
+    throw new DeadlineError(
+      `${claim.url}: this caller's deadline (${new Date(deadline).toISOString()}) passed before it started an execution; ` +
+        `${released ? "claim released" : "the claim had moved on"}, nothing started; retry later`,
+    );
+  };
+  if (now() >= deadline) return giveUp();
+  let existing: ExecutionSummary | undefined;
   try {
     existing = await findExecution(record.claimedAt);
   } catch (e) {
@@ -147,16 +173,22 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
     throw e;
   }
   if (existing) {
-    await claim.replace(version, { ...record, execution: existing.name });
+    if ((await claim.replace(version, { ...record, execution: existing.name })) === undefined)
+      return lostBeforeStart(await claim.read(), claim.url, log);
     log.warn("an execution for this step already exists; recorded it", { execution: existing.name });
     return { kind: "adopted", execution: existing.name };
   }
+  // Right before the call: the claim is still the one this caller wrote (its generation), and the deadline
+  // has not passed (a process stopped for long resumes here with its clock moved on).
+  const current = await claim.read();
+  if (current.kind !== "pending" || current.version !== version) return lostBeforeStart(current, claim.url, log);
+  if (now() >= deadline) return giveUp();
   let execution: string;
   try {
     execution = await deps.executions.start(deps.workflow, argument, labels);
   } catch (e) {
     // The call may have failed after the execution was created (a timeout, a dropped connection).
-    let found: ExecutionRef | undefined;
+    let found: ExecutionSummary | undefined;
     try {
       found = await findExecution(record.claimedAt);
     } catch (lookup) {
@@ -180,10 +212,64 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
     log.warn("starting reported an error, but the execution exists; keeping it", { error: (e as Error).message, execution: found.name });
     execution = found.name;
   }
-  if ((await claim.replace(version, { ...record, execution })) === undefined) {
-    log.warn("the claim changed while starting; the execution runs all the same", { claim: claim.url, execution });
+  if ((await claim.replace(version, { ...record, execution })) !== undefined) return { kind: "started", execution };
+  return settleAfterLoss(claim, { ...record, execution }, deps, log);
+}
+
+/**
+ * The claim moved on between the last check and the call (the caller was stopped or throttled in between):
+ * nothing was started. Another caller has started the step, or is starting it.
+ */
+function lostBeforeStart(current: ClaimState, url: string, log: Logger): StartOutcome {
+  if (current.kind === "started") {
+    log.warn("the claim was taken over before this caller started an execution; nothing started", {
+      claim: url,
+      execution: current.record.execution,
+    });
+    return { kind: "duplicate", execution: current.record.execution as string };
   }
+  throw new ClaimBusyError(`${url}: the claim was taken over before this caller started an execution; nothing started; retry later`);
+}
+
+/**
+ * This caller created `mine.execution`, but its claim had moved on meanwhile: taken over by a caller that
+ * thought it dead. Exactly one execution must stay. The claim decides, by conditional writes: if it names
+ * another execution, this one is cancelled; if another caller holds it without an execution yet, this one is
+ * recorded in its place (that caller sees it before its own start, or cancels its own after, by this same rule).
+ */
+async function settleAfterLoss(claim: StepClaim, mine: ClaimRecord, deps: StartDeps, log: Logger): Promise<StartOutcome> {
+  const execution = mine.execution as string;
+  for (let attempt = 1; attempt <= 5; attempt++) {
+    const state = await claim.read();
+    if (state.kind === "started" && state.record.execution === execution) return { kind: "started", execution };
+    if (state.kind === "started") {
+      const other = state.record.execution as string;
+      log.warn("the claim was taken over while this caller started an execution, which another one converts: cancelling it", {
+        claim: claim.url,
+        cancelled: execution,
+        execution: other,
+      });
+      await deps.executions
+        .cancel(execution)
+        .catch((e) => log.error("could not cancel the second execution of the step", { execution, error: (e as Error).message }));
+      return { kind: "duplicate", execution: other };
+    }
+    const recorded = state.kind === "absent" ? await claim.create(mine) : await claim.replace(state.version, mine);
+    if (recorded !== undefined) {
+      log.warn("the claim was taken over while this caller started an execution; recorded this one in it", {
+        claim: claim.url,
+        execution,
+      });
+      return { kind: "started", execution };
+    }
+  }
+  log.error("the claim keeps changing; the execution runs all the same", { claim: claim.url, execution });
   return { kind: "started", execution };
+}
+
+/** The caller's deadline passed before it could start an execution: retry later. */
+export class DeadlineError extends Error {
+  override readonly name = "DeadlineError";
 }
 
 /** The request never reached the server (refused connection, unknown host): nothing can have been created. */
@@ -214,7 +300,7 @@ export async function startByHand(request: ManualStart, deps: StartDeps): Promis
     });
     if (execution && isLive(execution)) {
       throw new ConflictError(
-        `step ${request.argument.step} is being converted by ${execution.name} (started ${execution.startTime}); \`orbax2reg cloud cancel\` stops it`,
+        `step ${request.argument.step} is being converted by ${execution.name} (${execution.startTime ? `started ${execution.startTime}` : execution.state}); \`orbax2reg cloud cancel\` stops it`,
         { path: claim.url },
       );
     }

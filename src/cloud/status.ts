@@ -3,7 +3,7 @@ import { listSteps, parseStepName, stepDirName } from "../orbax/step.js";
 import { joinKey, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
 import { StepClaim } from "./claim.js";
-import { type ExecutionRef, type Executions, isLive, rootLabel } from "./executions.js";
+import { type ExecutionRef, type ExecutionSummary, type Executions, isLive, rootLabel } from "./executions.js";
 import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "./job-reports.js";
 import type { JobExecutionStatus, JobExecutions } from "./run-executions.js";
 import { expand } from "./trigger.js";
@@ -25,7 +25,9 @@ export type StepStatus =
   | {
       readonly state: "running";
       readonly execution: string;
-      readonly startedAt: string;
+      /** The workflow execution's state: ACTIVE, or QUEUED in the backlog (not begun: no startedAt). */
+      readonly executionState: string;
+      readonly startedAt: string | null;
       readonly elapsedSeconds: number;
       /** From the plan summary; null until the plan job has written it. */
       readonly groups: number | null;
@@ -99,6 +101,8 @@ export function locate(root: CheckpointRoot, step: number, template: string): { 
 
 /** Steps looked at in parallel (each costs a few small GCS reads). */
 const CONCURRENCY = 8;
+/** Progress records read at once for one step. */
+const RECORD_READS = 8;
 /** Records written this long before an execution started still count as its own (clock skew). */
 const SKEW_MS = 60_000;
 
@@ -123,21 +127,34 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
     }
   }
   if (onlyStep !== undefined) steps.add(onlyStep);
-  const executions = await deps.executions.find(deps.workflow, { source: rootLabel(root.url) });
+  // Every execution of the root in one paged listing (FULL view: the argument names the step, the result and
+  // error are what the rows show), newest created first; then each step's newest by a map, not a scan per step.
+  const executions = await deps.executions.findFull(deps.workflow, { source: rootLabel(root.url) });
+  const newestOf = new Map<number, ExecutionRef>();
+  const byName = new Map<string, ExecutionRef>();
+  for (const e of executions) {
+    byName.set(e.name, e);
+    const step = executionStep(e);
+    if (step !== undefined && !newestOf.has(step)) newestOf.set(step, e);
+  }
   const rows = await mapLimited([...steps], CONCURRENCY, async (step) => {
     const where = locate(root, step, deps.destinationTemplate);
-    const newest = executions.find((e) => argumentStep(e) === step);
-    return { step, ...where, status: await statusOf(step, where.destination, committed.get(step), newest, deps) };
+    const status = await statusOf(step, where.destination, committed.get(step), newestOf.get(step), byName, deps);
+    return { step, ...where, status };
   });
   return rows.sort((a, b) => a.step - b.step);
 }
 
-/** The step an execution converts, read from its argument as its plan job reads it (also one started by hand without "step"). */
-function argumentStep(e: ExecutionRef): number | undefined {
+/**
+ * The step an execution converts: from its argument as its plan job reads it (also one started by hand
+ * without "step"), else from its `step` label.
+ */
+function executionStep(e: ExecutionRef): number | undefined {
   try {
     return parseWorkflowArgument(JSON.parse(e.argument), 1).step;
   } catch {
-    return undefined;
+    const label = e.labels.step;
+    return label !== undefined && /^\d+$/.test(label) ? Number(label) : undefined;
   }
 }
 
@@ -146,6 +163,7 @@ async function statusOf(
   destinationRoot: string,
   committed: boolean | undefined,
   listed: ExecutionRef | undefined,
+  listing: ReadonlyMap<string, ExecutionRef>,
   deps: FleetDeps,
 ): Promise<StepStatus> {
   const now = deps.now ?? Date.now;
@@ -158,10 +176,13 @@ async function statusOf(
       : Promise.resolve({ kind: "absent" as const }),
   ]);
   // The claim names the execution the pipeline started; a newer one (started from the console) may be listed.
+  // Listed, it is no newer than `listed` (the listing is newest created first); only one the listing does not
+  // hold (no labels) costs a request.
   let execution = listed;
-  if (claimState.kind === "started" && claimState.record.execution !== listed?.name) {
-    const claimed = await deps.executions.get(claimState.record.execution as string).catch(() => undefined);
-    if (claimed && (!execution || claimed.startTime > execution.startTime)) execution = claimed;
+  const claimedName = claimState.kind === "started" ? (claimState.record.execution as string) : undefined;
+  if (claimedName !== undefined && claimedName !== listed?.name && !listing.has(claimedName)) {
+    const claimed = await deps.executions.get(claimedName).catch(() => undefined);
+    if (claimed && (!execution || newer(claimed, execution))) execution = claimed;
   }
 
   if (execution && isLive(execution)) return running(destination, stepDir, execution, deps, now());
@@ -207,8 +228,10 @@ async function running(destination: Store, stepDir: string, execution: Execution
   return {
     state: "running",
     execution: execution.name,
-    startedAt: execution.startTime,
-    elapsedSeconds: Math.max(0, Math.round((now - Date.parse(execution.startTime)) / 1000)),
+    executionState: execution.state,
+    // A QUEUED execution has not begun: no startTime, nothing elapsed.
+    startedAt: execution.startTime ?? null,
+    elapsedSeconds: execution.startTime ? Math.max(0, Math.round((now - Date.parse(execution.startTime)) / 1000)) : 0,
     groups,
     groupsDone,
     bytes: summary?.bytes ?? null,
@@ -260,18 +283,21 @@ export function retryCanHelp(error: WorkflowError | undefined): boolean {
 
 /** The progress records written for `execution`'s run (older runs' records are left out by their time). */
 async function progressOf(destination: Store, stepDir: string, execution: ExecutionRef): Promise<ProgressRecord[]> {
+  // A queued execution has written nothing yet: every record there is an earlier run's.
+  if (!execution.startTime) return [];
   const since = Date.parse(execution.startTime) - SKEW_MS;
   return (await progressRecords(destination, stepDir)).filter((r) => !(Date.parse(r.updatedAt) < since));
 }
 
 /** Every job's progress record in a destination step (one being rewritten or damaged is left out). */
 export async function progressRecords(store: Store, stepDir: string): Promise<ProgressRecord[]> {
-  const out: ProgressRecord[] = [];
-  for await (const o of store.list(`${joinKey(stepDir, PROGRESS_PREFIX)}/`)) {
-    const r = parseJson<ProgressRecord>(new TextDecoder().decode(await store.read(o.key).catch(() => new Uint8Array())));
-    if (r) out.push(r);
-  }
-  return out;
+  const keys: string[] = [];
+  for await (const o of store.list(`${joinKey(stepDir, PROGRESS_PREFIX)}/`)) keys.push(o.key);
+  // One record per job task: read a few at a time, not one after another.
+  const records = await mapLimited(keys, RECORD_READS, async (key) =>
+    parseJson<ProgressRecord>(new TextDecoder().decode(await store.read(key).catch(() => new Uint8Array()))),
+  );
+  return records.filter(isDefined);
 }
 
 /** The object parsed as JSON; undefined when it is absent or not JSON. One request: read, not stat then read. */
@@ -291,6 +317,13 @@ function parseJson<T>(text: string | undefined): T | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** Whether `a` began after `b` (an execution not begun yet, QUEUED, is the newer). */
+function newer(a: ExecutionSummary, b: ExecutionSummary): boolean {
+  if (!a.startTime) return true;
+  if (!b.startTime) return false;
+  return a.startTime > b.startTime;
 }
 
 const firstLine = (s: string) => s.split("\n")[0] as string;

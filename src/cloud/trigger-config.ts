@@ -10,9 +10,23 @@ export interface TriggerHandlerConfig extends TriggerConfig {
   readonly eventsTopic: string | undefined;
   /**
    * How long a claim that never recorded an execution protects its step. Longer than the function's
-   * timeout: past it, the delivery that wrote the claim is certainly dead and another may take over.
+   * timeout (and so than every delivery's deadline): past it, another delivery may take over.
    */
   readonly claimLeaseMs: number;
+  /**
+   * How long one delivery may work before it stops (starting nothing after it): well before the function's
+   * timeout, past which an instance "might be throttled, but it continues operating until it exits on its own"
+   * (https://cloud.google.com/functions/docs/configuring/timeout). Undefined: deliveryDeadlineMs(claimLeaseMs).
+   */
+  readonly deliveryDeadlineMs?: number;
+}
+
+/**
+ * Three quarters of the function's timeout, which terraform deploys as the claim's lease less 60 s
+ * (function.tf: ORBAX2REG_CLAIM_LEASE_SECONDS = function_timeout_seconds + 60); at least 1 s.
+ */
+export function deliveryDeadlineMs(claimLeaseMs: number): number {
+  return Math.max(1_000, Math.floor(((claimLeaseMs - 60_000) * 3) / 4));
 }
 
 /** Used when ORBAX2REG_CLAIM_LEASE_SECONDS is unset: the longest event-driven function timeout (540 s) + 60 s. */

@@ -4,10 +4,10 @@ import { type Executions, executionLabels, type WorkflowArgument } from "./execu
 import type { Logger } from "./log.js";
 import { startOnce } from "./start.js";
 import { classify } from "./trigger.js";
-import type { TriggerHandlerConfig } from "./trigger-config.js";
+import { deliveryDeadlineMs, type TriggerHandlerConfig } from "./trigger-config.js";
 
 export type { WorkflowArgument } from "./executions.js";
-export { ClaimBusyError } from "./start.js";
+export { ClaimBusyError, DeadlineError } from "./start.js";
 
 /** The outside world, injected so the cloud function stays thin and the logic testable. */
 export interface TriggerDeps {
@@ -46,6 +46,8 @@ export type TriggerOutcome = "ignored" | "waiting" | "duplicate" | "adopted" | "
  */
 export async function handleFinalized(event: { id?: string; data?: unknown }, deps: TriggerDeps): Promise<TriggerOutcome> {
   const now = deps.now ?? Date.now;
+  // This delivery's own deadline, from its first line: a throttled instance that resumes late starts nothing.
+  const deadline = now() + (deps.config.deliveryDeadlineMs ?? deliveryDeadlineMs(deps.config.claimLeaseMs));
   const data = event.data as { bucket?: unknown; name?: unknown } | undefined;
   if (typeof data?.bucket !== "string" || typeof data?.name !== "string") {
     deps.log.warn("malformed storage event ignored", { eventId: event.id ?? null });
@@ -79,6 +81,7 @@ export async function handleFinalized(event: { id?: string; data?: unknown }, de
       executions: deps.executions,
       log,
       now,
+      deadline,
       ...(deps.sleep ? { sleep: deps.sleep } : {}),
       ...(deps.waitForPeerMs !== undefined ? { waitForPeerMs: deps.waitForPeerMs } : {}),
     },

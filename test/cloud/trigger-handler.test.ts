@@ -1,10 +1,18 @@
 import { beforeEach, describe, expect, test } from "vitest";
 import type { ClaimRecord } from "../../src/cloud/claim.js";
 import type { ConversionEvent } from "../../src/cloud/events.js";
-import { type ExecutionRef, type Executions, executionLabels, type WorkflowArgument } from "../../src/cloud/executions.js";
+import {
+  type ExecutionRef,
+  type ExecutionSummary,
+  type Executions,
+  executionLabels,
+  type FindOptions,
+  type WorkflowArgument,
+} from "../../src/cloud/executions.js";
 import { jsonLogger } from "../../src/cloud/log.js";
 import { startByHand } from "../../src/cloud/start.js";
-import { ClaimBusyError, handleFinalized, type TriggerDeps } from "../../src/cloud/trigger-handler.js";
+import { deliveryDeadlineMs } from "../../src/cloud/trigger-config.js";
+import { ClaimBusyError, DeadlineError, handleFinalized, type TriggerDeps } from "../../src/cloud/trigger-handler.js";
 import { CLAIM_KEY } from "../../src/convert/plan-format.js";
 import { ConflictError } from "../../src/errors.js";
 import { openStore } from "../../src/store/open.js";
@@ -21,7 +29,9 @@ interface Started {
   name: string;
   argument: WorkflowArgument;
   labels: Record<string, string>;
-  startTime: string;
+  /** When it was created; a QUEUED one has no startTime yet. */
+  createTime: string;
+  startTime?: string;
   state: string;
 }
 
@@ -31,6 +41,10 @@ class FakeExecutions implements Executions {
   failNext: "before-create" | "after-create" | "invalid-argument" | undefined;
   /** Listing fails once an execution exists (the API went away right after the start call). */
   failFindAfterStart = false;
+  /** Runs once, as the next listing answers (the caller is between claiming and starting). */
+  onNextFind: (() => Promise<unknown>) | undefined;
+  /** Runs once, right after the next start created its execution (before the caller hears of it). */
+  onNextStart: (() => Promise<unknown>) | undefined;
   constructor(private readonly clock: () => number) {}
   async start(workflow: string, argument: WorkflowArgument, labels: Record<string, string>): Promise<string> {
     await new Promise((r) => setTimeout(r, 20)); // a round trip, so concurrent deliveries overlap
@@ -39,29 +53,49 @@ class FakeExecutions implements Executions {
     if (fail === "before-create") throw new Error("503 Service Unavailable");
     if (fail === "invalid-argument") throw Object.assign(new Error("3 INVALID_ARGUMENT: invalid labels"), { code: 3 });
     const name = `${workflow}/executions/e${this.started.length + 1}`;
-    this.started.push({ name, argument, labels, startTime: new Date(this.clock()).toISOString(), state: "ACTIVE" });
+    const now = new Date(this.clock()).toISOString();
+    this.started.push({ name, argument, labels, createTime: now, startTime: now, state: "ACTIVE" });
+    const hook = this.onNextStart;
+    this.onNextStart = undefined;
+    await hook?.();
     if (fail === "after-create") throw new Error("4 DEADLINE_EXCEEDED: the connection dropped");
     return name;
   }
-  async find(_workflow: string, labels: Record<string, string>): Promise<ExecutionRef[]> {
+  /** As executions.list in its default BASIC view: name, state and times only, newest created first. */
+  async find(workflow: string, labels: Record<string, string>, options: FindOptions = {}): Promise<ExecutionSummary[]> {
+    return (await this.findFull(workflow, labels, options)).map(({ name, state, startTime }) => ({
+      name,
+      state,
+      ...(startTime ? { startTime } : {}),
+    }));
+  }
+  async findFull(_workflow: string, labels: Record<string, string>, options: FindOptions = {}): Promise<ExecutionRef[]> {
     if (this.failFindAfterStart && this.started.length > 0) throw new Error("503 Service Unavailable");
-    return this.started
-      .filter((e) => Object.entries(labels).every(([k, v]) => e.labels[k] === v))
-      .map((e) => ({ ...e, argument: JSON.stringify(e.argument) }))
-      .reverse();
+    const since = options.createdSince === undefined ? 0 : Date.parse(options.createdSince);
+    const found = this.started
+      .filter((e) => Object.entries(labels).every(([k, v]) => e.labels[k] === v) && !(Date.parse(e.createTime) < since))
+      .sort((a, b) => b.createTime.localeCompare(a.createTime))
+      .map((e) => full(e));
+    // After the answer was made: the caller hears it only once the hook is done (it was stopped meanwhile).
+    const hook = this.onNextFind;
+    this.onNextFind = undefined;
+    await hook?.();
+    return found;
   }
   async get(name: string): Promise<ExecutionRef> {
     const e = this.started.find((x) => x.name === name);
     if (!e) throw new Error(`5 NOT_FOUND: ${name}`);
-    return { ...e, argument: JSON.stringify(e.argument) };
+    return full(e);
   }
-  async cancel(name: string): Promise<ExecutionRef> {
+  async cancel(name: string): Promise<ExecutionSummary> {
     const e = this.started.find((x) => x.name === name);
     if (!e) throw new Error(`5 NOT_FOUND: ${name}`);
     e.state = "CANCELLED";
-    return { ...e, argument: JSON.stringify(e.argument) };
+    return { name: e.name, state: e.state };
   }
 }
+
+const full = (e: Started): ExecutionRef => ({ ...e, argument: JSON.stringify(e.argument) });
 
 const commit = (bucket: string, name = "runs/exp/step_00000100/commit_success.txt") => ({ id: "evt-1", data: { bucket, name } });
 const claimKey = `step_00000100/${CLAIM_KEY}`;
@@ -275,6 +309,77 @@ describe("the trigger function's handler", () => {
     expect(await readClaim()).toMatchObject({ eventId: "evt-1", execution: `${WORKFLOW}/executions/e1` });
   });
 
+  /** Another delivery's claim, written over this one's (a takeover), naming `execution` or none yet. */
+  const takeOver = async (execution: string | null) =>
+    (await destination()).write(
+      claimKey,
+      new TextEncoder().encode(
+        JSON.stringify({
+          source: `gs://${bucket}/runs/exp/step_00000100`,
+          step: 100,
+          eventId: "redelivery",
+          claimedAt: new Date(clock).toISOString(),
+          execution,
+        }),
+      ),
+    );
+  /** An execution started by the delivery that took the claim over. */
+  const othersExecution = () => {
+    const name = `${WORKFLOW}/executions/other`;
+    const now = new Date(clock).toISOString();
+    executions.started.push({
+      name,
+      argument: { source: "", destination: "", step: 100, groups: 4 },
+      labels: executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100),
+      createTime: now,
+      startTime: now,
+      state: "ACTIVE",
+    });
+    return name;
+  };
+
+  test("a delivery stopped between claiming and starting past its deadline starts nothing when it resumes, and gives its claim back", async () => {
+    executions.onNextFind = async () => {
+      clock += LEASE_MS; // SIGSTOP, then SIGCONT: the wall clock moved on
+    };
+    await expect(handleFinalized(commit(bucket), deps())).rejects.toThrow(DeadlineError);
+    expect(executions.started).toHaveLength(0);
+    expect(await (await destination()).stat(claimKey)).toBeUndefined();
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+  });
+
+  test("the deadline is well before the function's timeout (the lease less 60 s, as terraform deploys it)", () => {
+    expect(deliveryDeadlineMs(120_000)).toBe(45_000);
+    expect(deliveryDeadlineMs(600_000)).toBe(405_000);
+  });
+
+  test("a delivery whose claim was taken over (and converted) while it was stopped starts nothing when it resumes", async () => {
+    executions.onNextFind = async () => takeOver(othersExecution());
+    expect(await handleFinalized(commit(bucket), deps())).toBe("duplicate");
+    expect(executions.started.map((e) => e.name)).toEqual([`${WORKFLOW}/executions/other`]);
+  });
+
+  test("a delivery whose claim was taken over by one not started yet starts nothing, and fails for a later try", async () => {
+    executions.onNextFind = async () => takeOver(null);
+    await expect(handleFinalized(commit(bucket), deps())).rejects.toThrow(/taken over before this caller started/);
+    expect(executions.started).toHaveLength(0);
+  });
+
+  test("when the claim was taken over during the start call and names another execution, this one's is cancelled", async () => {
+    executions.onNextStart = async () => takeOver(othersExecution());
+    expect(await handleFinalized(commit(bucket), deps())).toBe("duplicate");
+    expect(executions.started.filter((e) => e.state === "ACTIVE").map((e) => e.name)).toEqual([`${WORKFLOW}/executions/other`]);
+    expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/other`);
+  });
+
+  test("when the claim was taken over during the start call by one not started yet, this execution is recorded for both", async () => {
+    executions.onNextStart = async () => takeOver(null);
+    expect(await handleFinalized(commit(bucket), deps())).toBe("started");
+    expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/e1`);
+    expect(await handleFinalized(commit(bucket), deps())).toBe("duplicate");
+    expect(executions.started).toHaveLength(1);
+  });
+
   test("a fresh claim without an execution makes a redelivery fail for a later try, not acknowledge", async () => {
     await deadClaim(1_000);
     await expect(handleFinalized(commit(bucket), deps())).rejects.toThrow(/not started an execution yet; retry later/);
@@ -288,6 +393,7 @@ describe("the trigger function's handler", () => {
       name: `${WORKFLOW}/executions/orphan`,
       argument: { source: "", destination: "", step: 100, groups: 4 },
       labels,
+      createTime: new Date(clock - LEASE_MS).toISOString(),
       startTime: new Date(clock - LEASE_MS).toISOString(),
       state: "ACTIVE",
     });
@@ -296,11 +402,26 @@ describe("the trigger function's handler", () => {
     expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/orphan`);
   });
 
+  test("an expired claim whose execution waits QUEUED in the backlog (created, no startTime yet) gets it recorded, not a second one", async () => {
+    await deadClaim(LEASE_MS + 1);
+    executions.started.push({
+      name: `${WORKFLOW}/executions/backlogged`,
+      argument: { source: "", destination: "", step: 100, groups: 4 },
+      labels: executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100),
+      createTime: new Date(clock - LEASE_MS).toISOString(),
+      state: "QUEUED",
+    });
+    expect(await handleFinalized(commit(bucket), deps())).toBe("adopted");
+    expect(executions.started).toHaveLength(1);
+    expect((await readClaim()).execution).toBe(`${WORKFLOW}/executions/backlogged`);
+  });
+
   test("an execution older than the claim (a run before the claim was deleted to convert again) does not stop a new one", async () => {
     executions.started.push({
       name: `${WORKFLOW}/executions/last-week`,
       argument: { source: "", destination: "", step: 100, groups: 4 },
       labels: executionLabels(`gs://${bucket}/runs/exp/step_00000100`, 100),
+      createTime: new Date(clock - 7 * 86_400_000).toISOString(),
       startTime: new Date(clock - 7 * 86_400_000).toISOString(),
       state: "FAILED",
     });

@@ -237,7 +237,7 @@ describe("orbax2reg cloud backfill", () => {
     expect(started).toEqual([100, 300, 500, 600]);
     for (const step of started) expect(await settled(bucket, step)).toMatchObject({ state: "converted" });
     // With --max-running 1, each started only after the one before had finished.
-    const listed = (await (await fetch(`${workflows.url}/v1/${cliEnv.ORBAX2REG_WORKFLOW}/executions`)).json()) as {
+    const listed = (await (await fetch(`${workflows.url}/v1/${cliEnv.ORBAX2REG_WORKFLOW}/executions?view=FULL`)).json()) as {
       executions: { argument: string; startTime: string; endTime: string }[];
     };
     const ours = listed.executions

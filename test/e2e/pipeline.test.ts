@@ -132,7 +132,8 @@ async function finalized(bucket: string, name: string, url = fn.url): Promise<nu
 const finalizedName = (bucket: string, name: string, url = fn.url) => deliver({ bucket, name, generation: "1" }, url);
 
 async function executionsOf(bucket: string): Promise<Execution[]> {
-  const [all] = await executions.listExecutions({ parent: WORKFLOW });
+  // FULL: the listing's default BASIC view has no argument (every page: the client follows the page tokens).
+  const [all] = await executions.listExecutions({ parent: WORKFLOW, view: "FULL" });
   return all.filter((e) => (JSON.parse(e.argument ?? "{}").source as string | undefined)?.startsWith(`gs://${bucket}/`));
 }
 
@@ -183,14 +184,17 @@ async function exists(bucket: string, name: string): Promise<boolean> {
   return found;
 }
 
-/** Queues faults for the Workflows emulator's next createExecution calls (tools/workflows-emulator/wfemu.py). */
-async function injectWorkflowsFaults(faults: string[]): Promise<void> {
-  const r = await fetch(`${workflows.url}/_emulator/faults`, { method: "POST", body: JSON.stringify({ createExecution: faults }) });
+/**
+ * Queues faults for the Workflows emulator's next createExecution calls, or executions.list calls
+ * (tools/workflows-emulator/wfemu.py).
+ */
+async function injectWorkflowsFaults(faults: string[], call: "createExecution" | "listExecutions" = "createExecution"): Promise<void> {
+  const r = await fetch(`${workflows.url}/_emulator/faults`, { method: "POST", body: JSON.stringify({ [call]: faults }) });
   expect(r.ok).toBe(true);
 }
 
-async function pendingWorkflowsFaults(): Promise<string[]> {
-  return ((await (await fetch(`${workflows.url}/_emulator/faults`)).json()) as { createExecution: string[] }).createExecution;
+async function pendingWorkflowsFaults(call: "createExecution" | "listExecutions" = "createExecution"): Promise<string[]> {
+  return ((await (await fetch(`${workflows.url}/_emulator/faults`)).json()) as Record<string, string[]>)[call] ?? [];
 }
 
 async function until(condition: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
@@ -508,6 +512,63 @@ describe("the pipeline on local emulators", () => {
     expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
     expect(await finalized(bucket, marker)).toBe(204);
     expect(await executionsOf(bucket)).toHaveLength(1);
+  });
+
+  test("a function stopped between claiming and starting for longer than the lease starts nothing when it continues: one execution", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    // Its look-up before starting is answered (nothing exists yet) while it is stopped: it reads that when it continues.
+    await injectWorkflowsFaults(["late-answer:2"], "listExecutions");
+    const stopped = await startFunction(functionEnv, join(work, "function-stopped.log"));
+    try {
+      const delivery = finalized(bucket, marker, stopped.url).catch(() => 0);
+      await until(async () => (await exists(bucket, CLAIM)) && (await pendingWorkflowsFaults("listExecutions")).length === 0);
+      process.kill(stopped.pid, "SIGSTOP"); // throttled past its timeout, as a gen2 instance may be
+
+      // Meanwhile the lease ends (the claim made to look that old, as above) and a redelivery converts the step.
+      await ageClaim(bucket, Number(functionEnv.ORBAX2REG_CLAIM_LEASE_SECONDS ?? 600) + 1);
+      expect(await finalized(bucket, marker)).toBe(204);
+      const [converting] = await executionsOf(bucket);
+      expect(converting).toBeDefined();
+      await new Promise((r) => setTimeout(r, 2_500)); // the stopped one's answer is waiting in its socket by now
+
+      process.kill(stopped.pid, "SIGCONT");
+      expect(await delivery).toBe(204); // it saw the claim taken over and started nothing
+      expect((await executionsOf(bucket)).map((e) => e.name)).toEqual([converting?.name]);
+      expect(await claimOf(bucket)).toMatchObject({ execution: converting?.name });
+      expect((await finished(converting as Execution)).state).toBe("SUCCEEDED");
+      expect(readFileSync(join(work, "function-stopped.log"), "utf8")).toMatch(/taken over before this caller started an execution/);
+    } finally {
+      process.kill(stopped.pid, "SIGCONT");
+      await stopped.stop();
+    }
+  });
+
+  test("a function stopped past its own deadline between claiming and starting starts nothing, gives its claim back and fails", async () => {
+    const bucket = await newBucket("train");
+    const marker = (await writeCheckpoint(bucket)).at(-1) as string;
+    await injectWorkflowsFaults(["late-answer:1"], "listExecutions");
+    // A lease of 68 s is terraform's for an 8 s function timeout: the delivery's own deadline is 6 s.
+    const log = join(work, "function-deadline.log");
+    const stopped = await startFunction({ ...functionEnv, ORBAX2REG_CLAIM_LEASE_SECONDS: "68" }, log);
+    try {
+      const delivery = finalized(bucket, marker, stopped.url).catch(() => 0);
+      await until(async () => (await exists(bucket, CLAIM)) && (await pendingWorkflowsFaults("listExecutions")).length === 0);
+      process.kill(stopped.pid, "SIGSTOP");
+      await new Promise((r) => setTimeout(r, 7_000)); // past its deadline, within its lease
+      process.kill(stopped.pid, "SIGCONT");
+      expect(await delivery).toBe(500); // for the platform to redeliver
+      expect(await exists(bucket, CLAIM)).toBe(false);
+      expect(await executionsOf(bucket)).toHaveLength(0);
+      expect(readFileSync(log, "utf8")).toMatch(/deadline \(.*\) passed before it started an execution; claim released/);
+    } finally {
+      process.kill(stopped.pid, "SIGCONT");
+      await stopped.stop();
+    }
+    expect(await finalized(bucket, marker)).toBe(204); // the redelivery
+    const started = await executionsOf(bucket);
+    expect(started).toHaveLength(1);
+    expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
   });
 
   test("when Workflows creates the execution but the call fails, that execution is kept and no second one starts", async () => {

@@ -23,7 +23,8 @@ export function need(path: string): void {
 export interface Running {
   readonly url: string;
   readonly port: number;
-  readonly pid: number | undefined;
+  /** The process's id (to stop and continue it: SIGSTOP, SIGCONT). */
+  readonly pid: number;
   /** SIGTERM, then SIGKILL after 5 s; or SIGKILL at once (a crash, as a platform kill looks). */
   stop(signal?: "SIGTERM" | "SIGKILL"): Promise<void>;
 }
@@ -79,7 +80,7 @@ export async function serve(name: string, command: string, args: string[], port:
   return {
     url,
     port,
-    pid: child.pid,
+    pid: child.pid as number,
     stop: (signal = "SIGTERM") =>
       new Promise<void>((resolve) => {
         if (exited !== undefined) return resolve();

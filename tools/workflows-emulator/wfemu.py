@@ -7,7 +7,11 @@ requirements.txt) and adds what that package lacks for this project:
 * an Executions REST API shaped like workflowexecutions v1 (create returns an ACTIVE
   execution at once; the workflow runs in a background thread; poll GET until
   SUCCEEDED / FAILED) so `@google-cloud/workflows` ExecutionsClient can talk to it
-  with REST fallback;
+  with REST fallback; as Google's, list gives the BASIC view unless `view=FULL` (get: FULL
+  unless `view=BASIC`), pages of `pageSize` (default 100, at most 1000 BASIC / 100 FULL) with
+  `nextPageToken`, newest `createTime` first, `orderBy` and `filter` on labels, state and times;
+* `--max-active N`: a concurrent executions quota; executions beyond it wait QUEUED, without a
+  startTime, in a backlog and begin in creation order as slots free;
 * `--connector-hooks hooks.yaml`: every `call: googleapis.*` step is run by a local
   executable (args as JSON on stdin, result as JSON on stdout, non-zero exit raises);
 * `parallel` with a real `concurrency_limit`, per-branch variable scopes and `shared`
@@ -616,11 +620,23 @@ _LOCK = threading.Lock()
 # answers 503 (the answer was lost); "hang-then-fail:S" holds the call S seconds (default 30), then answers
 # 503, creating nothing.
 _CREATE_FAULTS: list[str] = []
+# Faults for the next executions.list calls: "late-answer:S" makes the answer at once (what exists now) and
+# sends it S seconds later, as a caller stopped right after the server answered would read it.
+_LIST_FAULTS: list[str] = []
 
 # executions.list `filter` (AIP-160), the subset Google documents and this project uses: comparisons
-# `labels.KEY="VALUE"` and `state="STATE"` joined by AND. Anything else is refused, as an unknown filter is
-# by Google (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/list).
+# `labels.KEY="VALUE"`, `state="STATE"` and `createTime`/`startTime` OP "RFC 3339" (OP one of = > >= < <=)
+# joined by AND. Anything else is refused, as an unknown filter is by Google
+# (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/list).
 _FILTER_TERM = re.compile(r'^\s*(labels\.([a-z][a-z0-9_-]{0,62})|state)\s*=\s*"([^"]*)"\s*$')
+_TIME_TERM = re.compile(r'^\s*(createTime|startTime)\s*(>=|<=|=|>|<)\s*"([^"]+)"\s*$')
+_OPS = {"=": lambda a, b: a == b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+        "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+def _parse_time(text: str) -> dt.datetime:
+    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
 def _parse_filter(text: str):
@@ -628,6 +644,12 @@ def _parse_filter(text: str):
         return lambda e: True
     tests = []
     for term in re.split(r"\s+AND\s+", text.strip()):
+        t = _TIME_TERM.match(term)
+        if t:
+            field, op, value = t.group(1), _OPS[t.group(2)], _parse_time(t.group(3))
+            # An execution without the field (a QUEUED one has no startTime) matches no comparison on it.
+            tests.append(lambda e, f=field, o=op, v=value: f in e and o(_parse_time(e[f]), v))
+            continue
         m = _FILTER_TERM.match(term)
         if not m:
             raise ValueError(f"invalid filter term {term!r} in {text!r}")
@@ -637,6 +659,87 @@ def _parse_filter(text: str):
         else:
             tests.append(lambda e, v=value: e.get("state") == v)
     return lambda e: all(t(e) for t in tests)
+
+
+# executions.list `orderBy` (AIP-132): one of the time fields Google lists, optionally "desc"; by default
+# "descending createTime" (same page). An execution without the field sorts last.
+_ORDER = re.compile(r"^\s*(createTime|startTime|endTime)(\s+(asc|desc))?\s*$")
+
+
+def _order_key(order_by: str):
+    m = _ORDER.match(order_by or "createTime desc")
+    if not m:
+        raise ValueError(f"unsupported orderBy {order_by!r}")
+    return m.group(1), m.group(3) != "asc"
+
+
+# The BASIC view: "name, startTime, endTime, duration, state, and workflowRevisionId" only
+# (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/ExecutionView). executions.list
+# defaults to BASIC, executions.get to FULL.
+_BASIC_FIELDS = ("name", "startTime", "endTime", "duration", "state", "workflowRevisionId")
+# pageSize: "it's 1000 for BASIC and 100 for FULL. The default value used if the field is not specified is
+# 100, regardless of the selected view. Values greater than the max value will be coerced down to it."
+_MAX_PAGE = {"BASIC": 1000, "FULL": 100}
+
+
+def _view(query: dict, default: str) -> str:
+    raw = (query.get("view") or [""])[0]
+    view = {"": default, "0": default, "EXECUTION_VIEW_UNSPECIFIED": default, "1": "BASIC", "2": "FULL"}.get(raw, raw)
+    if view not in _MAX_PAGE:
+        raise ValueError(f"invalid view {raw!r}")
+    return view
+
+
+def _in_view(execution: dict, view: str) -> dict:
+    if view == "FULL":
+        return copy.deepcopy(execution)
+    return {k: copy.deepcopy(v) for k, v in execution.items() if k in _BASIC_FIELDS}
+
+
+def list_executions(prefix: str, query: dict):
+    """One page of executions.list; (status, body)."""
+    def bad(message):
+        return 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": message}}
+    try:
+        view = _view(query, "BASIC")
+        keep = _parse_filter((query.get("filter") or [""])[0])
+        order_field, descending = _order_key((query.get("orderBy") or [""])[0])
+        size = int((query.get("pageSize") or ["0"])[0] or 0)
+    except ValueError as err:
+        return bad(str(err))
+    if size < 0:
+        return bad("pageSize must not be negative")
+    size = min(size or 100, _MAX_PAGE[view])
+    # The page token carries where the last page ended and a digest of every other parameter: "When
+    # paginating, all other parameters provided to executions.list must match the call that provided the
+    # page token". A cursor, not an offset: executions created meanwhile shift no page.
+    params = json.dumps({k: v for k, v in sorted(query.items()) if k != "pageToken"})
+    digest = hashlib.sha256(params.encode()).hexdigest()[:16]
+    token = (query.get("pageToken") or [""])[0]
+    after = None
+    if token:
+        try:
+            cursor = json.loads(bytes.fromhex(token).decode())
+            if cursor["digest"] != digest:
+                return bad("the page token was issued for a request with other parameters")
+            after = tuple(cursor["after"])
+        except (ValueError, KeyError, TypeError):
+            return bad("invalid page token")
+    with _LOCK:
+        items = [copy.deepcopy(e) for n, e in _EXECUTIONS.items() if n.startswith(prefix) and keep(e)]
+
+    def key(e):
+        # Executions without the field last, whichever the direction; the name breaks ties.
+        value = e.get(order_field, "")
+        return (value != "", value, e["name"]) if descending else (value == "", value, e["name"])
+    items.sort(key=key, reverse=descending)
+    if after is not None:
+        items = [e for e in items if (key(e) < after if descending else key(e) > after)]
+    page, rest = items[:size], items[size:]
+    body = {"executions": [_in_view(e, view) for e in page]}
+    if rest:
+        body["nextPageToken"] = json.dumps({"digest": digest, "after": list(key(page[-1]))}).encode().hex()
+    return 200, body
 
 
 def _now():
@@ -662,16 +765,41 @@ def _error_payload(err: BaseException) -> dict:
     return _plain(payload)
 
 
+# --max-active N: the concurrent executions quota. Beyond it executions are backlogged: QUEUED, with no
+# startTime until they begin, in creation order, as a slot frees (an execution "placed in the backlog for
+# processing at a later time", the Execution resource's State QUEUED; disableConcurrencyQuotaOverflowBuffering
+# "the execution will not be backlogged when the concurrency quota is exhausted"). 0: no quota.
+MAX_ACTIVE = 0
+_BACKLOG: list[str] = []  # names of QUEUED executions, oldest first
+_ADMITTED: dict[str, threading.Event] = {}  # set when a QUEUED execution begins (or is cancelled)
+
+
+def _admit_next_locked():
+    """Begins backlogged executions while the quota has room. Call with _LOCK held."""
+    active = sum(1 for e in _EXECUTIONS.values() if e["state"] == "ACTIVE")
+    while _BACKLOG and (MAX_ACTIVE == 0 or active < MAX_ACTIVE):
+        ex = _EXECUTIONS[_BACKLOG.pop(0)]
+        if ex["state"] != "QUEUED":
+            continue
+        ex.update(state="ACTIVE", startTime=_now())
+        _ADMITTED[ex["name"]].set()
+        active += 1
+
+
 def _run(execution: dict, config: dict, params: dict, env: dict, cancel: threading.Event):
     _EXEC_ENV.set(env)
     _CANCEL.set(cancel)
+    _ADMITTED[execution["name"]].wait()  # at once unless it waits in the backlog
+    with _LOCK:
+        if execution["state"] != "ACTIVE":
+            return  # cancelled while it was queued: it never began
     t0 = time.time()
     try:
         result = wf.execute_workflow(config, params)
         update = {"state": "SUCCEEDED", "result": json.dumps(_plain(result))}
     except ExecutionCancelled:
         log.info("execution %s stopped: cancelled", execution["name"])
-        return  # the cancel request set CANCELLED and endTime
+        return  # the cancel request set CANCELLED and endTime, and freed its slot
     except BaseException as err:  # noqa: BLE001 - every failure becomes a FAILED execution
         log.warning("execution %s failed: %s", execution["name"], err)
         update = {"state": "FAILED",
@@ -682,6 +810,7 @@ def _run(execution: dict, config: dict, params: dict, env: dict, cancel: threadi
         execution.update(update)
         execution["endTime"] = _now()
         execution["duration"] = f"{time.time() - t0:.6f}s"
+        _admit_next_locked()
 
 
 def create_execution(project, location, wid, body):
@@ -715,16 +844,25 @@ def create_execution(project, location, wid, body):
     exec_id = str(uuid.uuid4())
     revision = "000001-" + hashlib.sha256(open(path, "rb").read()).hexdigest()[:3]
     name = f"projects/{project}/locations/{location}/workflows/{wid}/executions/{exec_id}"
-    execution = {"name": name, "startTime": _now(), "state": "ACTIVE", "argument": argument,
+    created = _now()
+    execution = {"name": name, "createTime": created, "startTime": created, "state": "ACTIVE", "argument": argument,
                  "workflowRevisionId": revision, "callLogLevel": body.get("callLogLevel", "CALL_LOG_LEVEL_UNSPECIFIED"),
                  "labels": body.get("labels") or {}, "status": {}}
     env = {"GOOGLE_CLOUD_PROJECT_ID": project, "GOOGLE_CLOUD_LOCATION": location,
            "GOOGLE_CLOUD_WORKFLOW_ID": wid, "GOOGLE_CLOUD_WORKFLOW_REVISION_ID": revision,
            "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": exec_id}
     cancel = threading.Event()
+    admitted = threading.Event()
     with _LOCK:
+        if MAX_ACTIVE and sum(1 for e in _EXECUTIONS.values() if e["state"] == "ACTIVE") >= MAX_ACTIVE:
+            execution["state"] = "QUEUED"
+            del execution["startTime"]  # it has not begun
+            _BACKLOG.append(name)
+        else:
+            admitted.set()
         _EXECUTIONS[name] = execution
         _CANCEL_EVENTS[name] = cancel
+        _ADMITTED[name] = admitted
         snapshot = copy.deepcopy(execution)
     threading.Thread(target=contextvars.Context().run, args=(_run, execution, config, params, env, cancel), daemon=True).start()
     return 200, snapshot
@@ -760,24 +898,27 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, {"status": "ok"})
         if path == "/_emulator/faults":  # test control: faults not yet consumed
             with _LOCK:
-                return self._send(200, {"createExecution": list(_CREATE_FAULTS)})
+                return self._send(200, {"createExecution": list(_CREATE_FAULTS), "listExecutions": list(_LIST_FAULTS)})
+        query = _up.parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
         m = _RE_EXEC.match(path)
         if m and not m.group(2):
+            try:
+                view = _view(query, "FULL")
+            except ValueError as err:
+                return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": str(err)}})
             with _LOCK:
-                ex = copy.deepcopy(_EXECUTIONS.get(m.group(1)))
+                ex = _EXECUTIONS.get(m.group(1))
+                ex = _in_view(ex, view) if ex else None
             return self._send(200, ex) if ex else self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": "execution not found"}})
         m = _RE_EXECS.match(path)
         if m:
             prefix = f"projects/{m.group(1)}/locations/{m.group(2)}/workflows/{m.group(3)}/executions/"
-            query = _up.parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
-            try:
-                keep = _parse_filter((query.get("filter") or [""])[0])
-            except ValueError as err:
-                return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": str(err)}})
             with _LOCK:
-                items = [copy.deepcopy(e) for n, e in _EXECUTIONS.items() if n.startswith(prefix) and keep(e)]
-            items.sort(key=lambda e: e["startTime"], reverse=True)
-            return self._send(200, {"executions": items})
+                fault = _LIST_FAULTS.pop(0) if _LIST_FAULTS else None
+            answer = list_executions(prefix, query)
+            if fault and fault.startswith("late-answer"):
+                time.sleep(float(fault.partition(":")[2] or 3))
+            return self._send(*answer)
         m = _RE_WF.match(path)
         if m and _workflow_file(m.group(3)):
             return self._send(200, {"name": f"projects/{m.group(1)}/locations/{m.group(2)}/workflows/{m.group(3)}", "state": "ACTIVE"})
@@ -792,7 +933,8 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_emulator/faults":  # test control: queue faults for the next createExecution calls
             with _LOCK:
                 _CREATE_FAULTS.extend(body.get("createExecution") or [])
-            return self._send(200, {"queued": len(_CREATE_FAULTS)})
+                _LIST_FAULTS.extend(body.get("listExecutions") or [])
+            return self._send(200, {"queued": len(_CREATE_FAULTS) + len(_LIST_FAULTS)})
         m = _RE_EXECS.match(path)
         if m:
             with _LOCK:
@@ -810,16 +952,18 @@ class Handler(BaseHTTPRequestHandler):
         if m and m.group(2):  # CANCELLED at once; the workflow's thread stops at its next step, call or sleep
             with _LOCK:
                 ex = _EXECUTIONS.get(m.group(1))
-                if ex and ex["state"] == "ACTIVE":
+                if ex and ex["state"] in ("ACTIVE", "QUEUED"):
                     ex.update(state="CANCELLED", endTime=_now())
                     _CANCEL_EVENTS[m.group(1)].set()
+                    _ADMITTED[m.group(1)].set()  # a queued one's thread wakes and ends without beginning
+                    _admit_next_locked()
                 out = copy.deepcopy(ex)
             return self._send(200, out) if out else self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": "execution not found"}})
         return self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": path}})
 
 
 def main():
-    global PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE
+    global PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE, MAX_ACTIVE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8787)
@@ -829,10 +973,13 @@ def main():
     ap.add_argument("--connector-hooks", help="YAML: hooks: {<googleapis.connector.name>: {command: [...], timeout: s, env: {}}}")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="user env var for sys.get_env")
     ap.add_argument("--backoff-scale", type=float, default=1.0, help="multiply every retry delay (0 = no sleep)")
+    ap.add_argument("--max-active", type=int, default=0,
+                    help="concurrent executions quota; beyond it executions wait QUEUED (no startTime) in a backlog (0 = none)")
     ap.add_argument("--log-level", default="WARNING")
     a = ap.parse_args()
     logging.basicConfig(level=a.log_level, format="[wfemu %(asctime)s] %(name)s %(levelname)s %(message)s")
     PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE = a.project, a.location, os.path.abspath(a.workflows_dir), a.backoff_scale
+    MAX_ACTIVE = max(0, a.max_active)
     for kv in a.env:
         k, _, v = kv.partition("=")
         _USER_ENV[k] = v
