@@ -21,6 +21,8 @@ export interface WorkflowsOptions {
   readonly userEnv: Record<string, string>;
   /** The emulator's own environment, inherited by the connector hooks. */
   readonly env: NodeJS.ProcessEnv;
+  /** More emulator options (--fast-clock, --step-limit N). */
+  readonly options?: readonly string[];
 }
 
 /** The Workflows emulator (tools/workflows-emulator/wfemu.py) with connector hooks, retries without sleeping. */
@@ -31,6 +33,7 @@ export async function startWorkflows(o: WorkflowsOptions, logFile: string): Prom
   const args = ["tools/workflows-emulator/wfemu.py", "--host", "127.0.0.1", "--port", String(port), "--workflows-dir", o.workflowsDir];
   args.push("--project", "test-project", "--location", "us-central1", "--connector-hooks", o.hooks, "--backoff-scale", "0");
   for (const [k, v] of Object.entries(o.userEnv)) args.push("--env", `${k}=${v}`);
+  args.push(...(o.options ?? []));
   return serve("workflows emulator", python, args, port, { env: o.env, logFile });
 }
 

@@ -282,6 +282,7 @@ describe("Workflow", () => {
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
       ORBAX2REG_MAX_PARALLEL_GROUPS: ex("tostring(var.max_parallel_groups)"),
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
+      ORBAX2REG_JOB_TIMEOUT: ex("tostring(local.job_timeout_seconds)"),
     });
   });
 

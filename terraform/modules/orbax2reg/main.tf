@@ -32,6 +32,11 @@ locals {
 
   # workflows/convert.yaml waits up to 7 days (604800 s) for one job execution, every task retry included.
   job_wait_fits = tonumber(trimsuffix(var.task_timeout, "s")) * (var.max_retries + 1) <= 604800
+  # How long the workflow waits for one job execution unless the argument says (ORBAX2REG_JOB_TIMEOUT): twice the
+  # longest a task may take with all its retries, for tasks that queue for capacity, at most the 7 days. Its polls back
+  # off to a cap proportional to this wait (docs/workflows-reference.md, "The step budget"): a realistic wait keeps
+  # them minutes apart.
+  job_timeout_seconds = min(604800, 2 * tonumber(trimsuffix(var.task_timeout, "s")) * (var.max_retries + 1))
 
   # The three Cloud Run jobs by phase (jobs.tf's google_cloud_run_v2_job.phase has one instance per key; the key is
   # the job's `node dist/jobs/main.js <phase>` argument): its name, its size and the variables that set the size (for
