@@ -356,7 +356,7 @@ describe("Cloud Run jobs", () => {
         condition: ex(`local.job_shape_ok["${phase}"]`),
         error_message:
           `${phase} job: ${prefix}_cpu = ${ex(`var.${prefix}_cpu`)} with ${prefix}_memory = ${ex(`var.${prefix}_memory`)} do not fit ` +
-          "Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi).",
+          "Cloud Run jobs (1 vCPU takes 512Mi-4Gi, 2 vCPU 512Mi-8Gi, 4 vCPU 2Gi-16Gi, 6 vCPU 4Gi-24Gi, 8 vCPU 4Gi-32Gi).",
       });
     }
   });
@@ -475,7 +475,8 @@ describe("IAM", () => {
     build: [
       "roles/artifactregistry.writer @ repository google_artifact_registry_repository.function_builds",
       "roles/logging.logWriter @ project",
-      `roles/storage.objectViewer @ project if ${FUNCTION_SOURCE_ONLY}`,
+      // Storage Object Admin, as https://cloud.google.com/run/docs/configuring/services/build-service-account lists it
+      `roles/storage.objectAdmin @ project if ${FUNCTION_SOURCE_ONLY}`,
     ],
   };
 
@@ -641,9 +642,10 @@ describe("IAM", () => {
 });
 
 describe("APIs", () => {
-  test("the required APIs include workflowexecutions and are never disabled on destroy", () => {
+  test("the required APIs include workflowexecutions and cloudresourcemanager, and are never disabled on destroy", () => {
     const apis = String(mod.locals.required_apis);
     for (const api of [
+      "cloudresourcemanager", // data.google_project and the project IAM bindings
       "run",
       "workflows",
       "workflowexecutions",
