@@ -110,11 +110,19 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     ["keep_last_n", "-1"],
     ["keep_last_n", "1.5"],
     ["keep_every_n_steps", "-1000"],
+    ["notification_channels", '["1234567890"]'],
+    ["notification_channels", '["projects/my-project/alertPolicies/1"]'],
   ])("validation rejects %s = %s", (name, value) => {
     const r = evaluate({ [name]: value });
     expect(r.code, r.out).not.toBe(0);
     expect(r.out).toContain("Invalid value for variable");
     expect(r.out).toContain(`var.${name}`);
+  });
+
+  test("notification_channels takes channel names (none by default)", () => {
+    expect(evaluate({}).code).toBe(0);
+    const r = evaluate({ notification_channels: '["projects/my-project/notificationChannels/1234567890"]' });
+    expect(r.code, r.out).toBe(0);
   });
 
   test("pubsub_agent_token_creator takes a bool (default false) and nothing else", () => {

@@ -641,6 +641,47 @@ describe("IAM", () => {
   });
 });
 
+describe("Failure alerts (alerts.tf)", () => {
+  const metric = () => resource(mod, "google_logging_metric", "conversion_failures");
+  const policy = () => resource(mod, "google_monitoring_alert_policy", "conversion_failed");
+
+  test("exist only when notification_channels names a channel (none by default)", () => {
+    expect(mod.variable.notification_channels?.default).toEqual([]);
+    expect(mod.variable.notification_channels?.nullable).toBe(false);
+    expect(mod.locals.alerts).toBe(ex("length(var.notification_channels) > 0"));
+    expect(metric().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(policy().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(String(mod.locals.required_apis)).toContain('local.alerts ? ["monitoring.googleapis.com"] : []');
+  });
+
+  test("count the executions of this deployment's workflow that end FAILED, from Workflows' execution log", () => {
+    expect(metric().filter).toBe(ex("local.failed_execution_filter"));
+    const filter = String(mod.locals.failed_execution_filter);
+    for (const term of [
+      'resource.type=\\"workflows.googleapis.com/Workflow\\"',
+      `resource.labels.workflow_id=\\"${ex("local.names.workflow")}\\"`,
+      'log_id(\\"workflows.googleapis.com/executions_system\\")',
+      'jsonPayload.state=\\"FAILED\\"',
+    ])
+      expect(filter).toContain(term);
+    expect(at(metric(), "metric_descriptor", 0)).toMatchObject({ metric_kind: "DELTA", value_type: "INT64", unit: "1" });
+  });
+
+  test("alert the channels on any failure in 5 minutes, on that metric only", () => {
+    const p = policy();
+    expect(p.notification_channels).toBe(ex("var.notification_channels"));
+    expect(p.combiner).toBe("OR");
+    const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
+    expect(String(threshold.filter)).toContain(
+      `metric.type=\"logging.googleapis.com/user/${ex("google_logging_metric.conversion_failures[0].name")}\"`,
+    );
+    expect(threshold).toMatchObject({ comparison: "COMPARISON_GT", threshold_value: 0, duration: "0s" });
+    expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "300s", per_series_aligner: "ALIGN_SUM" });
+    expect(at(p, "documentation", 0, "mime_type")).toBe("text/markdown");
+    expect(readFileSync(`${TERRAFORM}/README.md`, "utf8")).toContain("## Failure alerts");
+  });
+});
+
 describe("APIs", () => {
   test("the required APIs include workflowexecutions and cloudresourcemanager, and are never disabled on destroy", () => {
     const apis = String(mod.locals.required_apis);

@@ -2,7 +2,7 @@ locals {
   # workflowexecutions is a separate API from workflows: without it executions cannot be created. cloudresourcemanager
   # serves data.google_project (the project number for the service agents) and every google_project_iam_member
   # (getIamPolicy / setIamPolicy on the project): https://cloud.google.com/resource-manager/reference/rest.
-  required_apis = toset([
+  required_apis = toset(concat([
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
@@ -15,7 +15,10 @@ locals {
     "storage.googleapis.com",
     "workflowexecutions.googleapis.com",
     "workflows.googleapis.com",
-  ])
+    ],
+    # The failure alert's policy (alerts.tf), only when notification_channels asks for it.
+    local.alerts ? ["monitoring.googleapis.com"] : [],
+  ))
 }
 
 resource "google_project_service" "required" {

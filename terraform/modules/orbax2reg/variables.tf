@@ -52,6 +52,18 @@ variable "deletion_protection" {
   default     = true
 }
 
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels to alert when a conversion fails (an execution of the workflow ends FAILED), as projects/<project>/notificationChannels/<id>. Empty (the default): no alert, and no log-based metric or alert policy is created. See README, \"Failure alerts\"."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
+    error_message = "notification_channels entries must be projects/<project>/notificationChannels/<id> (gcloud beta monitoring channels list --format='value(name)')."
+  }
+}
+
 variable "pubsub_agent_token_creator" {
   description = "Grant the project's Pub/Sub service agent (service-<number>@gcp-sa-pubsub.iam.gserviceaccount.com) Service Account Token Creator on the project. Only projects whose Pub/Sub service agent was created on or before 8 April 2021 need it, for the authenticated push Eventarc uses; leave false otherwise."
   type        = bool
