@@ -673,7 +673,7 @@ describe("Failure alerts (alerts.tf)", () => {
     expect(p.combiner).toBe("OR");
     const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
     expect(String(threshold.filter)).toContain(
-      `metric.type=\"logging.googleapis.com/user/${ex("google_logging_metric.conversion_failures[0].name")}\"`,
+      `metric.type="logging.googleapis.com/user/${ex("google_logging_metric.conversion_failures[0].name")}"`,
     );
     expect(threshold).toMatchObject({ comparison: "COMPARISON_GT", threshold_value: 0, duration: "0s" });
     expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "300s", per_series_aligner: "ALIGN_SUM" });
