@@ -318,7 +318,10 @@ async function listObjects(args) {
   if (!response.ok)
     fail({ message: `HTTP server responded with error code ${response.status}`, code: response.status, tags: ["HttpError"], body });
   const page = JSON.parse(body);
-  return { kind: "storage#objects", ...(page.items?.length ? { items: page.items } : {}) };
+  // A partial response, as `fields: items(a,b)` asks the JSON API for (the only form the workflow uses).
+  const only = /^items\(([^()]*)\)$/.exec(args.fields ?? "")?.[1]?.split(",");
+  const items = only ? page.items?.map((o) => Object.fromEntries(only.map((f) => [f, o[f]]))) : page.items;
+  return { ...(only ? {} : { kind: "storage#objects" }), ...(items?.length ? { items } : {}) };
 }
 
 // -------------------------------------------------------------------------------------------------- Pub/Sub

@@ -144,8 +144,8 @@ describe("workflows/convert.yaml", () => {
     // its jobs may take), else 7 days, what terraform checks the jobs fit in. The plan job is waited for that long
     // (the argument is not read yet); the others as long as the plan job read from the argument.
     expect(DEFAULT_JOB_TIMEOUT).toBe(604800);
-    expect(text).toContain('plan_wait: ${int(sys.get_env("ORBAX2REG_JOB_TIMEOUT", "604800"))}');
-    expect(text).toContain("max_wait: ${ctx.plan_wait}");
+    expect(text).toContain(`plan_wait: ${expression('int(sys.get_env("ORBAX2REG_JOB_TIMEOUT", "604800"))')}`);
+    expect(text).toContain(`max_wait: ${expression("ctx.plan_wait")}`);
     expect(text.match(/max_wait: \$\{plan\.jobTimeout\}/g)).toHaveLength(2);
   });
 
