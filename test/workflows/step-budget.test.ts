@@ -26,11 +26,12 @@ const file = (name: string) => join(work, name);
 /** A Workflows expression, as written in a workflow. */
 const wf = (code: string) => `\${${code}}`;
 
-/** The steps an execution ran, as the emulator counted them. */
-async function stepsOf(name: string, on: Running = emulator): Promise<number> {
+/** The steps an execution ran, as the emulator counted them, and the most bytes its variables took. */
+async function countsOf(name: string, on: Running = emulator): Promise<{ steps: number; maxBytes: number }> {
   const r = await fetch(`${on.url}/_emulator/steps?execution=${encodeURIComponent(name)}`);
-  return ((await r.json()) as { steps: number }).steps;
+  return (await r.json()) as { steps: number; maxBytes: number };
 }
+const stepsOf = async (name: string, on: Running = emulator) => (await countsOf(name, on)).steps;
 
 beforeAll(async () => {
   work = scratch("wf-steps");
@@ -59,6 +60,24 @@ beforeAll(async () => {
           { init: { assign: [{ n: 0 }] } },
           { each: { for: { value: "v", range: [1, 10], steps: [{ add: { assign: [{ n: wf("n + v") }] } }] } } },
           { done: { return: wf("n") } },
+        ],
+      },
+    }),
+  );
+  writeFileSync(
+    file("workflows/hoarder.yaml"),
+    stringify({
+      main: {
+        steps: [
+          { init: { assign: [{ s: "x" }] } },
+          {
+            guarded: {
+              try: {
+                steps: [{ grow: { for: { value: "i", range: [1, 20], steps: [{ double: { assign: [{ s: wf("s + s") }] } }] } } }],
+              },
+              except: { as: "e", steps: [{ caught: { return: "caught" } }] },
+            },
+          },
         ],
       },
     }),
@@ -117,6 +136,13 @@ describe("the emulator's step count", () => {
     expect(run.error).toMatchObject({ tags: ["ResourceLimitError"], message: expect.stringMatching(/100000 steps/) });
     expect(await stepsOf(run.name)).toBe(100_000);
   }, 320_000);
+
+  test("fails the execution, beyond the reach of except, when its variables pass 512 KB (a string doubled 20 times: 1 MB)", async () => {
+    const run = await runWorkflow(emulator, "hoarder");
+    expect(run.state).toBe("FAILED");
+    expect(run.error).toMatchObject({ tags: ["ResourceLimitError"], message: expect.stringMatching(/variables exceeded 524288 bytes/) });
+    expect((await countsOf(run.name)).maxBytes).toBeGreaterThan(512 * 1024);
+  });
 });
 
 describe("convert.yaml's step budget", () => {
@@ -160,7 +186,7 @@ describe("convert.yaml's step budget", () => {
     const destination = `gs://${bucket}/runs/exp/regular`;
     writeFileSync(file("faults.json"), JSON.stringify(faults(destination)));
     const run = await runWorkflow(convert, "convert", { source: `gs://${bucket}/${STEP}`, destination, job_timeout: WEEK }, 600_000);
-    return { run, steps: await stepsOf(run.name, convert) };
+    return { run, ...(await countsOf(run.name, convert)) };
   }
 
   test("a group that hangs for a whole week, then is cancelled and retried, costs under 1,100 steps more", async () => {
@@ -175,5 +201,8 @@ describe("convert.yaml's step budget", () => {
     expect(extra).toBeGreaterThan(5 * 150);
     expect(extra).toBeLessThan(1100);
     expect(slow.steps).toBeLessThan(2000);
+    // Its variables stay far below the 512 KB an execution may hold (the largest frame, as JSON).
+    console.info(`largest frame: ${clean.maxBytes} bytes without the hang, ${slow.maxBytes} with it`);
+    expect(Math.max(clean.maxBytes, slow.maxBytes)).toBeLessThan(64 * 1024);
   }, 900_000);
 });

@@ -23,7 +23,8 @@ requirements.txt) and adds what that package lacks for this project:
   --backoff-scale like retry delays, and with --fast-clock sys.now() runs on by what was skipped;
 * Google's step limit: every step counts (each retry attempt, each polling attempt of a connector that
   waits for an operation, hooks marked `waits: true`), and the execution fails with a ResourceLimitError no
-  except catches past --step-limit (100,000); GET /_emulator/steps?execution=NAME shows the count.
+  except catches past --step-limit (100,000), or when one frame's variables pass 512 KB;
+  GET /_emulator/steps?execution=NAME shows the count and the most memory the variables took.
 
 Usage:
   wfemu.py --host 127.0.0.1 --port 8787 --workflows-dir DIR --project P --location L \
@@ -140,9 +141,25 @@ def _clock_now():
 STEP_LIMIT = 100_000
 
 
+MEMORY_LIMIT = 512 * 1024  # bytes of variables (https://cloud.google.com/workflows/quotas: variables, arguments, events)
+
+
 class StepCounter:
+    """An execution's steps, and the most memory its variables took (`max_bytes`)."""
+
     def __init__(self, limit: int):
-        self.limit, self.steps, self._lock = limit, 0, threading.Lock()
+        self.limit, self.steps, self.max_bytes, self._lock = limit, 0, 0, threading.Lock()
+
+    def held(self, context):
+        """Measures the variables of one frame after a step that set some (its JSON size, the subworkflow
+        definitions the package keeps beside them left out), and fails the execution past MEMORY_LIMIT. One
+        frame at a time: a lower bound on Google's count, which adds every frame's."""
+        size = len(json.dumps({k: v for k, v in context.items() if not (isinstance(v, dict) and "steps" in v)},
+                              default=lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o)).encode())
+        with self._lock:
+            self.max_bytes = max(self.max_bytes, size)
+        if size > MEMORY_LIMIT:
+            raise ResourceLimitExceeded(self.limit, f"the execution's variables exceeded {MEMORY_LIMIT} bytes ({size})")
 
     def add(self, n: int = 1):
         """Counts n more steps, or raises when they would take the execution past its limit (the step that
@@ -158,9 +175,10 @@ class ResourceLimitExceeded(BaseException):
     """An execution past its step limit. A BaseException, like ExecutionCancelled: no try/except or retry of
     the workflow can catch it (they catch only WorkflowError), as none can in Google."""
 
-    def __init__(self, limit: int):
-        super().__init__(f"ResourceLimitError: the execution exceeded the limit of {limit} steps")
-        self.payload = {"message": f"the execution exceeded the limit of {limit} steps", "tags": ["ResourceLimitError"]}
+    def __init__(self, limit: int, message: str | None = None):
+        message = message or f"the execution exceeded the limit of {limit} steps"
+        super().__init__(f"ResourceLimitError: {message}")
+        self.payload = {"message": message, "tags": ["ResourceLimitError"]}
 
 
 _STEPS: contextvars.ContextVar[StepCounter | None] = contextvars.ContextVar("wfemu_steps", default=None)
@@ -178,7 +196,11 @@ _pkg_execute_step = wf.execute_step
 def _execute_step(step_id, config, context):
     _check_cancelled()
     _count_steps()
-    return _pkg_execute_step(step_id, config, context)
+    out = _pkg_execute_step(step_id, config, context)
+    counter = _STEPS.get()
+    if counter is not None and ("assign" in config or "result" in config) and isinstance(out[0], dict):
+        counter.held(out[0])
+    return out
 
 
 wf.execute_step = _execute_step  # every step, nested ones and parallel branches included, starts here
@@ -867,7 +889,7 @@ class Handler(BaseHTTPRequestHandler):
             name = (_up.parse_qs(self.path.partition("?")[2]).get("execution") or [""])[0]
             with _LOCK:
                 counter = _STEP_COUNTERS.get(name)
-            return self._send(200, {"steps": counter.steps, "limit": counter.limit}) if counter else \
+            return self._send(200, {"steps": counter.steps, "limit": counter.limit, "maxBytes": counter.max_bytes}) if counter else \
                 self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": "execution not found"}})
         m = _RE_EXEC.match(path)
         if m and not m.group(2):
