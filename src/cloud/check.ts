@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { VerifyResult } from "../convert/verify.js";
-import type { Store } from "../store/store.js";
+import { deleteSeen, type ObjectInfo, type Store } from "../store/store.js";
 import type { ConversionEvent } from "./events.js";
 import { type ExecutionRef, type Executions, executionLabels } from "./executions.js";
 
@@ -176,10 +176,11 @@ export async function postDeployCheck(o: CheckOptions, deps: CheckDeps): Promise
         for (const location of [`gs://${o.bucket}/${root}`, destination]) {
           if (location === null) continue;
           const store = await deps.openStore(location);
-          const keys: string[] = [];
-          for await (const f of store.list("")) keys.push(f.key);
-          await Promise.all(keys.map((k) => store.delete(k)));
-          removed += keys.length;
+          const listed: ObjectInfo[] = [];
+          for await (const f of store.list("")) listed.push(f);
+          // Each delete names the generation listed: only then may it be retried safely (deleteSeen).
+          await Promise.all(listed.map((f) => deleteSeen(store, f)));
+          removed += listed.length;
         }
         return `${removed} objects removed`;
       }).catch(() => {});

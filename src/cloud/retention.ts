@@ -1,6 +1,6 @@
 import { PLAN_KEY } from "../convert/plan-format.js";
 import { stepDirName } from "../orbax/step.js";
-import { describe, joinKey, type Store } from "../store/store.js";
+import { deleteSeen, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
 import { type Env, eventsTopic, integer } from "./env.js";
 import { type ConversionEvent, pubsubPublisher } from "./events.js";
@@ -200,31 +200,36 @@ export function prunedEvent(destination: string, p: PrunedStep, execution: strin
   };
 }
 
-/** Deletes one committed step, index first; undefined when another conversion's plan appeared meanwhile. */
+/**
+ * Deletes one committed step, index first; undefined when another conversion's plan appeared meanwhile. Every
+ * delete names the version it listed (`deleteSeen`: on GCS `ifGenerationMatch`), so a delete retried after a lost
+ * answer, or one that races a new conversion rewriting the step, never removes an object written after the listing.
+ */
 async function pruneStep(destination: Store, stepDir: string, step: number, concurrency: number): Promise<PrunedStep | undefined> {
   const before = await planHead(destination, stepDir);
   const indexKey = joinKey(stepDir, INDEX);
   const index = await destination.stat(indexKey);
-  await destination.delete(indexKey);
+  if (index !== undefined) await deleteSeen(destination, index);
   const after = await planHead(destination, stepDir);
   if (after.id !== before.id) return undefined;
-  const keys: string[] = [];
+  const listed: ObjectInfo[] = [];
   let bytes = index?.size ?? 0;
   for await (const obj of destination.list(`${stepDir}/`)) {
-    keys.push(obj.key);
+    listed.push(obj);
     bytes += obj.size;
   }
   // The plan last: while any object remains, the step still says whose it is.
   const planKey = joinKey(stepDir, PLAN_KEY);
   await mapLimited(
-    keys.filter((k) => k !== planKey),
+    listed.filter((o) => o.key !== planKey),
     concurrency,
-    (k) => destination.delete(k),
+    (o) => deleteSeen(destination, o),
   );
-  await destination.delete(planKey);
+  const plan = listed.find((o) => o.key === planKey);
+  if (plan !== undefined) await deleteSeen(destination, plan);
   await destination.removeAbandoned?.(`${stepDir}/`);
   await destination.removeEmptyDirectories?.(`${stepDir}/`);
-  return { step, stepDir, objects: keys.length + (index ? 1 : 0), bytes, source: before.source };
+  return { step, stepDir, objects: listed.length + (index ? 1 : 0), bytes, source: before.source };
 }
 
 /** The id and source of the plan on record, from the start of the plan (a plan may be many MB). */

@@ -38,6 +38,14 @@ export interface WorkflowArgument {
 /** Seven days: the most Cloud Run lets one task run, and what terraform checks the jobs' retries fit in. */
 export const DEFAULT_JOB_TIMEOUT = 604800;
 
+/**
+ * The most groups and the longest wait an argument may ask for: terraform's own bound on `groups`, and the
+ * default wait, which no job execution terraform allows outlasts. convert.yaml's step budget
+ * (docs/workflows-reference.md, "The step budget") is worked out for these.
+ */
+export const MAX_GROUPS = 100;
+export const MAX_JOB_TIMEOUT = DEFAULT_JOB_TIMEOUT;
+
 const USAGE = '{"source": "gs://.../step_XXXXXXXX", "destination": "gs://..."}';
 
 const isMap = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
@@ -51,10 +59,11 @@ function wholeNumber(value: unknown, what: string): number {
   return n;
 }
 
-/** A whole number of which 0 would make nothing run (no group, no task, no wait). */
-function count(value: unknown, what: string): number {
+/** A whole number of which 0 would make nothing run (no group, no task, no wait), and at most `max`. */
+function count(value: unknown, what: string, max = Number.MAX_SAFE_INTEGER): number {
   const n = wholeNumber(value, what);
   if (n < 1) throw new UsageError(`${what} must be at least 1, got ${shown(value)}`);
+  if (n > max) throw new UsageError(`${what} must be at most ${max}, got ${shown(value)}`);
   return n;
 }
 
@@ -100,11 +109,11 @@ export function parseWorkflowArgument(args: unknown, defaultGroups: number): Wor
     destination,
     step: stepNumber,
     stepDir: stepDirName(stepNumber),
-    groups: count(given(args, "groups") ?? defaultGroups, "groups"),
+    groups: count(given(args, "groups") ?? defaultGroups, "groups", MAX_GROUPS),
     tasksPerGroup: count(given(args, "tasks_per_group") ?? 1, "tasks_per_group"),
     // The Run connector's own wait (30 minutes) is far too short for a large group; the jobs' task timeout
     // bounds a real run (terraform checks it fits in these 7 days).
-    jobTimeout: count(given(args, "job_timeout") ?? DEFAULT_JOB_TIMEOUT, "job_timeout"),
+    jobTimeout: count(given(args, "job_timeout") ?? DEFAULT_JOB_TIMEOUT, "job_timeout", MAX_JOB_TIMEOUT),
     paramsOnly: option(options, "params_only"),
     force: option(options, "force"),
   };

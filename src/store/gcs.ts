@@ -227,7 +227,12 @@ export class GcsStore implements Store {
 
   private info(o: ObjectResource): ObjectInfo {
     const strip = this.prefix === "" ? 0 : this.prefix.replace(/\/+$/, "").length + 1;
-    return { key: o.name.slice(strip), size: Number(o.size ?? 0), ...storedCrc(o.crc32c) };
+    return {
+      key: o.name.slice(strip),
+      size: Number(o.size ?? 0),
+      ...storedCrc(o.crc32c),
+      ...(o.generation !== undefined ? { version: String(o.generation) } : {}),
+    };
   }
 
   async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
@@ -424,7 +429,14 @@ export class GcsStore implements Store {
 
   async stat(key: string): Promise<ObjectInfo | undefined> {
     const meta = await this.resource(key);
-    return meta && { key, size: Number(meta.size ?? 0), ...storedCrc(meta.crc32c) };
+    return (
+      meta && {
+        key,
+        size: Number(meta.size ?? 0),
+        ...storedCrc(meta.crc32c),
+        ...(meta.generation !== undefined ? { version: String(meta.generation) } : {}),
+      }
+    );
   }
 
   /** The object resource (size, crc32c, generation), or undefined if there is no object. */

@@ -6,6 +6,11 @@ export interface ObjectInfo {
   readonly size: number;
   /** CRC-32C of the stored bytes, where the store keeps one (GCS does for every object; a local directory does not). */
   readonly crc32c?: number;
+  /**
+   * The version listed or stat'ed (a GCS generation), where the store has versions (`versioned`): what
+   * `deleteSeen` deletes and nothing newer.
+   */
+  readonly version?: string;
 }
 
 /** What a write stored: its size and the CRC-32C of its bytes (computed while writing). */
@@ -123,6 +128,19 @@ export interface VersionedObjects {
   replace(key: string, data: Uint8Array, version: string): Promise<string | undefined>;
   /** Deletes version `version`; false when the object is gone or at another version. */
   delete(key: string, version: string): Promise<boolean>;
+}
+
+/**
+ * Deletes the object as `info` saw it: on a store with versions only that version (GCS: `ifGenerationMatch`), so
+ * that a retried delete, or one that comes after someone rewrote the object, never removes a newer version. Google
+ * counts a delete idempotent, and safe to retry, only with such a precondition
+ * (https://cloud.google.com/storage/docs/retry-strategy). False when the object was rewritten or is gone; a store
+ * without versions deletes whatever is there.
+ */
+export async function deleteSeen(store: Store, info: ObjectInfo): Promise<boolean> {
+  if (store.versioned !== undefined && info.version !== undefined) return store.versioned.delete(info.key, info.version);
+  await store.delete(info.key);
+  return true;
 }
 
 /** `store.url` joined with `key`, for error messages. */

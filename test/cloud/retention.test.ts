@@ -109,9 +109,13 @@ async function keysOf(store: Store): Promise<string[]> {
   return out.sort();
 }
 
-/** The store, with every deletion recorded in order; `onDelete` runs before each. */
+/**
+ * The store, with every deletion recorded in order (plain, or of one version on a store with versions); `onDelete`
+ * runs before each.
+ */
 function recording(store: Store, onDelete: (key: string) => Promise<void> = async () => {}): { store: Store; deleted: string[] } {
   const deleted: string[] = [];
+  const versioned = store.versioned;
   const proxy = new Proxy(store, {
     get(target, prop) {
       if (prop === "delete")
@@ -119,6 +123,15 @@ function recording(store: Store, onDelete: (key: string) => Promise<void> = asyn
           await onDelete(key);
           deleted.push(key);
           return target.delete(key);
+        };
+      if (prop === "versioned" && versioned !== undefined)
+        return {
+          ...versioned,
+          delete: async (key: string, version: string) => {
+            await onDelete(key);
+            deleted.push(key);
+            return versioned.delete(key, version);
+          },
         };
       const v = Reflect.get(target, prop, target);
       return typeof v === "function" ? v.bind(target) : v;
@@ -223,6 +236,50 @@ for (const backend of ["a local directory", "GCS (fake-gcs-server)"] as const) {
     });
   });
 }
+
+describe("pruning on GCS deletes only the generations it listed", () => {
+  // Google counts a delete idempotent, so safe to retry, only with a precondition
+  // (https://cloud.google.com/storage/docs/retry-strategy): each one names the generation listed, and a retry after a
+  // lost answer, or a delete that comes after someone rewrote the object, cannot remove a newer one. (fake-gcs-server
+  // ignores ifGenerationMatch on DELETE, so what is checked here is that every delete asks for it.)
+  test("every delete carries ifGenerationMatch with the generation the listing saw, none is unconditional", async () => {
+    const store = await openStore(`gs://${await newBucket("retention")}/regular`);
+    for (const s of range(1, 3)) for (const [k, v] of Object.entries(convertedKeys(s, true))) await store.write(k, enc(v));
+    const generations = new Map<string, string | undefined>();
+    for await (const o of store.list("")) generations.set(o.key, o.version);
+    const versioned = store.versioned;
+    if (versioned === undefined) throw new Error("a GCS store has versions");
+    const asked: [string, string][] = [];
+    const plain: string[] = [];
+    const watched = new Proxy(store, {
+      get(target, prop) {
+        if (prop === "delete") return async (key: string) => void plain.push(key);
+        if (prop === "versioned")
+          return {
+            ...versioned,
+            delete: (key: string, version: string) => {
+              asked.push([key, version]);
+              return versioned.delete(key, version);
+            },
+          };
+        const v = Reflect.get(target, prop, target);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    const pruned = await pruneConverted(
+      watched,
+      3,
+      policy(1, null),
+      jsonLogger({}, () => {}),
+    );
+    expect(pruned.map((p) => p.step)).toEqual([1, 2]);
+    expect(plain).toEqual([]);
+    const mine = [...generations].filter(([k]) => !k.startsWith(`${stepDirName(3)}/`));
+    expect(asked.sort()).toEqual(mine.sort());
+    expect(asked.every(([, v]) => /^[0-9]+$/.test(v))).toBe(true);
+    expect(stepsPresent(await keysOf(store))).toEqual([stepDirName(3)]);
+  });
+});
 
 describe("pruning on GCS stays inside the destination root", () => {
   test("objects beside the root (a sibling prefix sharing its name's start) are untouched", async () => {

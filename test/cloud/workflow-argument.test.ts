@@ -116,6 +116,12 @@ describe("the workflow argument", () => {
     expect(refusedWith({ job_timeout: 0 })).toBe("job_timeout must be at least 1, got 0");
   });
 
+  test("more than 100 groups or a wait over 7 days are refused: convert.yaml's step budget is worked out for those", () => {
+    expect(parse({ groups: 100, job_timeout: 604800 })).toMatchObject({ groups: 100, jobTimeout: 604800 });
+    expect(refusedWith({ groups: 101 })).toBe("groups must be at most 100, got 101");
+    expect(refusedWith({ job_timeout: "604801" })).toBe('job_timeout must be at most 604800, got "604801"');
+  });
+
   test("tasks_per_group and job_timeout are taken as given", () => {
     expect(parse({ tasks_per_group: 4, job_timeout: "3600" })).toMatchObject({ tasksPerGroup: 4, jobTimeout: 3600 });
   });

@@ -17,6 +17,7 @@
 //   E2E_JOB_LOG    the jobs' own output
 //   E2E_RUN_STATE  directory for the executions' state (default: next to E2E_HOOK_LOG, else the temp dir)
 //   E2E_PUBSUB_LOG when set, publish appends the messages to this file instead of using the Pub/Sub emulator
+//   E2E_HANG_LIMIT_MS, E2E_POLL_HOLD_MS   how long a hung execution lasts (60 s), how long a poll is held (300 ms)
 //   E2E_FAULTS     JSON file: a list of faults, each {"destination": "gs://...", ...}:
 //                    {"group": 1}                       that group's executions fail without a report
 //                    {"group": 1, "fault": "hang"}      its execution never finishes (gives up after 60 s)
@@ -34,8 +35,10 @@ import * as runState from "./run-state.mjs";
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const JOB_MAIN = fileURLToPath(new URL("../../dist/jobs/main.js", import.meta.url));
-const HANG_LIMIT_MS = 60_000;
-const POLL_HOLD_MS = 300;
+// A hung execution gives up after this long; operations.get holds its answer this long while one runs (both
+// may be changed by a test whose workflow waits on the emulator's clock, which needs neither).
+const HANG_LIMIT_MS = Number(process.env.E2E_HANG_LIMIT_MS ?? 60_000);
+const POLL_HOLD_MS = Number(process.env.E2E_POLL_HOLD_MS ?? 300);
 
 const STATE_DIR = process.env.E2E_RUN_STATE ?? join(process.env.E2E_HOOK_LOG ? dirname(process.env.E2E_HOOK_LOG) : tmpdir(), "runs");
 mkdirSync(STATE_DIR, { recursive: true });
@@ -315,7 +318,10 @@ async function listObjects(args) {
   if (!response.ok)
     fail({ message: `HTTP server responded with error code ${response.status}`, code: response.status, tags: ["HttpError"], body });
   const page = JSON.parse(body);
-  return { kind: "storage#objects", ...(page.items?.length ? { items: page.items } : {}) };
+  // A partial response, as `fields: items(a,b)` asks the JSON API for (the only form the workflow uses).
+  const only = /^items\(([^()]*)\)$/.exec(args.fields ?? "")?.[1]?.split(",");
+  const items = only ? page.items?.map((o) => Object.fromEntries(only.map((f) => [f, o[f]]))) : page.items;
+  return { ...(only ? {} : { kind: "storage#objects" }), ...(items?.length ? { items } : {}) };
 }
 
 // -------------------------------------------------------------------------------------------------- Pub/Sub

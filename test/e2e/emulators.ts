@@ -21,7 +21,7 @@ export interface WorkflowsOptions {
   readonly userEnv: Record<string, string>;
   /** The emulator's own environment, inherited by the connector hooks. */
   readonly env: NodeJS.ProcessEnv;
-  /** More command-line options (later ones win: "--backoff-scale", "1" undoes the tests' 0). */
+  /** More command-line options (later ones win: "--backoff-scale", "1" undoes the tests' 0; --fast-clock; --step-limit N). */
   readonly args?: readonly string[];
 }
 

@@ -89,6 +89,9 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     ["groups", "2.5"],
     ["group_cpu", "3"],
     ["group_memory", "32GB"],
+    ["group_memory", "256Mi"],
+    ["plan_memory", "33Gi"],
+    ["finalize_memory", "511Mi"],
     ["task_timeout", "1h"],
     ["task_timeout", "604801s"],
     ["max_retries", "11"],
@@ -107,11 +110,19 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     ["keep_last_n", "-1"],
     ["keep_last_n", "1.5"],
     ["keep_every_n_steps", "-1000"],
+    ["notification_channels", '["1234567890"]'],
+    ["notification_channels", '["projects/my-project/alertPolicies/1"]'],
   ])("validation rejects %s = %s", (name, value) => {
     const r = evaluate({ [name]: value });
     expect(r.code, r.out).not.toBe(0);
     expect(r.out).toContain("Invalid value for variable");
     expect(r.out).toContain(`var.${name}`);
+  });
+
+  test("notification_channels takes channel names (none by default)", () => {
+    expect(evaluate({}).code).toBe(0);
+    const r = evaluate({ notification_channels: '["projects/my-project/notificationChannels/1234567890"]' });
+    expect(r.code, r.out).toBe(0);
   });
 
   test("pubsub_agent_token_creator takes a bool (default false) and nothing else", () => {
@@ -143,6 +154,22 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     const r = evaluate({ group_cpu: "6" });
     expect(r.code, r.out).toBe(0);
     expect(r.locals.job_shape_ok).toEqual({ plan: true, "convert-group": false, finalize: true });
+  });
+
+  test.each([
+    ["8", "2Gi", false],
+    ["8", "4Gi", true],
+    ["6", "4095Mi", false],
+    ["6", "4Gi", true],
+    ["4", "1Gi", false],
+    ["4", "2048Mi", true],
+    ["2", "512Mi", true],
+    ["1", "4Gi", true],
+    ["1", "5Gi", false],
+  ])("less memory than the CPU count needs is flagged too: %s vCPU with %s fits: %s", (cpu, memory, fits) => {
+    const r = evaluate({ group_cpu: cpu, group_memory: memory });
+    expect(r.code, r.out).toBe(0);
+    expect(r.locals.job_shape_ok).toEqual({ plan: true, "convert-group": fits, finalize: true });
   });
 
   test("the function's source must be exactly one of a local zip and an uploaded object", () => {

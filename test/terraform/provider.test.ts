@@ -151,7 +151,7 @@ describe.skipIf(!present)(
           "google_project_iam_member.build_log_writer[0]": "roles/logging.logWriter",
           "google_artifact_registry_repository_iam_member.build_writes_function_images[0]": "roles/artifactregistry.writer",
           // The project number is read at apply, so the condition is only known then.
-          "google_project_iam_member.build_reads_function_source[0]": "roles/storage.objectViewer if (known after apply)",
+          "google_project_iam_member.build_reads_function_source[0]": "roles/storage.objectAdmin if (known after apply)",
         });
         const claims = after(changes, "google_storage_bucket_iam_member.function_destination_claims");
         expect(claims.bucket).toBe("ckpts");

@@ -282,6 +282,7 @@ describe("Workflow", () => {
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
       ORBAX2REG_MAX_PARALLEL_GROUPS: ex("tostring(var.max_parallel_groups)"),
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
+      ORBAX2REG_JOB_TIMEOUT: ex("tostring(local.job_timeout_seconds)"),
     });
   });
 
@@ -355,7 +356,7 @@ describe("Cloud Run jobs", () => {
         condition: ex(`local.job_shape_ok["${phase}"]`),
         error_message:
           `${phase} job: ${prefix}_cpu = ${ex(`var.${prefix}_cpu`)} with ${prefix}_memory = ${ex(`var.${prefix}_memory`)} do not fit ` +
-          "Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi).",
+          "Cloud Run jobs (1 vCPU takes 512Mi-4Gi, 2 vCPU 512Mi-8Gi, 4 vCPU 2Gi-16Gi, 6 vCPU 4Gi-24Gi, 8 vCPU 4Gi-32Gi).",
       });
     }
   });
@@ -474,7 +475,8 @@ describe("IAM", () => {
     build: [
       "roles/artifactregistry.writer @ repository google_artifact_registry_repository.function_builds",
       "roles/logging.logWriter @ project",
-      `roles/storage.objectViewer @ project if ${FUNCTION_SOURCE_ONLY}`,
+      // Storage Object Admin, as https://cloud.google.com/run/docs/configuring/services/build-service-account lists it
+      `roles/storage.objectAdmin @ project if ${FUNCTION_SOURCE_ONLY}`,
     ],
   };
 
@@ -639,10 +641,52 @@ describe("IAM", () => {
   });
 });
 
+describe("Failure alerts (alerts.tf)", () => {
+  const metric = () => resource(mod, "google_logging_metric", "conversion_failures");
+  const policy = () => resource(mod, "google_monitoring_alert_policy", "conversion_failed");
+
+  test("exist only when notification_channels names a channel (none by default)", () => {
+    expect(mod.variable.notification_channels?.default).toEqual([]);
+    expect(mod.variable.notification_channels?.nullable).toBe(false);
+    expect(mod.locals.alerts).toBe(ex("length(var.notification_channels) > 0"));
+    expect(metric().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(policy().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(String(mod.locals.required_apis)).toContain('local.alerts ? ["monitoring.googleapis.com"] : []');
+  });
+
+  test("count the executions of this deployment's workflow that end FAILED, from Workflows' execution log", () => {
+    expect(metric().filter).toBe(ex("local.failed_execution_filter"));
+    const filter = String(mod.locals.failed_execution_filter);
+    for (const term of [
+      'resource.type=\\"workflows.googleapis.com/Workflow\\"',
+      `resource.labels.workflow_id=\\"${ex("local.names.workflow")}\\"`,
+      'log_id(\\"workflows.googleapis.com/executions_system\\")',
+      'jsonPayload.state=\\"FAILED\\"',
+    ])
+      expect(filter).toContain(term);
+    expect(at(metric(), "metric_descriptor", 0)).toMatchObject({ metric_kind: "DELTA", value_type: "INT64", unit: "1" });
+  });
+
+  test("alert the channels on any failure in 5 minutes, on that metric only", () => {
+    const p = policy();
+    expect(p.notification_channels).toBe(ex("var.notification_channels"));
+    expect(p.combiner).toBe("OR");
+    const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
+    expect(String(threshold.filter)).toContain(
+      `metric.type="logging.googleapis.com/user/${ex("google_logging_metric.conversion_failures[0].name")}"`,
+    );
+    expect(threshold).toMatchObject({ comparison: "COMPARISON_GT", threshold_value: 0, duration: "0s" });
+    expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "300s", per_series_aligner: "ALIGN_SUM" });
+    expect(at(p, "documentation", 0, "mime_type")).toBe("text/markdown");
+    expect(readFileSync(`${TERRAFORM}/README.md`, "utf8")).toContain("## Failure alerts");
+  });
+});
+
 describe("APIs", () => {
-  test("the required APIs include workflowexecutions and are never disabled on destroy", () => {
+  test("the required APIs include workflowexecutions and cloudresourcemanager, and are never disabled on destroy", () => {
     const apis = String(mod.locals.required_apis);
     for (const api of [
+      "cloudresourcemanager", // data.google_project and the project IAM bindings
       "run",
       "workflows",
       "workflowexecutions",

@@ -95,6 +95,9 @@ describe("workflows/convert.yaml", () => {
       "json.encode_to_string",
       "list.concat",
       "map.get",
+      "map.merge",
+      "math.max",
+      "math.min",
       "sys.get_env",
       "sys.now",
       "text.match_regex",
@@ -137,10 +140,12 @@ describe("workflows/convert.yaml", () => {
     expect(args.connector_params).toEqual({ skip_polling: true });
     expect(calls.filter((c) => c.call === "googleapis.run.v2.projects.locations.operations.get").length).toBeGreaterThan(0);
     expect(calls.filter((c) => c.call === "googleapis.run.v2.projects.locations.jobs.executions.cancel")).toHaveLength(1);
-    // The default wait is far longer than the connector's 30 minutes: 7 days, what terraform checks the jobs fit in.
-    // The plan job is waited for that long (the argument is not read yet); the others as long as it says.
+    // The default wait is far longer than the connector's 30 minutes: the deployment's ORBAX2REG_JOB_TIMEOUT (what
+    // its jobs may take), else 7 days, what terraform checks the jobs fit in. The plan job is waited for that long
+    // (the argument is not read yet); the others as long as the plan job read from the argument.
     expect(DEFAULT_JOB_TIMEOUT).toBe(604800);
-    expect(text).toContain("max_wait: 604800");
+    expect(text).toContain(`plan_wait: ${expression('int(sys.get_env("ORBAX2REG_JOB_TIMEOUT", "604800"))')}`);
+    expect(text).toContain(`max_wait: ${expression("ctx.plan_wait")}`);
     expect(text.match(/max_wait: \$\{plan\.jobTimeout\}/g)).toHaveLength(2);
   });
 

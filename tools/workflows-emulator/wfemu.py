@@ -24,11 +24,15 @@ requirements.txt) and adds what that package lacks for this project:
   is killed) or sys.sleep, beyond the reach of try/except, and starts no further hook;
 * a strict standard library: only the functions and argument types Google documents (int(5)
   raises TypeError, as in the cloud), documented connector_params only; sys.sleep is scaled by
-  --backoff-scale like retry delays.
+  --backoff-scale like retry delays, and with --fast-clock sys.now() runs on by what was skipped;
+* Google's step limit: every step counts (each retry attempt, each polling attempt of a connector that
+  waits for an operation, hooks marked `waits: true`), and the execution fails with a ResourceLimitError no
+  except catches past --step-limit (100,000), or when one frame's variables pass 512 KB;
+  GET /_emulator/steps?execution=NAME shows the count and the most memory the variables took.
 
 Usage:
   wfemu.py --host 127.0.0.1 --port 8787 --workflows-dir DIR --project P --location L \
-           [--connector-hooks hooks.yaml] [--env KEY=VALUE ...] [--backoff-scale 0]
+           [--connector-hooks hooks.yaml] [--env KEY=VALUE ...] [--backoff-scale 0] [--fast-clock]
 Prints "workflows-emulator listening on http://HOST:PORT" when ready.
 """
 from __future__ import annotations
@@ -103,12 +107,104 @@ def _wait(seconds):
         raise ExecutionCancelled()
 
 
+# ---------------------------------------------------------------- the execution's clock
+# sys.sleep and retry delays sleep `--backoff-scale` times their length. With --fast-clock the rest of the
+# delay is added to the execution's clock, so that sys.now() reads what it would have read after the whole
+# delay: a polling loop then waits out a week-long deadline in seconds with every poll it would make in a week
+# (and every step they cost). Jobs outside (the connector hooks) still take real time, which this clock races
+# past, so tests of short real jobs against short deadlines keep the real clock (the default). Each parallel
+# branch keeps its own clock from the fork on; after the parallel step the execution's clock is the latest
+# branch's.
+_SKIPPED: contextvars.ContextVar[float] = contextvars.ContextVar("wfemu_skipped", default=0.0)
+
+
+FAST_CLOCK = False  # --fast-clock
+
+
+def _delay(seconds):
+    """Waits `seconds` of the execution's time: BACKOFF_SCALE of them for real, with --fast-clock the rest on its
+    clock."""
+    _wait(seconds * BACKOFF_SCALE)
+    if FAST_CLOCK:
+        _SKIPPED.set(_SKIPPED.get() + seconds * (1 - BACKOFF_SCALE))
+
+
+def _clock_now():
+    return time.time() + _SKIPPED.get()
+
+
+# ---------------------------------------------------------------- step budget
+# Google fails an execution that runs more than 100,000 steps with a ResourceLimitError that no try/except
+# catches (https://cloud.google.com/workflows/quotas, "Steps per execution"). What counts as a step, per
+# https://cloud.google.com/workflows/pricing: every step executed, failed or not, each retry attempt again,
+# assignments, conditions, calls to subworkflows, standard-library functions and connectors, and every polling
+# attempt a connector makes while it waits for a long-running operation. The emulator counts every step it
+# enters, the parts a step runs as steps of their own included (a try's body, the chosen switch condition, a
+# retry predicate's steps), so its count is at least Google's: a workflow that stays under the limit here
+# stays under it there.
+STEP_LIMIT = 100_000
+
+
+MEMORY_LIMIT = 512 * 1024  # bytes of variables (https://cloud.google.com/workflows/quotas: variables, arguments, events)
+
+
+class StepCounter:
+    """An execution's steps, and the most memory its variables took (`max_bytes`)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.steps, self.max_bytes, self._lock = limit, 0, 0, threading.Lock()
+
+    def held(self, context):
+        """Measures the variables of one frame after a step that set some (its JSON size, the subworkflow
+        definitions the package keeps beside them left out), and fails the execution past MEMORY_LIMIT. One
+        frame at a time: a lower bound on Google's count, which adds every frame's."""
+        size = len(json.dumps({k: v for k, v in context.items() if not (isinstance(v, dict) and "steps" in v)},
+                              default=lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o)).encode())
+        with self._lock:
+            self.max_bytes = max(self.max_bytes, size)
+        if size > MEMORY_LIMIT:
+            raise ResourceLimitExceeded(self.limit, f"the execution's variables exceeded {MEMORY_LIMIT} bytes ({size})")
+
+    def add(self, n: int = 1):
+        """Counts n more steps, or raises when they would take the execution past its limit (the step that
+        would be one too many never runs)."""
+        with self._lock:
+            over = self.steps + n > self.limit
+            self.steps = min(self.steps + n, self.limit)
+        if over:
+            raise ResourceLimitExceeded(self.limit)
+
+
+class ResourceLimitExceeded(BaseException):
+    """An execution past its step limit. A BaseException, like ExecutionCancelled: no try/except or retry of
+    the workflow can catch it (they catch only WorkflowError), as none can in Google."""
+
+    def __init__(self, limit: int, message: str | None = None):
+        message = message or f"the execution exceeded the limit of {limit} steps"
+        super().__init__(f"ResourceLimitError: {message}")
+        self.payload = {"message": message, "tags": ["ResourceLimitError"]}
+
+
+_STEPS: contextvars.ContextVar[StepCounter | None] = contextvars.ContextVar("wfemu_steps", default=None)
+
+
+def _count_steps(n: int = 1):
+    counter = _STEPS.get()
+    if counter is not None:
+        counter.add(n)
+
+
 _pkg_execute_step = wf.execute_step
 
 
 def _execute_step(step_id, config, context):
     _check_cancelled()
-    return _pkg_execute_step(step_id, config, context)
+    _count_steps()
+    out = _pkg_execute_step(step_id, config, context)
+    counter = _STEPS.get()
+    if counter is not None and ("assign" in config or "result" in config) and isinstance(out[0], dict):
+        counter.held(out[0])
+    return out
 
 
 wf.execute_step = _execute_step  # every step, nested ones and parallel branches included, starts here
@@ -277,7 +373,7 @@ def _map_get(obj, keys):
 def _sleep(seconds):
     if seconds < 0:
         raise ValueError("sys.sleep: negative duration")
-    _wait(seconds * BACKOFF_SCALE)  # like retry backoff: --backoff-scale 0 makes polling loops instant
+    _delay(seconds)  # like retry backoff: --backoff-scale 0 makes polling loops instant, on the execution's clock
 
 
 def _namespace(**functions):
@@ -347,7 +443,7 @@ _lib.update({
         get_env=_strict("sys.get_env", lambda name, default=None: sys_utils.get_env(name, default), _STR, {"string", "null"},
                         optional=1),
         log=lambda *args, **kwargs: _sys_log(*args, **kwargs),
-        now=_pkg_sys.now,
+        now=lambda: _clock_now(),
         sleep=_strict("sys.sleep", _sleep, _NUM),
         sleep_until=_strict("sys.sleep_until", _pkg_sys.sleep_until, _STR),
     ),
@@ -424,6 +520,19 @@ def _check_connector_params(name, params):
         _raise(f"{name}: connector_params.skip_polling must be a boolean", ["TypeError"])
 
 
+def _polls(seconds, policy):
+    """Polling attempts a waiting connector makes on an operation that took `seconds`: by default the first
+    after 1 s, then 1.25 times longer each, at most 60 s apart (https://cloud.google.com/workflows/docs/connectors,
+    "Long-running operations": each one is a billable step); at least one."""
+    delay, multiplier = float(policy.get("initial_delay", 1)), float(policy.get("multiplier", 1.25))
+    max_delay = float(policy.get("max_delay", 60))
+    waited, polls = delay, 1
+    while waited < seconds:
+        delay = min(delay * multiplier, max_delay)
+        waited, polls = waited + delay, polls + 1
+    return polls
+
+
 def run_connector(rendered_step):
     name = rendered_step["call"]
     spec = _HOOKS.get(name)
@@ -436,6 +545,7 @@ def run_connector(rendered_step):
     env["WFEMU_CONNECTOR"] = name
     payload = {"connector": name, "args": _plain(rendered_step.get("args", {}))}
     _check_cancelled()  # a cancelled execution starts no further hook
+    started = time.monotonic()
     proc = subprocess.Popen(spec["command"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=spec.get("cwd", _HOOKS_DIR), env=env)
     deadline = time.monotonic() + spec["timeout"]
@@ -459,6 +569,9 @@ def run_connector(rendered_step):
                 _raise(f"{name}: hook timed out after {spec['timeout']}s", ["TimeoutError"])
     if stderr:
         sys.stderr.write(stderr)
+    connector_params = (rendered_step.get("args") or {}).get("connector_params") or {}
+    if spec.get("waits") and connector_params.get("skip_polling") is not True:
+        _count_steps(_polls(time.monotonic() - started, connector_params.get("polling_policy") or {}))
     out = stdout.strip()
     if proc.returncode == 0:
         if not out:
@@ -509,7 +622,7 @@ def _retry_execute(self):
                                             context=wf.keep_only_subworkflows(context))
                 if not ok:
                     break
-            _wait(min(delay, max_delay) * BACKOFF_SCALE)
+            _delay(min(delay, max_delay))
             delay *= mult
     if "except" in step:
         context[step["except"]["as"]] = last.payload.to_dict() if hasattr(last.payload, "to_dict") else last.payload
@@ -545,12 +658,17 @@ def _execute_task_config(self, task_configs, concurrency_limit=None, index_var="
         concurrency_limit = render_config(concurrency_limit, self.context)
     limit = int(concurrency_limit) if concurrency_limit else 20
 
+    clocks = []  # each branch's clock when it ended
+
     def run_branch(index, task):
         ctx = copy.deepcopy(snapshot)
         if "for" in self.config["parallel"]:
             ctx[value_var] = task["id"]
             ctx[index_var] = index
-        wf.execute_step(str(task["id"]), task["config"], ctx)
+        try:
+            wf.execute_step(str(task["id"]), task["config"], ctx)
+        finally:
+            clocks.append(_SKIPPED.get())
         with _MERGE_LOCK:
             for var in shared:
                 if var in ctx and var in self.context:
@@ -567,6 +685,7 @@ def _execute_task_config(self, task_configs, concurrency_limit=None, index_var="
                 errors[task_id] = exc
             elif exc is not None:
                 raise exc
+    _SKIPPED.set(max([_SKIPPED.get(), *clocks]))
     self.check_raise_results(errors)
     return self.context
 
@@ -614,6 +733,7 @@ LOCATION = "us-central1"
 WORKFLOWS_DIR = "."
 _EXECUTIONS: dict[str, dict] = {}
 _CANCEL_EVENTS: dict[str, threading.Event] = {}  # set by :cancel; the execution's thread stops at its next step
+_STEP_COUNTERS: dict[str, StepCounter] = {}  # the steps each execution ran (GET /_emulator/steps?execution=NAME)
 _LOCK = threading.Lock()
 # Faults for the next createExecution calls (POST /_emulator/faults), for the trigger's crash tests:
 # "fail-before-create" answers 503 and creates nothing; "fail-after-create" creates the execution and
@@ -786,9 +906,10 @@ def _admit_next_locked():
         active += 1
 
 
-def _run(execution: dict, config: dict, params: dict, env: dict, cancel: threading.Event):
+def _run(execution: dict, config: dict, params: dict, env: dict, cancel: threading.Event, steps: StepCounter):
     _EXEC_ENV.set(env)
     _CANCEL.set(cancel)
+    _STEPS.set(steps)
     _ADMITTED[execution["name"]].wait()  # at once unless it waits in the backlog
     with _LOCK:
         if execution["state"] != "ACTIVE":
@@ -853,6 +974,7 @@ def create_execution(project, location, wid, body):
            "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": exec_id}
     cancel = threading.Event()
     admitted = threading.Event()
+    steps = StepCounter(STEP_LIMIT)
     with _LOCK:
         if MAX_ACTIVE and sum(1 for e in _EXECUTIONS.values() if e["state"] == "ACTIVE") >= MAX_ACTIVE:
             execution["state"] = "QUEUED"
@@ -863,8 +985,10 @@ def create_execution(project, location, wid, body):
         _EXECUTIONS[name] = execution
         _CANCEL_EVENTS[name] = cancel
         _ADMITTED[name] = admitted
+        _STEP_COUNTERS[name] = steps
         snapshot = copy.deepcopy(execution)
-    threading.Thread(target=contextvars.Context().run, args=(_run, execution, config, params, env, cancel), daemon=True).start()
+    threading.Thread(target=contextvars.Context().run, args=(_run, execution, config, params, env, cancel, steps),
+                     daemon=True).start()
     return 200, snapshot
 
 
@@ -899,6 +1023,12 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_emulator/faults":  # test control: faults not yet consumed
             with _LOCK:
                 return self._send(200, {"createExecution": list(_CREATE_FAULTS), "listExecutions": list(_LIST_FAULTS)})
+        if path == "/_emulator/steps":  # test control: the steps an execution ran so far (Google shows no such count)
+            name = (_up.parse_qs(self.path.partition("?")[2]).get("execution") or [""])[0]
+            with _LOCK:
+                counter = _STEP_COUNTERS.get(name)
+            return self._send(200, {"steps": counter.steps, "limit": counter.limit, "maxBytes": counter.max_bytes}) if counter else \
+                self._send(404, {"error": {"code": 404, "status": "NOT_FOUND", "message": "execution not found"}})
         query = _up.parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
         m = _RE_EXEC.match(path)
         if m and not m.group(2):
@@ -963,7 +1093,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    global PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE, MAX_ACTIVE
+    global PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE, MAX_ACTIVE, STEP_LIMIT, FAST_CLOCK
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8787)
@@ -975,11 +1105,15 @@ def main():
     ap.add_argument("--backoff-scale", type=float, default=1.0, help="multiply every retry delay (0 = no sleep)")
     ap.add_argument("--max-active", type=int, default=0,
                     help="concurrent executions quota; beyond it executions wait QUEUED (no startTime) in a backlog (0 = none)")
+    ap.add_argument("--fast-clock", action="store_true",
+                    help="sys.now() runs on by the part of every sleep and retry delay --backoff-scale skips")
+    ap.add_argument("--step-limit", type=int, default=STEP_LIMIT, help="steps an execution may run (Google: 100,000)")
     ap.add_argument("--log-level", default="WARNING")
     a = ap.parse_args()
     logging.basicConfig(level=a.log_level, format="[wfemu %(asctime)s] %(name)s %(levelname)s %(message)s")
     PROJECT, LOCATION, WORKFLOWS_DIR, BACKOFF_SCALE = a.project, a.location, os.path.abspath(a.workflows_dir), a.backoff_scale
     MAX_ACTIVE = max(0, a.max_active)
+    STEP_LIMIT, FAST_CLOCK = a.step_limit, a.fast_clock
     for kv in a.env:
         k, _, v = kv.partition("=")
         _USER_ENV[k] = v

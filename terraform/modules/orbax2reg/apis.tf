@@ -1,9 +1,12 @@
 locals {
-  # workflowexecutions is a separate API from workflows: without it executions cannot be created.
-  required_apis = toset([
+  # workflowexecutions is a separate API from workflows: without it executions cannot be created. cloudresourcemanager
+  # serves data.google_project (the project number for the service agents) and every google_project_iam_member
+  # (getIamPolicy / setIamPolicy on the project): https://cloud.google.com/resource-manager/reference/rest.
+  required_apis = toset(concat([
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
     "eventarc.googleapis.com",
     "iam.googleapis.com",
     "logging.googleapis.com",
@@ -12,7 +15,10 @@ locals {
     "storage.googleapis.com",
     "workflowexecutions.googleapis.com",
     "workflows.googleapis.com",
-  ])
+    ],
+    # The failure alert's policy (alerts.tf), only when notification_channels asks for it.
+    local.alerts ? ["monitoring.googleapis.com"] : [],
+  ))
 }
 
 resource "google_project_service" "required" {

@@ -312,9 +312,12 @@ resource "google_pubsub_topic_iam_member" "jobs_events_publisher" {
 # Build service account (only when the module creates it)
 # ---------------------------------------------------------------------------------------------------------------------
 # Google lists what a custom build service account needs: Logs Writer (build logs), Artifact Registry Writer (the
-# built image) and Storage Object Viewer (the function's source).
-# https://cloud.google.com/functions/docs/securing/build-custom-sa
+# built image) and Storage Object Admin ("for retrieving the function source from the Cloud Storage bucket, and to store
+# build images"; the Cloud Functions page said Storage Object Viewer, which no test here can show to be enough). Each
+# role is granted as listed, on no more than what the build touches: the project's logs, the function's build
+# repository, the function's staged source.
 # https://cloud.google.com/run/docs/configuring/services/build-service-account
+# https://cloud.google.com/functions/docs/securing/build-custom-sa
 
 # Store build logs in Cloud Logging (Logs Writer is granted on the project).
 # https://cloud.google.com/functions/docs/securing/build-custom-sa
@@ -340,11 +343,11 @@ resource "google_artifact_registry_repository_iam_member" "build_writes_function
   member     = "serviceAccount:${google_service_account.build[0].email}"
 }
 
-# Read the function's source. Cloud Functions copies the uploaded zip into its own bucket,
+# Read (and, as Google's list allows, write) the function's source. Cloud Functions copies the uploaded zip into its own bucket,
 # gcf-v2-sources-<project number>-<region>, under <function name>/, and the build fetches it from there ("Access to
 # bucket gcf-v2-sources-... denied. You must grant Storage Object Viewer permission to <build account>"). That bucket
-# is created by Cloud Functions on first use, so it cannot be granted on: Storage Object Viewer on the project,
-# limited by an IAM condition to this function's objects in it, as Google's build-custom-sa page suggests.
+# is created by Cloud Functions on first use, so it cannot be granted on: Storage Object Admin on the project, limited
+# by an IAM condition to this function's objects in it.
 # https://cloud.google.com/functions/docs/securing/build-custom-sa
 # https://cloud.google.com/functions/docs/building
 # https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
@@ -352,7 +355,7 @@ resource "google_project_iam_member" "build_reads_function_source" {
   count = var.function_build_service_account == null ? 1 : 0
 
   project = var.project_id
-  role    = "roles/storage.objectViewer"
+  role    = "roles/storage.objectAdmin"
   member  = "serviceAccount:${google_service_account.build[0].email}"
 
   condition {

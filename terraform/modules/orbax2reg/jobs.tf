@@ -87,7 +87,7 @@ resource "google_cloud_run_v2_job" "phase" {
   lifecycle {
     precondition {
       condition     = local.job_shape_ok[each.key]
-      error_message = "${each.key} job: ${each.value.cpu_variable} = ${each.value.cpu} with ${each.value.memory_variable} = ${each.value.memory} do not fit Cloud Run jobs (>4Gi needs 2, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi)."
+      error_message = "${each.key} job: ${each.value.cpu_variable} = ${each.value.cpu} with ${each.value.memory_variable} = ${each.value.memory} do not fit Cloud Run jobs (1 vCPU takes 512Mi-4Gi, 2 vCPU 512Mi-8Gi, 4 vCPU 2Gi-16Gi, 6 vCPU 4Gi-24Gi, 8 vCPU 4Gi-32Gi)."
     }
   }
 

@@ -32,6 +32,11 @@ locals {
 
   # workflows/convert.yaml waits up to 7 days (604800 s) for one job execution, every task retry included.
   job_wait_fits = tonumber(trimsuffix(var.task_timeout, "s")) * (var.max_retries + 1) <= 604800
+  # How long the workflow waits for one job execution unless the argument says (ORBAX2REG_JOB_TIMEOUT): twice the
+  # longest a task may take with all its retries, for tasks that queue for capacity, at most the 7 days. Its polls back
+  # off to a cap proportional to this wait (docs/workflows-reference.md, "The step budget"): a realistic wait keeps
+  # them minutes apart.
+  job_timeout_seconds = min(604800, 2 * tonumber(trimsuffix(var.task_timeout, "s")) * (var.max_retries + 1))
 
   # The three Cloud Run jobs by phase (jobs.tf's google_cloud_run_v2_job.phase has one instance per key; the key is
   # the job's `node dist/jobs/main.js <phase>` argument): its name, its size and the variables that set the size (for
@@ -60,13 +65,24 @@ locals {
     }
   }
 
-  # Cloud Run jobs: >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8; at most 32Gi.
+  # The memory (MiB) Cloud Run jobs allow with each vCPU count, checked both ways: 4 vCPU need at least 2Gi, 6 and 8
+  # vCPU 4Gi (https://cloud.google.com/run/docs/configuring/jobs/cpu, "vCPU and memory table"); more than 4Gi needs 2
+  # vCPU, more than 8Gi 4, 16Gi 6, 24Gi 8, at most 32Gi, at least 512Mi
+  # (https://cloud.google.com/run/docs/configuring/jobs/memory-limits). Otherwise the plan passes and the apply fails.
+  job_memory_range_mib = {
+    "1" = { min = 512, max = 4096 }
+    "2" = { min = 512, max = 8192 }
+    "4" = { min = 2048, max = 16384 }
+    "6" = { min = 4096, max = 24576 }
+    "8" = { min = 4096, max = 32768 }
+  }
   job_memory_mib = {
     for phase, s in local.jobs : phase => tonumber(regex("^[0-9]+", s.memory)) * (endswith(s.memory, "Gi") ? 1024 : 1)
   }
   job_shape_ok = {
-    for phase, s in local.jobs : phase => local.job_memory_mib[phase] <= 32768 && tonumber(s.cpu) >= (
-      local.job_memory_mib[phase] > 24576 ? 8 : local.job_memory_mib[phase] > 16384 ? 6 : local.job_memory_mib[phase] > 8192 ? 4 : local.job_memory_mib[phase] > 4096 ? 2 : 1
+    for phase, s in local.jobs : phase => (
+      local.job_memory_mib[phase] >= local.job_memory_range_mib[s.cpu].min &&
+      local.job_memory_mib[phase] <= local.job_memory_range_mib[s.cpu].max
     )
   }
 }

@@ -52,6 +52,18 @@ variable "deletion_protection" {
   default     = true
 }
 
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels to alert when a conversion fails (an execution of the workflow ends FAILED), as projects/<project>/notificationChannels/<id>. Empty (the default): no alert, and no log-based metric or alert policy is created. See README, \"Failure alerts\"."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
+    error_message = "notification_channels entries must be projects/<project>/notificationChannels/<id> (gcloud beta monitoring channels list --format='value(name)')."
+  }
+}
+
 variable "pubsub_agent_token_creator" {
   description = "Grant the project's Pub/Sub service agent (service-<number>@gcp-sa-pubsub.iam.gserviceaccount.com) Service Account Token Creator on the project. Only projects whose Pub/Sub service agent was created on or before 8 April 2021 need it, for the authenticated push Eventarc uses; leave false otherwise."
   type        = bool
@@ -220,7 +232,7 @@ variable "function_source_zip" {
 }
 
 variable "function_build_service_account" {
-  description = "Service account the function's Cloud Build runs as, as projects/<project>/serviceAccounts/<email>. null (the default) creates <name_prefix>-build with exactly what the build needs: Logs Writer on the project, Artifact Registry Writer on the module's function-build repository, Storage Object Viewer on the function's staged source only. When given, the module creates and grants nothing for it: it needs those roles (or roles/cloudbuild.builds.builder) already. Whoever applies needs Service Account User (actAs) on it either way."
+  description = "Service account the function's Cloud Build runs as, as projects/<project>/serviceAccounts/<email>. null (the default) creates <name_prefix>-build with exactly what the build needs: Logs Writer on the project, Artifact Registry Writer on the module's function-build repository, Storage Object Admin on the function's staged source only (the roles https://cloud.google.com/run/docs/configuring/services/build-service-account lists). When given, the module creates and grants nothing for it: it needs those roles (or roles/cloudbuild.builds.builder) already. Whoever applies needs Service Account User (actAs) on it either way."
   type        = string
   default     = null
 
@@ -350,13 +362,14 @@ variable "group_cpu" {
 }
 
 variable "group_memory" {
-  description = "Memory of each convert-group task (Cloud Run jobs: at most 32Gi; >4Gi needs 2 CPUs, >8Gi 4, >16Gi 6, >24Gi 8). The container filesystem is in memory too."
+  description = "Memory of each convert-group task (Cloud Run jobs: 512Mi to 32Gi; >4Gi needs 2 vCPU, >8Gi 4, >16Gi 6, >24Gi 8; and 4 vCPU need at least 2Gi, 6 or 8 vCPU 4Gi). The container filesystem is in memory too."
   type        = string
   default     = "32Gi"
 
   validation {
-    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.group_memory))
-    error_message = "group_memory must look like 512Mi or 32Gi."
+    # Cloud Run jobs take 512Mi to 32Gi (https://cloud.google.com/run/docs/configuring/jobs/memory-limits).
+    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.group_memory)) && try(tonumber(regex("^[0-9]+", var.group_memory)) * (endswith(var.group_memory, "Gi") ? 1024 : 1) >= 512 && tonumber(regex("^[0-9]+", var.group_memory)) * (endswith(var.group_memory, "Gi") ? 1024 : 1) <= 32768, false)
+    error_message = "group_memory must look like 512Mi or 32Gi, from 512Mi to 32Gi."
   }
 }
 
@@ -377,8 +390,9 @@ variable "plan_memory" {
   default     = "8Gi"
 
   validation {
-    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.plan_memory))
-    error_message = "plan_memory must look like 512Mi or 8Gi."
+    # Cloud Run jobs take 512Mi to 32Gi (https://cloud.google.com/run/docs/configuring/jobs/memory-limits).
+    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.plan_memory)) && try(tonumber(regex("^[0-9]+", var.plan_memory)) * (endswith(var.plan_memory, "Gi") ? 1024 : 1) >= 512 && tonumber(regex("^[0-9]+", var.plan_memory)) * (endswith(var.plan_memory, "Gi") ? 1024 : 1) <= 32768, false)
+    error_message = "plan_memory must look like 512Mi or 8Gi, from 512Mi to 32Gi."
   }
 }
 
@@ -399,8 +413,9 @@ variable "finalize_memory" {
   default     = "8Gi"
 
   validation {
-    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.finalize_memory))
-    error_message = "finalize_memory must look like 512Mi or 8Gi."
+    # Cloud Run jobs take 512Mi to 32Gi (https://cloud.google.com/run/docs/configuring/jobs/memory-limits).
+    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.finalize_memory)) && try(tonumber(regex("^[0-9]+", var.finalize_memory)) * (endswith(var.finalize_memory, "Gi") ? 1024 : 1) >= 512 && tonumber(regex("^[0-9]+", var.finalize_memory)) * (endswith(var.finalize_memory, "Gi") ? 1024 : 1) <= 32768, false)
+    error_message = "finalize_memory must look like 512Mi or 8Gi, from 512Mi to 32Gi."
   }
 }
 

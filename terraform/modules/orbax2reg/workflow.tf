@@ -26,6 +26,7 @@ resource "google_workflows_workflow" "convert" {
     ORBAX2REG_EVENTS_TOPIC        = google_pubsub_topic.events.id
     ORBAX2REG_MAX_PARALLEL_GROUPS = tostring(var.max_parallel_groups)
     ORBAX2REG_GROUPS              = tostring(var.groups)
+    ORBAX2REG_JOB_TIMEOUT         = tostring(local.job_timeout_seconds)
   }
 
   deletion_protection = var.deletion_protection
