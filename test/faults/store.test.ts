@@ -99,7 +99,8 @@ describe("transient faults are retried, for every kind of request", () => {
     await store().write("big-source", big);
     resetRetryStats();
     once("reset", isChunk);
-    const s = store({ ...FAST, chunkBytes: 2 << 20 }); // larger than a chunk: a resumable upload
+    // Larger than a chunk: a resumable upload, of several requests (no stall counted on a busy machine).
+    const s = store({ ...FAST, timeouts: { stallMs: 10_000 }, chunkBytes: 2 << 20 });
     const w = await s.write("big-copy", s.readStream("big-source", 0, big.length));
     expect(w.size).toBe(big.length);
     expect(retryStats().retries).toBe(1);
