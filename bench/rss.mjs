@@ -123,7 +123,7 @@ if (only !== "big") {
   const step = join(GEN, "fuji-mini/ckpt/step_00001000");
   if (!existsSync(step)) throw new Error(`${step} is missing`);
   await upload(step, "fuji/step_00001000");
-  for (const c of [1, 8, 32])
+  for (const c of [1, 8, 16, 32])
     row(`gs:// → gs://, 2 GB step, --concurrency ${c}`, convert("gs://src/fuji/step_00001000", "gs", ["--concurrency", String(c)]));
   row("gs:// → gs://, 2 GB step, --memory 64", convert("gs://src/fuji/step_00001000", "gs", ["--memory", "64"]));
 }

@@ -51,7 +51,7 @@ export function streamChunks(head: Uint8Array[], rest: AsyncIterator<Uint8Array>
   let crc = 0;
   let size = 0;
   let ended = false;
-  const pending = [...head]; // read from the source, not yet in the buffer
+  const pending = head; // read from the source, not yet in the buffer (the array is ours)
   let total: { size: number; crc32c: number } | undefined;
 
   /** The next piece of the source, or undefined at its end. */

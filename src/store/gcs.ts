@@ -262,7 +262,7 @@ export class GcsStore implements Store {
     const it = data[Symbol.asyncIterator]();
     while (size <= chunk) {
       const next = await it.next();
-      if (next.done) return this.put(key, name, pieces.length === 1 ? (pieces[0] as Uint8Array) : Buffer.concat(pieces));
+      if (next.done) return this.put(key, name, pieces);
       pieces.push(next.value);
       size += next.value.length;
     }
@@ -271,7 +271,7 @@ export class GcsStore implements Store {
     return this.resumable(key, name, chunk, () => {
       if (first) {
         first = false;
-        return streamChunks(pieces, it, chunk);
+        return streamChunks(pieces.splice(0), it, chunk); // handed over: copied into the chunk buffer once
       }
       return replay && streamChunks([], replay()[Symbol.asyncIterator](), chunk);
     });
@@ -284,7 +284,7 @@ export class GcsStore implements Store {
   }
 
   /** An unconditional upload (it cannot fail a precondition). */
-  private async put(key: string, name: string, data: Uint8Array): Promise<WriteResult> {
+  private async put(key: string, name: string, data: Uint8Array | Uint8Array[]): Promise<WriteResult> {
     return ((await this.upload(key, name, data)) as { written: WriteResult }).written;
   }
 
@@ -292,18 +292,25 @@ export class GcsStore implements Store {
    * One multipart upload of known bytes, carrying their CRC-32C in the object resource (base64 of the
    * big-endian value): GCS refuses the upload with 400 if the bytes it received do not match
    * (https://cloud.google.com/storage/docs/data-validation). The same bytes can be sent again, so every
-   * transient failure is retried. With `ifGenerationMatch`, undefined when the precondition fails.
+   * transient failure is retried. With `ifGenerationMatch`, undefined when the precondition fails. The body
+   * is sent as its parts (`data` may be the pieces of a gathered stream), never copied into one buffer.
    */
   private async upload(
     key: string,
     name: string,
-    data: Uint8Array,
+    data: Uint8Array | Uint8Array[],
     ifGenerationMatch?: number,
   ): Promise<{ written: WriteResult; generation: string } | undefined> {
-    const written = { size: data.length, crc32c: crc32c(data) };
+    const pieces = data instanceof Uint8Array ? [data] : data;
+    const written = { size: 0, crc32c: 0 };
+    for (const p of pieces) {
+      written.size += p.length;
+      written.crc32c = crc32c(p, written.crc32c);
+    }
     const path = describe(this, key);
     const boundary = randomBytes(12).toString("hex");
-    const body = Buffer.concat([multipartHead(boundary, { name, crc32c: crcBase64(written.crc32c) }), data, multipartTail(boundary)]);
+    const parts = [multipartHead(boundary, { name, crc32c: crcBase64(written.crc32c) }), ...pieces, multipartTail(boundary)];
+    const length = parts.reduce((n, p) => n + p.length, 0);
     const query = new URLSearchParams({
       uploadType: "multipart",
       ...(ifGenerationMatch !== undefined ? { ifGenerationMatch: String(ifGenerationMatch) } : {}),
@@ -311,8 +318,10 @@ export class GcsStore implements Store {
     for (const r = this.attempts("upload", key); ; ) {
       try {
         const a = await this.http.send("POST", `${this.uploads}?${query}`, {
-          headers: { "content-type": `multipart/related; boundary=${boundary}` },
-          body,
+          headers: { "content-type": `multipart/related; boundary=${boundary}`, "content-length": String(length) },
+          body: (async function* () {
+            yield* parts;
+          })(),
           accept: [200, 400, 412],
           path,
         });
