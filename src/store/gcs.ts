@@ -256,22 +256,20 @@ export class GcsStore implements Store {
       if (data.length <= chunk) return this.put(key, name, data);
       return this.resumable(key, name, chunk, () => memoryChunks(data));
     }
-    // Gather a small stream; a larger one is uploaded chunk by chunk as it is read.
-    const pieces: Uint8Array[] = [];
-    let size = 0;
-    const it = data[Symbol.asyncIterator]();
-    while (size <= chunk) {
-      const next = await it.next();
-      if (next.done) return this.put(key, name, pieces);
-      pieces.push(next.value);
-      size += next.value.length;
-    }
+    // Read the first chunk into the one buffer the upload uses: all of a small stream (one multipart upload of
+    // it), or the start of a larger one, uploaded chunk by chunk as it is read.
+    const source = streamChunks([], data[Symbol.asyncIterator](), chunk);
+    const first = await source.take(0, chunk).catch(async (e: unknown) => {
+      await source.close();
+      throw e;
+    });
+    if (first.last) return this.put(key, name, first.bytes);
     const replay = replayOf(data);
-    let first = true;
+    let opened = false;
     return this.resumable(key, name, chunk, () => {
-      if (first) {
-        first = false;
-        return streamChunks(pieces.splice(0), it, chunk); // handed over: copied into the chunk buffer once
+      if (!opened) {
+        opened = true;
+        return source;
       }
       return replay && streamChunks([], replay()[Symbol.asyncIterator](), chunk);
     });
