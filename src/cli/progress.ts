@@ -5,6 +5,21 @@ import { formatBytes } from "./format.js";
 /** How often a progress JSON line is printed where there is no terminal to draw a bar on. */
 const LINE_EVERY_MS = 3000;
 
+/**
+ * An ETA needs a rate worth the name: this long a run and this share of the bytes done. The first objects are
+ * small metadata written in milliseconds (182 bytes in 0.1 s would promise weeks), and large ones arrive
+ * whole, so until then the ETA is null (the bar says "…").
+ */
+const ETA_AFTER_MS = 5000;
+const ETA_AFTER_SHARE = 0.01;
+
+/** Seconds left at the rate so far, or null while there is no rate worth the name. */
+export function eta(done: number, total: number, elapsedMs: number): number | null {
+  if (done >= total) return 0;
+  if (elapsedMs < ETA_AFTER_MS || done < total * ETA_AFTER_SHARE || done <= 0) return null;
+  return Math.round(((total - done) * elapsedMs) / done / 1000);
+}
+
 /** True at most once per LINE_EVERY_MS, counting from `last` (0: the first call is due at once). */
 class Every {
   constructor(private last: number) {}
@@ -44,7 +59,7 @@ export class ConvertProgress {
     if (tty) {
       this.bar = new cliProgress.SingleBar(
         {
-          format: "{bar} {percentage}% | {done}/{totalHuman} | {arrays}/{totalArrays} arrays | {rate}/s | ETA {eta_formatted}",
+          format: "{bar} {percentage}% | {done}/{totalHuman} | {arrays}/{totalArrays} arrays | {rate}/s | ETA {etaText}",
           hideCursor: true,
           clearOnComplete: true,
           etaBuffer: 50,
@@ -63,6 +78,7 @@ export class ConvertProgress {
       arrays: this.arraysDone,
       totalArrays: this.totalArrays,
       rate: formatBytes(seconds > 0 ? this.bytes / seconds : 0),
+      etaText: etaText(eta(this.bytes, this.totalBytes, Date.now() - this.started)),
     };
   }
 
@@ -86,7 +102,7 @@ export class ConvertProgress {
       arrays: this.arraysDone,
       totalArrays: this.totalArrays,
       mbPerSecond: Number(mbps.toFixed(1)),
-      etaSeconds: mbps > 0 ? Math.round((this.totalBytes - this.bytes) / 1e6 / mbps) : null,
+      etaSeconds: eta(this.bytes, this.totalBytes, Date.now() - this.started),
     };
   }
 
@@ -133,20 +149,25 @@ export class CountProgress {
   }
 
   snapshot() {
-    const seconds = (Date.now() - this.started) / 1000;
-    const perSecond = seconds > 0 ? this.done / seconds : 0;
     return {
       event: "progress",
       what: this.label,
       done: this.done,
       total: this.total,
-      etaSeconds: perSecond > 0 ? Math.round((this.total - this.done) / perSecond) : null,
+      etaSeconds: eta(this.done, this.total, Date.now() - this.started),
     };
   }
 
   stop(): void {
     this.bar?.stop();
   }
+}
+
+function etaText(seconds: number | null): string {
+  if (seconds === null) return "…";
+  if (seconds < 60) return `${seconds}s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m${String(seconds % 60).padStart(2, "0")}s`;
+  return `${Math.floor(seconds / 3600)}h${String(Math.floor((seconds % 3600) / 60)).padStart(2, "0")}m`;
 }
 
 /** `gda/<path>/<chunk>` -> `gda/<path>`: the array an object belongs to. */

@@ -8,7 +8,7 @@ import { checkObjects, listStep, type Verdict } from "./done.js";
 import { OwnerWatch, retreat } from "./ownership.js";
 import { dataLength, type Plan, type PlannedObject } from "./plan-format.js";
 import { type Recorded, RecordLog } from "./records.js";
-import { HANDLERS, type Run } from "./transforms.js";
+import { HANDLERS, type Run, STREAM_RESERVE } from "./transforms.js";
 
 export interface ExecuteOptions {
   /** Objects in flight at once. */
@@ -95,6 +95,8 @@ class Writer {
       stepDir: this.stepDir,
       copy: source.rangeCopyTo?.(destination),
       buffers: [],
+      // Never more than the whole budget: a write given less buffers less (GCS: smaller chunks).
+      streamReserve: Math.min(options.memoryBytes, Math.max(STREAM_RESERVE, destination.writeBuffer ?? 0)),
       meta: (o) => this.meta(o),
     };
   }
@@ -112,7 +114,7 @@ class Writer {
     return this.withBudget(job.weight, async () => {
       const out = await job.run();
       if ("stored" in out) this.written(o, out.bytes, out.stored);
-      else await this.put(o, out.data, out.bytes);
+      else await this.put(o, out.data, out.bytes, job.weight);
     });
   }
 
@@ -162,8 +164,9 @@ class Writer {
     }
   }
 
-  private async put(o: PlannedObject, data: Uint8Array | AsyncIterable<Uint8Array>, bytes: number): Promise<void> {
-    this.written(o, bytes, await this.destination.write(joinKey(this.stepDir, o.target), data));
+  private async put(o: PlannedObject, data: Uint8Array | AsyncIterable<Uint8Array>, bytes: number, bufferBytes?: number): Promise<void> {
+    const options = bufferBytes === undefined ? {} : { bufferBytes };
+    this.written(o, bytes, await this.destination.write(joinKey(this.stepDir, o.target), data, options));
   }
 
   private written(o: PlannedObject, bytes: number, result: Recorded): void {

@@ -9,8 +9,8 @@ import { SHARD_INDEX_BYTES } from "./plan.js";
 import { type DataRef, dataLength, type PlannedObject, type Transform } from "./plan-format.js";
 import type { Recorded } from "./records.js";
 
-/** Memory reserved for one streamed object (piece buffers on both sides). */
-const STREAM_RESERVE = 4 << 20;
+/** Memory reserved for one streamed object (piece buffers on both sides), unless its destination buffers more. */
+export const STREAM_RESERVE = 4 << 20;
 /** Buffer of a direct copy (Store.rangeCopyTo), reused from object to object. */
 const COPY_BUFFER = 1 << 20;
 
@@ -24,6 +24,8 @@ export interface Run {
   readonly copy: RangeCopy | undefined;
   /** COPY_BUFFER-sized buffers of direct copies, reused from object to object. */
   readonly buffers: Uint8Array[];
+  /** Memory reserved for one streamed object: what the destination's write buffers (see Store.writeBuffer). */
+  readonly streamReserve: number;
   /** The source metadata of the array a transcode or fill object belongs to. */
   meta(o: PlannedObject): ZarrArrayMeta;
 }
@@ -69,7 +71,7 @@ function copy(run: Run, o: PlannedObject): Job {
     };
   }
   return {
-    weight: Math.min(d.length, STREAM_RESERVE),
+    weight: Math.min(d.length, run.streamReserve),
     run: async () => ({ data: run.source.readStream(d.key, d.offset, d.length), bytes: d.length }),
   };
 }
@@ -78,7 +80,7 @@ function copy(run: Run, o: PlannedObject): Job {
 function shardInner(run: Run, o: PlannedObject): Job {
   const r = o.data as Range;
   return {
-    weight: Math.min(r.length, STREAM_RESERVE),
+    weight: Math.min(r.length, run.streamReserve),
     run: async () => ({ data: innerChunkOfShard(run.source, r), bytes: r.length - SHARD_INDEX_BYTES }),
   };
 }

@@ -1,4 +1,4 @@
-import type { DirListing, ObjectInfo, Store, WriteResult } from "./store.js";
+import type { DirListing, ObjectInfo, Store, WriteOptions, WriteResult } from "./store.js";
 
 export interface StoreCounts {
   reads: number;
@@ -31,6 +31,10 @@ export class CountingStore implements Store {
 
   get renamesAtomically(): boolean | undefined {
     return this.inner.renamesAtomically;
+  }
+
+  get writeBuffer(): number | undefined {
+    return this.inner.writeBuffer;
   }
 
   // No rangeCopyTo: a direct copy would bypass the counts (every byte goes through readStream and write).
@@ -76,11 +80,11 @@ export class CountingStore implements Store {
     return this.inner.listDir(dir);
   }
 
-  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
+  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>, options?: WriteOptions): Promise<WriteResult> {
     this.counts.writes++;
     if (data instanceof Uint8Array) {
       this.counts.bytesWritten += data.length;
-      return this.inner.write(key, data);
+      return this.inner.write(key, data, options);
     }
     const counts = this.counts;
     return this.inner.write(
@@ -91,6 +95,7 @@ export class CountingStore implements Store {
           yield piece;
         }
       })(),
+      options,
     );
   }
 

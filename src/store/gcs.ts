@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { Storage } from "@google-cloud/storage";
 import { crc32c } from "../codecs/crc32c.js";
 import { FormatError, NotFoundError, StorageIoError } from "../errors.js";
+import { type ChunkSource, memoryChunks, streamChunks } from "./chunks.js";
 import { type Answer, defaultTimeouts, Http, type Timeouts } from "./http.js";
 import { replayable, replayOf } from "./replay.js";
 import { Attempts, defaultRetryPolicy, type RetryPolicy, TransientError } from "./retry.js";
@@ -14,6 +15,7 @@ import {
   type Store,
   type Versioned,
   type VersionedObjects,
+  type WriteOptions,
   type WriteResult,
 } from "./store.js";
 
@@ -34,14 +36,26 @@ export function storageClient(): Storage {
 }
 
 /**
- * Streams up to this size are gathered and sent as one upload carrying their CRC-32C, which GCS checks and
- * which can be retried from memory. The executor reserves this much memory for each streamed object.
+ * Uploads larger than one chunk are resumable (https://cloud.google.com/storage/docs/resumable-uploads), sent
+ * in chunks of this size (a multiple of 256 KiB, as GCS requires of every chunk but the last), each held in
+ * memory until GCS confirms it, so that a failure re-sends at most one chunk. A caller with less memory for
+ * the write gets smaller chunks (see chunkFor); smaller objects are one multipart request.
  */
-const ONE_SHOT_MAX = 4 << 20;
+export const DEFAULT_CHUNK = 8 << 20;
+const CHUNK_UNIT = 256 << 10;
+/** ORBAX2REG_GCS_CHUNK_MIB sets the chunk (an emulator that rehashes the whole upload per chunk wants it larger). */
+function defaultChunk(): number {
+  const v = process.env.ORBAX2REG_GCS_CHUNK_MIB;
+  return v !== undefined && /^\d+$/.test(v) && Number(v) > 0 ? Number(v) * 2 ** 20 : DEFAULT_CHUNK;
+}
+/** Besides its chunk, a streamed write holds the source's next piece (a local read's is 1 MiB). */
+const PIECE_SLACK = 1 << 20;
 
 export interface GcsOptions {
   readonly retry?: RetryPolicy;
   readonly timeouts?: Timeouts;
+  /** The largest resumable chunk (default DEFAULT_CHUNK), rounded down to a multiple of 256 KiB. */
+  readonly chunkBytes?: number;
 }
 
 interface ObjectResource {
@@ -57,6 +71,9 @@ export class GcsStore implements Store {
   private readonly objects: string;
   private readonly uploads: string;
   private readonly retry: RetryPolicy;
+  private readonly chunk: number;
+  /** What a streamed write buffers: one chunk and the piece after it. */
+  readonly writeBuffer: number;
 
   constructor(
     readonly bucketName: string,
@@ -70,6 +87,8 @@ export class GcsStore implements Store {
     this.objects = `${endpoint}/storage/v1/b/${bucket}/o`;
     this.uploads = `${endpoint}/upload/storage/v1/b/${bucket}/o`;
     this.retry = options.retry ?? defaultRetryPolicy();
+    this.chunk = Math.max(CHUNK_UNIT, Math.floor((options.chunkBytes ?? defaultChunk()) / CHUNK_UNIT) * CHUNK_UNIT);
+    this.writeBuffer = this.chunk + PIECE_SLACK;
     // An emulator endpoint takes no credentials (as in the library, unless told otherwise).
     const auth = client.customEndpoint ? async () => ({}) : async () => headerRecord(await client.authClient.getRequestHeaders());
     this.http = new Http(auth, options.timeouts ?? defaultTimeouts());
@@ -235,24 +254,40 @@ export class GcsStore implements Store {
     };
   }
 
-  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
+  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>, options: WriteOptions = {}): Promise<WriteResult> {
     const name = this.name(key);
-    if (data instanceof Uint8Array) return this.put(key, name, data);
-    // Gather a small stream; a large one is uploaded as it comes (see uploadStream).
-    const pieces: Uint8Array[] = [];
-    let size = 0;
-    const it = data[Symbol.asyncIterator]();
-    while (size <= ONE_SHOT_MAX) {
-      const next = await it.next();
-      if (next.done) return this.put(key, name, pieces.length === 1 ? (pieces[0] as Uint8Array) : Buffer.concat(pieces));
-      pieces.push(next.value);
-      size += next.value.length;
+    const chunk = this.chunkFor(options.bufferBytes);
+    if (data instanceof Uint8Array) {
+      if (data.length <= chunk) return this.put(key, name, data);
+      return this.resumable(key, name, chunk, () => memoryChunks(data));
     }
-    return this.uploadStream(key, name, pieces, it, replayOf(data));
+    // Read the first chunk into the one buffer the upload uses: all of a small stream (one multipart upload of
+    // it), or the start of a larger one, uploaded chunk by chunk as it is read.
+    const source = streamChunks([], data[Symbol.asyncIterator](), chunk);
+    const first = await source.take(0, chunk).catch(async (e: unknown) => {
+      await source.close();
+      throw e;
+    });
+    if (first.last) return this.put(key, name, first.bytes);
+    const replay = replayOf(data);
+    let opened = false;
+    return this.resumable(key, name, chunk, () => {
+      if (!opened) {
+        opened = true;
+        return source;
+      }
+      return replay && streamChunks([], replay()[Symbol.asyncIterator](), chunk);
+    });
+  }
+
+  /** The chunk for a write that may buffer `bufferBytes`: this store's chunk, or less, never under 256 KiB. */
+  private chunkFor(bufferBytes: number | undefined): number {
+    if (bufferBytes === undefined) return this.chunk;
+    return Math.min(this.chunk, Math.max(CHUNK_UNIT, Math.floor((bufferBytes - PIECE_SLACK) / CHUNK_UNIT) * CHUNK_UNIT));
   }
 
   /** An unconditional upload (it cannot fail a precondition). */
-  private async put(key: string, name: string, data: Uint8Array): Promise<WriteResult> {
+  private async put(key: string, name: string, data: Uint8Array | Uint8Array[]): Promise<WriteResult> {
     return ((await this.upload(key, name, data)) as { written: WriteResult }).written;
   }
 
@@ -260,18 +295,25 @@ export class GcsStore implements Store {
    * One multipart upload of known bytes, carrying their CRC-32C in the object resource (base64 of the
    * big-endian value): GCS refuses the upload with 400 if the bytes it received do not match
    * (https://cloud.google.com/storage/docs/data-validation). The same bytes can be sent again, so every
-   * transient failure is retried. With `ifGenerationMatch`, undefined when the precondition fails.
+   * transient failure is retried. With `ifGenerationMatch`, undefined when the precondition fails. The body
+   * is sent as its parts (`data` may be the pieces of a gathered stream), never copied into one buffer.
    */
   private async upload(
     key: string,
     name: string,
-    data: Uint8Array,
+    data: Uint8Array | Uint8Array[],
     ifGenerationMatch?: number,
   ): Promise<{ written: WriteResult; generation: string } | undefined> {
-    const written = { size: data.length, crc32c: crc32c(data) };
+    const pieces = data instanceof Uint8Array ? [data] : data;
+    const written = { size: 0, crc32c: 0 };
+    for (const p of pieces) {
+      written.size += p.length;
+      written.crc32c = crc32c(p, written.crc32c);
+    }
     const path = describe(this, key);
     const boundary = randomBytes(12).toString("hex");
-    const body = Buffer.concat([multipartHead(boundary, { name, crc32c: crcBase64(written.crc32c) }), data, multipartTail(boundary)]);
+    const parts = [multipartHead(boundary, { name, crc32c: crcBase64(written.crc32c) }), ...pieces, multipartTail(boundary)];
+    const length = parts.reduce((n, p) => n + p.length, 0);
     const query = new URLSearchParams({
       uploadType: "multipart",
       ...(ifGenerationMatch !== undefined ? { ifGenerationMatch: String(ifGenerationMatch) } : {}),
@@ -279,8 +321,10 @@ export class GcsStore implements Store {
     for (const r = this.attempts("upload", key); ; ) {
       try {
         const a = await this.http.send("POST", `${this.uploads}?${query}`, {
-          headers: { "content-type": `multipart/related; boundary=${boundary}` },
-          body,
+          headers: { "content-type": `multipart/related; boundary=${boundary}`, "content-length": String(length) },
+          body: (async function* () {
+            yield* parts;
+          })(),
           accept: [200, 400, 412],
           path,
         });
@@ -306,61 +350,123 @@ export class GcsStore implements Store {
   }
 
   /**
-   * A stream larger than ONE_SHOT_MAX, uploaded as it is read, in one multipart request: its CRC-32C is known
-   * only at the end, so it is compared with the CRC-32C GCS reports for the object it stored, and an object
-   * that differs is deleted (that generation only) before the write fails. A failed attempt is retried only if
-   * the data can be read again from its start (a store's readStream); otherwise the write fails and a re-run
-   * resumes (objects already written are skipped).
+   * A resumable upload (https://cloud.google.com/storage/docs/performing-resumable-uploads): a session is
+   * opened, then the object is sent in chunks of `chunk` bytes with `Content-Range: bytes FIRST-LAST/TOTAL`
+   * (TOTAL `*` until the last chunk, as the size of a stream is known only at its end). GCS answers 308 with a
+   * `Range: bytes=0-N` of what it kept (possibly less than sent: the rest goes again with the next chunk), and
+   * the object resource after the last. After a failed request, a PUT without a body asks GCS how much it has
+   * (see session), and the upload goes on from there, so a failure costs at most one chunk. A
+   * session GCS no longer knows (404 or 410: expired, or refused) restarts the object from its first byte in
+   * a new session, which needs the bytes again: `open` gives them (undefined: they cannot be had again, and
+   * the write fails; a re-run resumes). The whole object's CRC-32C is compared with the one GCS stored, and an
+   * object that differs is deleted (that generation only) and uploaded again.
    */
-  private async uploadStream(
+  private async resumable(key: string, name: string, chunk: number, open: () => ChunkSource | undefined): Promise<WriteResult> {
+    const path = describe(this, key);
+    let source = open() as ChunkSource;
+    try {
+      for (const restarts = this.attempts("resumable upload", key); ; ) {
+        const outcome = await this.session(key, name, chunk, source, path);
+        if ("written" in outcome) return outcome.written;
+        await source.close();
+        await restarts.failed(outcome.restart);
+        const again = open();
+        if (again === undefined) {
+          throw new StorageIoError(`resumable upload failed and its source cannot be read again: ${outcome.restart.message}`, { path });
+        }
+        source = again;
+      }
+    } finally {
+      await source.close();
+    }
+  }
+
+  /** One upload session: the object written, or why it must start over. */
+  private async session(
     key: string,
     name: string,
-    head: Uint8Array[],
-    rest: AsyncIterator<Uint8Array>,
-    replay: (() => AsyncIterable<Uint8Array>) | undefined,
-  ): Promise<WriteResult> {
-    const path = describe(this, key);
-    let source: AsyncIterable<Uint8Array> = (async function* () {
-      yield* head;
-      for (let n = await rest.next(); !n.done; n = await rest.next()) yield n.value;
-    })();
-    for (const r = this.attempts("streamed upload", key); ; ) {
-      const boundary = randomBytes(12).toString("hex");
-      const sum = { size: 0, crc32c: 0 };
-      const data = source;
-      const body = (async function* () {
-        yield multipartHead(boundary, { name });
-        for await (const piece of data) {
-          sum.size += piece.length;
-          sum.crc32c = crc32c(piece, sum.crc32c);
-          yield piece;
-        }
-        yield multipartTail(boundary);
-      })();
+    chunk: number,
+    source: ChunkSource,
+    path: string,
+  ): Promise<{ written: WriteResult } | { restart: TransientError }> {
+    const uri = await this.startSession(key, name, path);
+    let kept = 0; // bytes GCS confirmed
+    let ask = false; // the last request failed: ask GCS what it has before sending more
+    for (let r = this.attempts("resumable upload", key); ; ) {
       try {
-        const a = await this.http.send("POST", `${this.uploads}?uploadType=multipart`, {
-          headers: { "content-type": `multipart/related; boundary=${boundary}` },
-          body,
-          accept: [200],
-          path,
-        });
+        let a: Answer;
+        const asked = ask;
+        if (ask) {
+          // The status query: Content-Range "bytes */TOTAL", or "bytes */*" while the size is not known yet.
+          const total = source.total?.size;
+          a = await this.http.send("PUT", uri, {
+            headers: { "content-range": `bytes */${total ?? "*"}` },
+            accept: [200, 201, 308, 404, 410],
+            path,
+          });
+        } else {
+          const { bytes, last } = await source.take(kept, chunk);
+          const end = kept + bytes.length;
+          a = await this.http.send("PUT", uri, {
+            headers: { "content-range": bytes.length > 0 ? `bytes ${kept}-${end - 1}/${last ? end : "*"}` : `bytes */${end}` },
+            body: bytes,
+            accept: [200, 201, 308, 404, 410],
+            path,
+          });
+        }
+        ask = false;
+        if (a.status === 404 || a.status === 410) {
+          await a.discard();
+          // Not "HTTP 404": that would read as a missing bucket (cli/convert.ts).
+          return { restart: new TransientError(`the upload session is gone (${a.status})`, `http-${a.status}`) };
+        }
+        if (a.status === 308) {
+          await a.discard();
+          const now = keptBytes(a.headers);
+          if (now < kept) return { restart: new TransientError(`GCS says it has ${now} bytes of the upload, after ${kept}`, "bad-answer") };
+          if (now === kept) {
+            if (asked) continue; // nothing of the failed request arrived: send it again
+            throw new TransientError(`GCS kept none of the chunk sent at ${kept}`, "no-progress");
+          }
+          kept = now;
+          r = this.attempts("resumable upload", key); // progress: the deadline counts from here
+          continue;
+        }
         const stored = await a.json<ObjectResource>();
+        const written = source.total;
+        if (written === undefined) {
+          return { restart: new TransientError(`GCS finished the upload at ${stored.size} bytes, before its end`, "bad-answer") };
+        }
         try {
-          checkStored(stored, name, sum);
+          checkStored(stored, name, written);
         } catch (e) {
           await this.deleteIf(key, String(stored.generation));
-          throw e;
+          return { restart: e as TransientError };
         }
-        return sum;
+        return { written };
       } catch (e) {
-        // Close what the failed request left unread, down to the source's own download.
-        await body.return(undefined).catch(() => {});
-        if (!(e instanceof TransientError)) throw e;
-        if (replay === undefined) {
-          throw new StorageIoError(`streamed upload failed and its source cannot be read again: ${e.message}`, { path });
-        }
         await r.failed(e);
-        source = replay();
+        ask = true;
+      }
+    }
+  }
+
+  /** Opens a resumable upload session: its URI, from the Location header. */
+  private async startSession(key: string, name: string, path: string): Promise<string> {
+    for (const r = this.attempts("resumable upload", key); ; ) {
+      try {
+        const a = await this.http.send("POST", `${this.uploads}?uploadType=resumable`, {
+          headers: { "content-type": "application/json; charset=UTF-8" },
+          body: Buffer.from(JSON.stringify({ name })),
+          accept: [200, 201],
+          path,
+        });
+        await a.discard();
+        const uri = a.headers.get("location");
+        if (!uri) throw new TransientError("GCS opened an upload session without a Location", "bad-answer");
+        return uri;
+      } catch (e) {
+        await r.failed(e);
       }
     }
   }
@@ -493,6 +599,12 @@ function multipartHead(boundary: string, metadata: Record<string, string>): Buff
 }
 
 const multipartTail = (boundary: string) => Buffer.from(`\r\n--${boundary}--\r\n`);
+
+/** What a 308 says GCS kept of a resumable upload: `Range: bytes=0-N` is N + 1 bytes, no Range none. */
+function keptBytes(headers: Headers): number {
+  const m = /bytes=0-(\d+)/.exec(headers.get("range") ?? "");
+  return m ? Number(m[1]) + 1 : 0;
+}
 
 /** GCS's crc32c metadata: base64 of the big-endian CRC-32C (https://cloud.google.com/storage/docs/json_api/v1/objects). */
 function storedCrc(base64: string | undefined): { crc32c?: number } {

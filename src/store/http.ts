@@ -1,6 +1,8 @@
-// The one place storage requests go over the wire (Node's fetch), so that every request has a deadline, every
+// The one place storage requests go over the wire (Node's fetch, node:http for requests with a body), so that every request has a deadline, every
 // body a stall timeout and a length check, and every failure is classified once: transient (retry.ts retries
 // it) or not. Nothing here retries, and nothing can be left pending: every path aborts or drains the request.
+import { type ClientRequest, Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { StorageIoError } from "../errors.js";
 import { TransientError } from "./retry.js";
 
@@ -55,56 +57,132 @@ export class Http {
       timer = setTimeout(() => controller.abort(new TransientError(`no progress for ${(ms / 1000).toFixed(1)} s`, "timeout")), ms);
     };
     const disarm = () => clearTimeout(timer);
-
-    // A streamed body re-arms the stall timer as it is pulled; an error of its source is the caller's, not ours.
-    let sourceError: { error: unknown } | undefined;
-    let body: Uint8Array | AsyncIterable<Uint8Array> | undefined = init.body;
-    if (body !== undefined && !(body instanceof Uint8Array)) {
-      const source = body;
-      body = (async function* () {
-        try {
-          for await (const piece of source) {
-            arm(stallMs);
-            yield piece;
-          }
-        } catch (e) {
-          sourceError = { error: e };
-          throw e;
-        }
-      })();
-    }
     arm(stallMs + (init.body instanceof Uint8Array ? init.body.length / MIN_UPLOAD_RATE : 0));
 
-    let res: Response;
+    // An error of a streamed body's source is the caller's, not ours: rethrown as it is.
+    const source: { error?: { error: unknown } } = {};
+    let wire: Wire;
     try {
       const headers = { ...(await this.authHeaders()), ...init.headers };
-      // duplex: "half" is what fetch requires of a streamed request body.
-      res = await fetch(url, {
-        method,
-        headers,
-        body: body as RequestInit["body"],
-        signal: controller.signal,
-        duplex: "half",
-      } as RequestInit);
+      wire = await (init.body === undefined
+        ? viaFetch(method, url, headers, controller.signal)
+        : viaNode(method, url, headers, init.body, controller.signal, () => arm(stallMs), source));
     } catch (e) {
       disarm();
-      if (sourceError) throw sourceError.error;
+      if (source.error) throw source.error.error;
       throw classify(e, controller.signal, init.path);
     }
     disarm();
 
-    const answer = bodyOf(res, controller, arm, disarm, stallMs, init.path);
-    if (init.accept.includes(res.status)) return answer;
+    const answer = bodyOf(wire, controller, arm, disarm, stallMs, init.path);
+    if (init.accept.includes(wire.status)) return answer;
     const text = await answer
       .bytes()
       .then((b) => new TextDecoder().decode(b))
       .catch(() => "");
-    throw statusError(res, text, init.path);
+    throw statusError(wire, text, init.path);
   }
 }
 
+/** An answer as it came off the wire, whichever client fetched it. */
+interface Wire {
+  readonly status: number;
+  readonly headers: Headers;
+  /** The body's pieces; errors of the connection surface here. */
+  readonly pieces: AsyncIterable<Uint8Array> | null;
+  /** Closes the body unread. */
+  cancel(): Promise<void>;
+}
+
+/** Requests without a body go through Node's fetch. */
+async function viaFetch(method: string, url: string, headers: Record<string, string>, signal: AbortSignal): Promise<Wire> {
+  const res = await fetch(url, { method, headers, signal });
+  return {
+    status: res.status,
+    headers: res.headers,
+    pieces: res.body as unknown as AsyncIterable<Uint8Array> | null,
+    cancel: async () => {
+      await res.body?.cancel().catch(() => {});
+    },
+  };
+}
+
+const agents = { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) };
+
+/**
+ * Requests with a body go through node:http. Node 20's fetch copies a Uint8Array body and, to be able to
+ * follow a redirect, tees a streamed one and keeps the unread branch until the request ends: the whole upload
+ * stays in memory (https://github.com/nodejs/undici/issues/4058). Here a body is written as it is pulled, one
+ * piece at a time, waiting for the socket to drain: what is buffered is what the kernel has not yet taken.
+ */
+function viaNode(
+  method: string,
+  url: string,
+  headers: Record<string, string>,
+  body: Uint8Array | AsyncIterable<Uint8Array>,
+  signal: AbortSignal,
+  progress: () => void,
+  source: { error?: { error: unknown } },
+): Promise<Wire> {
+  return new Promise<Wire>((resolve, reject) => {
+    const u = new URL(url);
+    const https = u.protocol === "https:";
+    const req = (https ? httpsRequest : httpRequest)(u, {
+      method,
+      headers: body instanceof Uint8Array ? { ...headers, "content-length": String(body.length) } : headers,
+      agent: https ? agents.https : agents.http,
+      signal,
+    });
+    // The first error fails the request; later ones (after the answer came) surface on the answer's body.
+    req.once("error", reject).on("error", () => {});
+    req.once("response", (res: IncomingMessage) => {
+      res.on("error", () => {}); // seen by whoever reads the body; an unread body must not crash the process
+      const h = new Headers();
+      for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(", ") : v);
+      resolve({
+        status: res.statusCode ?? 0,
+        headers: h,
+        pieces: res,
+        cancel: async () => {
+          res.destroy();
+        },
+      });
+    });
+    if (body instanceof Uint8Array) {
+      req.end(body);
+      return;
+    }
+    (async () => {
+      try {
+        for await (const piece of body) {
+          progress();
+          if (!req.write(piece)) await drained(req);
+        }
+      } catch (e) {
+        if (!req.destroyed) source.error = { error: e };
+        req.destroy(e as Error);
+        return;
+      }
+      req.end();
+    })();
+  });
+}
+
+/** Resolves once the request's socket takes more; rejects if the request fails or closes first. */
+function drained(req: ClientRequest): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const done = (e?: unknown) => {
+      req.off("drain", done).off("error", done).off("close", closed);
+      if (e === undefined) resolve();
+      else reject(e);
+    };
+    const closed = () => done(new Error("request closed"));
+    req.once("drain", done).once("error", done).once("close", closed);
+  });
+}
+
 function bodyOf(
-  res: Response,
+  res: Wire,
   controller: AbortController,
   arm: (ms: number) => void,
   disarm: () => void,
@@ -116,10 +194,10 @@ function bodyOf(
   async function* body(): AsyncGenerator<Uint8Array> {
     let seen = 0;
     try {
-      if (res.body === null) return;
+      if (res.pieces === null) return;
       arm(stallMs);
       // Leaving this loop early (the consumer stopped) cancels the response stream, closing the request.
-      for await (const piece of res.body as unknown as AsyncIterable<Uint8Array>) {
+      for await (const piece of res.pieces) {
         arm(stallMs);
         seen += piece.length;
         yield piece;
@@ -154,7 +232,7 @@ function bodyOf(
     },
     discard: async () => {
       disarm();
-      await res.body?.cancel().catch(() => {});
+      await res.cancel();
     },
   };
 }
@@ -167,14 +245,15 @@ function classify(e: unknown, signal: AbortSignal, path: string): unknown {
   if (err?.name === "TypeError" && /invalid url|failed to parse url/i.test(err.message)) {
     return new StorageIoError(`bad storage URL: ${err.message}`, { path });
   }
-  // fetch reports every network failure as TypeError("fetch failed" / "terminated") with the socket error as cause.
-  const cause = err?.cause?.code ?? err?.cause?.message ?? err?.message ?? String(e);
+  // fetch reports every network failure as TypeError("fetch failed" / "terminated") with the socket error as
+  // cause; node:http reports the socket error itself (ECONNRESET, EPIPE, "socket hang up").
+  const cause = err?.cause?.code ?? err?.cause?.message ?? (err as { code?: string })?.code ?? err?.message ?? String(e);
   const kind = /ECONNREFUSED/.test(cause) ? "refused" : "reset";
   return new TransientError(`connection failed: ${cause}`, kind);
 }
 
 /** An answer nobody asked for: 408, 429 and 5xx are transient, the rest final, with GCS's own message. */
-function statusError(res: Response, text: string, path: string): Error {
+function statusError(res: Wire, text: string, path: string): Error {
   let message = text.slice(0, 300);
   try {
     message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? message;

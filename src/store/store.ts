@@ -19,6 +19,15 @@ export interface WriteResult {
   readonly crc32c: number;
 }
 
+/** How a write may go about it. */
+export interface WriteOptions {
+  /**
+   * The most a streamed write may hold in memory (the caller's budget for it): a store that buffers a stream
+   * (GCS: one resumable chunk) buffers no more than this; without it, the store's own default.
+   */
+  readonly bufferBytes?: number;
+}
+
 export interface DirListing {
   readonly files: ObjectInfo[];
   readonly dirs: string[];
@@ -51,7 +60,12 @@ export interface Store {
    * Creates or replaces the object from bytes or a stream of pieces. Atomic: until it resolves, readers
    * see the old object (or none), never a partial one.
    */
-  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult>;
+  write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>, options?: WriteOptions): Promise<WriteResult>;
+  /**
+   * Optional property: the bytes a streamed write buffers at most beyond the piece in hand (GCS: one chunk of a
+   * resumable upload). A caller budgeting memory reserves this much for each, or passes less as bufferBytes.
+   */
+  readonly writeBuffer?: number;
   /**
    * Creates the object only if no object has that key (atomically: of two concurrent callers exactly one
    * wins). Returns false when the key already exists. Used for claims that must be taken once.

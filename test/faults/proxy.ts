@@ -16,6 +16,8 @@ export const FAULT_KINDS = [
   "corrupt-upload", // one byte of the request body is flipped on its way to the server
   "corrupt-download", // one byte of the response body is flipped on its way to the client
   "delay", // the answer is held back for `delayMs` (survivable without a retry)
+  "reset-mid-upload", // half the request body is forwarded, then both connections are reset (no answer)
+  "410", // answered 410 Gone without reaching the server (a resumable upload session that expired)
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -39,9 +41,10 @@ export interface ProxyOptions {
 
 export interface FaultProxy {
   readonly url: string;
-  readonly stats: { requests: number; faults: Record<string, number> };
-  /** Every request seen: method, path and query, Range header. */
-  readonly log: { method: string; url: string; range?: string }[];
+  /** uploadBytes: request body bytes forwarded to the server (what it received, kept or not). */
+  readonly stats: { requests: number; faults: Record<string, number>; uploadBytes: number };
+  /** Every request seen: method, path and query, Range and Content-Range headers. */
+  readonly log: { method: string; url: string; range?: string; contentRange?: string }[];
   /** Requests whose answer has not finished or been cut: 0 once the client has let go of everything. */
   inFlight(): number;
   /** Replaces the rules and rates (between phases of a test). */
@@ -66,8 +69,10 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
   const random = prng(o.seed ?? 1);
   let rates = o.rates ?? {};
   let rules = (o.rules ?? []).map((r) => ({ ...r, left: r.times ?? Number.POSITIVE_INFINITY }));
-  const stats = { requests: 0, faults: {} as Record<string, number> };
-  const log: { method: string; url: string; range?: string }[] = [];
+  const stats = { requests: 0, faults: {} as Record<string, number>, uploadBytes: 0 };
+  // What the server confirmed of each resumable upload session (its last 308's Range), by upload_id.
+  const kept = new Map<string, string | undefined>();
+  const log: { method: string; url: string; range?: string; contentRange?: string }[] = [];
   const sockets = new Set<Socket>();
   const timers = new Set<NodeJS.Timeout>();
   const open = new Set<ServerResponse>();
@@ -98,7 +103,12 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
 
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     stats.requests++;
-    log.push({ method: req.method ?? "GET", url: req.url ?? "/", ...(req.headers.range ? { range: req.headers.range } : {}) });
+    log.push({
+      method: req.method ?? "GET",
+      url: req.url ?? "/",
+      ...(req.headers.range ? { range: req.headers.range } : {}),
+      ...(req.headers["content-range"] ? { contentRange: req.headers["content-range"] } : {}),
+    });
     open.add(res);
     const done = () => open.delete(res);
     res.on("close", done);
@@ -109,13 +119,22 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
       done();
     };
 
-    if (fault === "503" || fault === "429") {
+    if (fault === "503" || fault === "429" || fault === "410") {
       req.resume();
-      const body = JSON.stringify({
-        error: { code: Number(fault), message: fault === "503" ? "Service Unavailable (injected)" : "Too Many Requests (injected)" },
-      });
+      const message = { "503": "Service Unavailable", "429": "Too Many Requests", "410": "Gone" }[fault];
+      const body = JSON.stringify({ error: { code: Number(fault), message: `${message} (injected)` } });
       res.writeHead(Number(fault), { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
       res.end(body);
+      return;
+    }
+    // fake-gcs-server finalizes a resumable upload when asked for its status (a PUT with Content-Range
+    // "bytes */..."), where GCS answers 308 with what it kept: answered here from the server's last 308.
+    const session = /[?&]upload_id=([^&]+)/.exec(req.url ?? "")?.[1];
+    if (req.method === "PUT" && session !== undefined && /^bytes \*\//.test(String(req.headers["content-range"])) && kept.has(session)) {
+      req.resume();
+      const range = kept.get(session);
+      res.writeHead(308, { "content-length": "0", ...(range ? { range } : {}) });
+      res.end();
       return;
     }
     if (fault === "reset") return cut();
@@ -142,6 +161,11 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
           answer.on("end", () => {
             const data = Buffer.concat(got);
             const headers = { ...answer.headers };
+            if (session !== undefined && answer.statusCode === 308) kept.set(session, answer.headers.range);
+            // An upload session's URI names the server: made to name the proxy, so that its chunks pass here too.
+            if (headers.location?.startsWith(upstream.origin)) headers.location = url + headers.location.slice(upstream.origin.length);
+            const opened = /[?&]upload_id=([^&]+)/.exec(headers.location ?? "")?.[1];
+            if (opened !== undefined) kept.set(opened, undefined);
             delete headers["transfer-encoding"];
             headers["content-length"] = String(data.length);
             if (res.destroyed) return;
@@ -179,6 +203,18 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
         },
       );
       up.on("error", () => cut());
+      if (fault === "reset-mid-upload") {
+        const half = body.subarray(0, body.length >> 1);
+        stats.uploadBytes += half.length;
+        up.write(half, () =>
+          later(20, () => {
+            up.destroy();
+            cut();
+          }),
+        );
+        return;
+      }
+      stats.uploadBytes += body.length;
       up.end(body);
     });
   });
@@ -190,9 +226,10 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const address = server.address();
   if (typeof address !== "object" || address === null) throw new Error("fault proxy: no address");
+  const url = `http://127.0.0.1:${address.port}`;
 
   return {
-    url: `http://127.0.0.1:${address.port}`,
+    url,
     stats,
     log,
     inFlight: () => open.size,
@@ -210,7 +247,9 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
 }
 
 /** Rule helpers: requests by the kind of operation they are. */
-export const isUpload = (method: string, url: string) => method === "POST" && url.startsWith("/upload/");
+export const isUpload = (method: string, url: string) => (method === "POST" || method === "PUT") && url.startsWith("/upload/");
+/** A chunk of a resumable upload (a PUT to its session), or the status query of one. */
+export const isChunk = (method: string, url: string) => method === "PUT" && url.startsWith("/upload/") && /[?&]upload_id=/.test(url);
 export const isDownload = (_method: string, url: string) => /[?&]alt=media\b/.test(url);
 export const isListing = (method: string, url: string) => method === "GET" && /\/o\?/.test(url) && !/alt=media/.test(url);
 export const isMetadata = (method: string, url: string) => method === "GET" && /\/o\/[^?]+(\?(?!.*alt=media).*)?$/.test(url);
