@@ -1,6 +1,21 @@
-import { ConflictError, Orbax2RegError } from "../errors.js";
+import { ConflictError, MetadataError, Orbax2RegError } from "../errors.js";
 import { describe, joinKey, type Store } from "../store/store.js";
-import { CLAIM_KEY, PLAN_KEY, type Plan, parsePlan } from "./plan-format.js";
+import { mapLimited } from "../util/budget.js";
+import {
+  assemblePlan,
+  CLAIM_KEY,
+  commitPartKey,
+  type GroupPlan,
+  groupPartKey,
+  PLAN_KEY,
+  type Plan,
+  type PlanHead,
+  parseGroupPart,
+  parsePlan,
+  planHead,
+  planParts,
+  planPartsDir,
+} from "./plan-format.js";
 
 /**
  * Who holds a destination step: the conversion whose plan is on record in `<step>/.orbax2reg/plan.json`.
@@ -16,12 +31,15 @@ export type Claim =
   | { readonly kind: "resumed"; readonly plan: Plan; readonly committed: boolean };
 
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+/** Plan parts written or read at once. */
+const PART_CONCURRENCY = 8;
 
-/** The plan on record for the step, or undefined; a plan this orbax2reg cannot read is another conversion's. */
-export async function planOnRecord(destination: Store, stepDir: string): Promise<Plan | undefined> {
+/** The head of the plan on record for the step, or undefined; a plan this orbax2reg cannot read is another conversion's. */
+export async function planOnRecord(destination: Store, stepDir: string): Promise<PlanHead | undefined> {
   const key = joinKey(stepDir, PLAN_KEY);
   if ((await destination.stat(key)) === undefined) return undefined;
-  const text = new TextDecoder().decode(await destination.read(key));
+  const text = decoder.decode(await destination.read(key));
   try {
     return parsePlan(text, describe(destination, key));
   } catch (e) {
@@ -30,6 +48,49 @@ export async function planOnRecord(destination: Store, stepDir: string): Promise
       path: describe(destination, key),
     });
   }
+}
+
+/** Group `group` of the plan whose head is `head`: reads only that group's part. */
+export async function readGroupPlan(destination: Store, head: PlanHead, group: number): Promise<GroupPlan> {
+  const key = joinKey(head.destination.stepDir, groupPartKey(head.id, group));
+  if ((await destination.stat(key)) === undefined) {
+    throw new MetadataError(`plan ${head.id} has no part for group ${group}; run \`orbax2reg plan\` again`, {
+      path: describe(destination, key),
+    });
+  }
+  return parseGroupPart(head, group, decoder.decode(await destination.read(key)), describe(destination, key));
+}
+
+/** The whole plan whose head is `head` (finalize, retreat): every part, read a few at a time. */
+export async function readPlan(destination: Store, head: PlanHead): Promise<Plan> {
+  const stepDir = head.destination.stepDir;
+  const groups = await mapLimited(
+    head.groups.map((_, g) => g),
+    PART_CONCURRENCY,
+    (g) => readGroupPlan(destination, head, g),
+  );
+  const key = joinKey(stepDir, commitPartKey(head.id));
+  return assemblePlan(head, decoder.decode(await destination.read(key)), describe(destination, key), groups);
+}
+
+/** Writes `plan`'s parts (before its head: a head on record always has its parts). */
+async function writeParts(destination: Store, plan: Plan): Promise<void> {
+  const stepDir = plan.destination.stepDir;
+  const parts: { key: string; text: string }[] = [];
+  const flush = () =>
+    mapLimited(parts.splice(0), PART_CONCURRENCY, (p) => destination.write(joinKey(stepDir, p.key), encoder.encode(p.text)));
+  for (const p of planParts(plan)) {
+    parts.push(p);
+    if (parts.length >= PART_CONCURRENCY) await flush();
+  }
+  await flush();
+}
+
+/** Removes `plan`'s parts (it lost the race for the step: they would only be debris). */
+async function removeParts(destination: Store, plan: Plan): Promise<void> {
+  const keys: string[] = [];
+  for await (const o of destination.list(`${joinKey(plan.destination.stepDir, planPartsDir(plan.id))}/`)) keys.push(o.key);
+  await mapLimited(keys, PART_CONCURRENCY, (k) => destination.delete(k));
 }
 
 /**
@@ -45,12 +106,16 @@ export async function claimStep(destination: Store, plan: Plan, force: boolean):
   }
   const indexKey = joinKey(stepDir, "index");
   const committed = (await destination.stat(indexKey)) !== undefined;
-  if (!committed && (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(plan))))) {
-    return { kind: "new", plan };
+  if (!committed) {
+    await writeParts(destination, plan);
+    if (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(planHead(plan))))) {
+      return { kind: "new", plan };
+    }
+    await removeParts(destination, plan);
   }
   const previous = await planOnRecord(destination, stepDir);
   if (previous !== undefined && previous.source.fingerprint === plan.source.fingerprint) {
-    return { kind: "resumed", plan: previous, committed };
+    return { kind: "resumed", plan: await readPlan(destination, previous), committed };
   }
   if (committed) {
     throw new ConflictError(
@@ -75,17 +140,19 @@ export async function claimStep(destination: Store, plan: Plan, force: boolean):
 export async function takeOver(destination: Store, plan: Plan): Promise<void> {
   const stepDir = plan.destination.stepDir;
   const planKey = joinKey(stepDir, PLAN_KEY);
-  await destination.write(planKey, encoder.encode(JSON.stringify(plan)));
+  await writeParts(destination, plan);
+  await destination.write(planKey, encoder.encode(JSON.stringify(planHead(plan))));
   await destination.delete(joinKey(stepDir, "index"));
   const keep = new Set([planKey, joinKey(stepDir, CLAIM_KEY)]);
+  const ours = `${joinKey(stepDir, planPartsDir(plan.id))}/`;
   const keys: string[] = [];
-  for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key)) keys.push(o.key);
+  for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key) && !o.key.startsWith(ours)) keys.push(o.key);
   for (const k of keys) await destination.delete(k);
   await destination.removeAbandoned?.(`${stepDir}/`);
 }
 
 /** Refuses unless `plan` is the plan on record for its step: someone took the destination over. */
-export async function assertOwner(destination: Store, plan: Plan): Promise<void> {
+export async function assertOwner(destination: Store, plan: Pick<PlanHead, "id" | "destination">): Promise<void> {
   const stepDir = plan.destination.stepDir;
   const current = await planOnRecord(destination, stepDir);
   if (current?.id !== plan.id) {
@@ -111,7 +178,7 @@ export class OwnerWatch {
 
   constructor(
     private readonly destination: Store,
-    private readonly plan: Plan,
+    private readonly plan: Pick<PlanHead, "id" | "destination">,
   ) {}
 
   /** Resolves while `plan` is on record; rejects with a ConflictError once another plan is. */
@@ -143,7 +210,8 @@ export class OwnerWatch {
  * objects it had in flight when it noticed do not linger as extra arrays in the new owner's step.
  */
 export async function retreat(destination: Store, stepDir: string, wrote: readonly string[]): Promise<void> {
-  const current = await planOnRecord(destination, stepDir).catch(() => undefined);
+  const head = await planOnRecord(destination, stepDir).catch(() => undefined);
+  const current = head === undefined ? undefined : await readPlan(destination, head).catch(() => undefined);
   const theirs = new Set(current?.objects.map((o) => o.target) ?? []);
   for (const target of wrote) if (!theirs.has(target)) await destination.delete(joinKey(stepDir, target));
 }
