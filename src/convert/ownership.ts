@@ -73,24 +73,43 @@ export async function readPlan(destination: Store, head: PlanHead): Promise<Plan
   return assemblePlan(head, decoder.decode(await destination.read(key)), describe(destination, key), groups);
 }
 
-/** Writes `plan`'s parts (before its head: a head on record always has its parts). */
-async function writeParts(destination: Store, plan: Plan): Promise<void> {
+/**
+ * Writes the parts of `plan` under plan id `id` (its own, or the identical plan on record's), the commit
+ * part last: a plan whose commit part is there has all its parts. Only the plan's owner writes them, after
+ * its head is on record (a conversion that lost the race writes nothing into the step).
+ */
+async function writeParts(destination: Store, plan: Plan, id = plan.id): Promise<void> {
   const stepDir = plan.destination.stepDir;
   const parts: { key: string; text: string }[] = [];
   const flush = () =>
     mapLimited(parts.splice(0), PART_CONCURRENCY, (p) => destination.write(joinKey(stepDir, p.key), encoder.encode(p.text)));
-  for (const p of planParts(plan)) {
-    parts.push(p);
+  let commit: { key: string; text: string } | undefined;
+  for (const p of planParts(id === plan.id ? plan : { ...plan, id })) {
+    if (commit !== undefined) parts.push(commit);
+    commit = p;
     if (parts.length >= PART_CONCURRENCY) await flush();
   }
   await flush();
+  if (commit !== undefined) await destination.write(joinKey(stepDir, commit.key), encoder.encode(commit.text));
 }
 
-/** Removes `plan`'s parts (it lost the race for the step: they would only be debris). */
-async function removeParts(destination: Store, plan: Plan): Promise<void> {
-  const keys: string[] = [];
-  for await (const o of destination.list(`${joinKey(plan.destination.stepDir, planPartsDir(plan.id))}/`)) keys.push(o.key);
-  await mapLimited(keys, PART_CONCURRENCY, (k) => destination.delete(k));
+/**
+ * The plan on record `previous` for the same conversion as `plan`, whole. A writer stopped between putting
+ * its head on record and writing its parts left them incomplete: they are written again from `plan` when it
+ * lays the objects out in the same groups (as the same command does), else the step is refused.
+ */
+async function resumePlan(destination: Store, previous: PlanHead, plan: Plan): Promise<Plan> {
+  const stepDir = previous.destination.stepDir;
+  if ((await destination.stat(joinKey(stepDir, commitPartKey(previous.id)))) === undefined) {
+    if (JSON.stringify(previous.groups) !== JSON.stringify(plan.groups)) {
+      throw new ConflictError(
+        `the plan on record (${previous.id}) lacks its parts (its writer was stopped) and has other groups; --force starts over`,
+        { path: describe(destination, joinKey(stepDir, PLAN_KEY)) },
+      );
+    }
+    await writeParts(destination, plan, previous.id);
+  }
+  return readPlan(destination, previous);
 }
 
 /**
@@ -106,16 +125,13 @@ export async function claimStep(destination: Store, plan: Plan, force: boolean):
   }
   const indexKey = joinKey(stepDir, "index");
   const committed = (await destination.stat(indexKey)) !== undefined;
-  if (!committed) {
+  if (!committed && (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(planHead(plan)))))) {
     await writeParts(destination, plan);
-    if (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(planHead(plan))))) {
-      return { kind: "new", plan };
-    }
-    await removeParts(destination, plan);
+    return { kind: "new", plan };
   }
   const previous = await planOnRecord(destination, stepDir);
   if (previous !== undefined && previous.source.fingerprint === plan.source.fingerprint) {
-    return { kind: "resumed", plan: await readPlan(destination, previous), committed };
+    return { kind: "resumed", plan: await resumePlan(destination, previous, plan), committed };
   }
   if (committed) {
     throw new ConflictError(
@@ -140,9 +156,9 @@ export async function claimStep(destination: Store, plan: Plan, force: boolean):
 export async function takeOver(destination: Store, plan: Plan): Promise<void> {
   const stepDir = plan.destination.stepDir;
   const planKey = joinKey(stepDir, PLAN_KEY);
-  await writeParts(destination, plan);
   await destination.write(planKey, encoder.encode(JSON.stringify(planHead(plan))));
   await destination.delete(joinKey(stepDir, "index"));
+  await writeParts(destination, plan);
   const keep = new Set([planKey, joinKey(stepDir, CLAIM_KEY)]);
   const ours = `${joinKey(stepDir, planPartsDir(plan.id))}/`;
   const keys: string[] = [];

@@ -8,7 +8,8 @@ import { MetadataError } from "../errors.js";
  * On disk it is split so that a group's cost follows its own objects: `plan.json` is a small head (identity,
  * source, destination, the groups' ranges and totals: what ownership checks and `cloud status` read), each
  * group's objects are a part of their own, and what only finalize needs (iterator files, the index, every
- * array) is another; parts live under the plan's id (`plans/<id>/`) and are written before the head.
+ * array) is another; parts live under the plan's id (`plans/<id>/`), written by the plan's owner once its
+ * head is on record, the commit part last (ownership.ts).
  */
 export const PLAN_FORMAT = "orbax2reg-plan";
 /**

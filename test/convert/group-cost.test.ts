@@ -97,3 +97,16 @@ test("a resumed group reads only its own group's records", () => {
   expect(records.length).toBeGreaterThan(0);
   for (const k of records) expect(k.startsWith(`.orbax2reg/records/<id>/${again.group}/`)).toBe(true);
 });
+
+test("a plan on record whose parts were cut short (its writer stopped after the head) is resumed: the parts are written again", async () => {
+  const { rmSync, existsSync } = await import("node:fs");
+  const dest = scratch("group-cost-cut");
+  const first = await planPhase(source.location, dest, { ...CONVERT_DEFAULTS, groups: 4 });
+  const parts = join(dest, first.plan.destination.stepDir, `.orbax2reg/plans/${first.plan.id}`);
+  rmSync(parts, { recursive: true });
+  const again = await planPhase(source.location, dest, { ...CONVERT_DEFAULTS, groups: 4 });
+  expect(again).toMatchObject({ reused: true });
+  expect(again.plan.id).toBe(first.plan.id);
+  expect(existsSync(join(parts, "commit.json"))).toBe(true);
+  for (let g = 0; g < 4; g++) await groupPhase(dest, first.plan.step, g, DEFAULT_EXECUTE);
+});
