@@ -289,7 +289,8 @@ say();
 
 // 4. Store operations of orbax2reg: the plan, the destination, and a counted in-process run.
 const o2rStep = join(DEST.orbax2reg, STEP_NAME);
-const plan = JSON.parse(readFileSync(join(o2rStep, ".orbax2reg/plan.json"), "utf8"));
+// The plan on record: its head (`.orbax2reg/plan.json`) and parts, as finalize reads them.
+const { plan } = await (await import("../dist/src/convert/convert.js")).loadPlan(DEST.orbax2reg, Number(STEP_NAME.slice(5)));
 const destFiles = filesUnder(o2rStep);
 const chunkObjects = plan.objects.filter((o) => !/(^|\/)\.z(array|attrs|group)$|zarr\.json$/.test(o.target));
 const rangedChunks = chunkObjects.filter((o) => o.data.kind === "range");

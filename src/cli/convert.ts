@@ -1,5 +1,5 @@
 import { cloudRunTask } from "../cloud/env.js";
-import { convert, finalizePhase, groupPhase, loadPlan, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
+import { convert, finalizePhase, groupPhase, loadGroup, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, mibToBytes } from "../convert/defaults.js";
 import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
@@ -179,16 +179,15 @@ export async function runConvertGroup(
   out: Output,
 ): Promise<number> {
   const step = requireStep(o.step);
-  const { plan } = await loadPlan(dest, step);
-  const g = plan.groups[o.group];
-  const progress = g ? new ConvertProgress(plan.objects.slice(g.start, g.end), out.isTTY, (line) => out.writeErr(`${line}\n`)) : undefined;
+  const { plan } = await loadGroup(dest, step, o.group);
+  const progress = new ConvertProgress(plan.objects, out.isTTY, (line) => out.writeErr(`${line}\n`));
   // Run as a Cloud Run job task, the CLI splits the group as the job does: the flags default to the task's
   // index and count (0 and 1 elsewhere). The environment is read only when a flag leaves it to.
   const task = o.taskIndex !== undefined && o.taskCount !== undefined ? undefined : cloudRunTask(process.env);
   const taskIndex = o.taskIndex ?? task?.index;
   const taskCount = o.taskCount ?? task?.count;
   const report = await atDestination(dest, () => groupPhase(dest, step, o.group, { ...executeOptions(o, progress), taskIndex, taskCount }));
-  progress?.stop();
+  progress.stop();
   if (o.json) out.stdout(JSON.stringify(report, null, 2));
   else
     out.stdout(

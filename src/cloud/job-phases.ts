@@ -1,6 +1,5 @@
 import { finalizePhase, groupPhase, planPhase } from "../convert/convert.js";
 import { MAX_CONCURRENCY, MAX_MEMORY_MIB, mibToBytes } from "../convert/defaults.js";
-import { dataLength } from "../convert/plan-format.js";
 import { UsageError } from "../errors.js";
 import { stepDirName } from "../orbax/step.js";
 import { openStore } from "../store/open.js";
@@ -110,7 +109,7 @@ export async function runPhase(
       objects: report.objects,
       files: report.files,
       indexWritten: report.indexWritten,
-      bytes: report.plan.objects.reduce((s, o) => s + dataLength(o.data), 0),
+      bytes: report.plan.totals.bytes,
       seconds: (Date.now() - started) / 1000,
       storageRetries: retryStats(),
     });

@@ -4,9 +4,9 @@ import { openStore, overlaps, resolveLocation } from "../store/open.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { type FinalizeReport, finalize } from "./finalize.js";
-import { claimStep, retreat } from "./ownership.js";
+import { claimStep, readGroupPlan, readPlan, retreat } from "./ownership.js";
 import { buildPlan } from "./plan.js";
-import { PLAN_KEY, type Plan, parsePlan, WORK_DIR } from "./plan-format.js";
+import { type GroupPlan, PLAN_KEY, type Plan, type PlanHead, type PlannedObject, parsePlan, WORK_DIR } from "./plan-format.js";
 import type { Recorded } from "./records.js";
 
 export interface PlanPhaseOptions {
@@ -90,16 +90,36 @@ async function settling<T>(destination: Store, work: () => Promise<T>): Promise<
   return result;
 }
 
-/** Reads the plan a `plan` phase wrote for `step` under `destinationRoot`. */
-export async function loadPlan(destinationRoot: string, step: number): Promise<{ plan: Plan; destination: Store; source: Store }> {
-  const destination = await openStore(destinationRoot);
+/** Reads the head of the plan a `plan` phase wrote for `step` under `destinationRoot`. */
+async function loadHead(destinationRoot: string | Store, step: number): Promise<{ head: PlanHead; destination: Store; source: Store }> {
+  const destination = typeof destinationRoot === "string" ? await openStore(destinationRoot) : destinationRoot;
   const key = joinKey(stepDirName(step), PLAN_KEY);
   if ((await destination.stat(key)) === undefined) {
     throw new MetadataError("no plan for this step: run `orbax2reg plan` first", { path: describe(destination, key) });
   }
-  const plan = parsePlan(new TextDecoder().decode(await destination.read(key)), describe(destination, key));
-  await assertNoOverlap(describe(await openStore(plan.source.root), plan.source.stepDir), describe(destination, stepDirName(step)));
-  return { plan, destination, source: await openStore(plan.source.root) };
+  const head = parsePlan(new TextDecoder().decode(await destination.read(key)), describe(destination, key));
+  const source = await openStore(head.source.root);
+  await assertNoOverlap(describe(source, head.source.stepDir), describe(destination, stepDirName(step)));
+  return { head, destination, source };
+}
+
+/** Reads the whole plan a `plan` phase wrote for `step` under `destinationRoot` (every group's part). */
+export async function loadPlan(destinationRoot: string, step: number): Promise<{ plan: Plan; destination: Store; source: Store }> {
+  const { head, destination, source } = await loadHead(destinationRoot, step);
+  return { plan: await readPlan(destination, head), destination, source };
+}
+
+/** Reads the head of the plan for `step` and group `group`'s part of it: what a convert-group needs. */
+export async function loadGroup(
+  destinationRoot: string | Store,
+  step: number,
+  group: number,
+): Promise<{ plan: GroupPlan; destination: Store; source: Store }> {
+  const { head, destination, source } = await loadHead(destinationRoot, step);
+  if (!Number.isSafeInteger(group) || group < 0 || group >= head.groups.length) {
+    throw new UsageError(`group ${group} does not exist (the plan has groups 0..${head.groups.length - 1})`);
+  }
+  return { plan: await readGroupPlan(destination, head, group), destination, source };
 }
 
 export interface GroupPhaseOptions extends ExecuteOptions {
@@ -108,37 +128,50 @@ export interface GroupPhaseOptions extends ExecuteOptions {
   readonly taskCount?: number;
 }
 
-/** Phase 2: writes one group's objects (or one task's share of them). Any number run at once. */
+/**
+ * Phase 2: writes one group's objects (or one task's share of them). Any number run at once. Reads the
+ * plan's head and the group's own part, lists only the directories it writes to and reads only its
+ * group's records: its cost does not grow with the other groups'.
+ */
 export async function groupPhase(
-  destinationRoot: string,
+  destinationRoot: string | Store,
   step: number,
   group: number,
   options: GroupPhaseOptions = DEFAULT_EXECUTE,
 ): Promise<ExecuteReport & { group: number }> {
-  const { plan, destination, source } = await loadPlan(destinationRoot, step);
-  return settling(destination, () => writeGroup(plan, source, destination, group, options));
+  const { plan, destination, source } = await loadGroup(destinationRoot, step, group);
+  return settling(destination, () => writeGroup(plan, source, destination, options));
 }
 
-async function writeGroup(
-  plan: Plan,
+/** One group's objects (or one task's share), read from the group's own part of the plan. */
+export async function writeGroup(
+  plan: GroupPlan,
   source: Store,
   destination: Store,
-  group: number,
   options: GroupPhaseOptions,
 ): Promise<ExecuteReport & { group: number }> {
-  const g = plan.groups[group];
-  if (g === undefined) throw new UsageError(`group ${group} does not exist (the plan has groups 0..${plan.groups.length - 1})`);
+  const group = plan.group;
   const count = options.taskCount ?? 1;
   const task = options.taskIndex ?? 0;
   if (task < 0 || task >= count) throw new UsageError(`task index ${task} is outside 0..${count - 1}`);
-  const size = g.end - g.start;
-  const objects = plan.objects.slice(g.start + Math.floor((size * task) / count), g.start + Math.floor((size * (task + 1)) / count));
-  const report = await executeObjects(plan, objects, source, destination, options);
+  const size = plan.objects.length;
+  const objects = plan.objects.slice(Math.floor((size * task) / count), Math.floor((size * (task + 1)) / count));
+  const report = await executeObjects(plan, objects, source, destination, { ...options, groupOf: () => group });
   await destination.write(
     joinKey(plan.destination.stepDir, WORK_DIR, "groups", count > 1 ? `${group}-${task}.json` : `${group}.json`),
     new TextEncoder().encode(JSON.stringify({ group, task, ...report })),
   );
   return { group, ...report };
+}
+
+/** Which group of `plan` each of its objects is in (by identity: the plan's own object records). */
+export function groupsOf(plan: Plan): (o: PlannedObject) => number {
+  if (plan.groups.length <= 1) return () => 0;
+  const group = new Map<PlannedObject, number>();
+  plan.groups.forEach((g, i) => {
+    for (let j = g.start; j < g.end; j++) group.set(plan.objects[j] as PlannedObject, i);
+  });
+  return (o) => group.get(o) ?? 0;
 }
 
 /** Phase 3: checks completeness, copies iterator files and writes the index last (see finalize for `beforeCommit`). */
@@ -175,7 +208,7 @@ export async function convert(
     // Even a committed step is checked object by object (and a damaged object rewritten): the objects this
     // run wrote or checked are handed to finalize, which does not read them back.
     const trusted = new Map<string, Recorded>();
-    const execute = await executeObjects(plan, plan.objects, source, destination, { ...options, trusted });
+    const execute = await executeObjects(plan, plan.objects, source, destination, { ...options, trusted, groupOf: groupsOf(plan) });
     const done = await finalize(plan, source, destination, trusted).catch(async (e) => {
       // Taken over (--force) after our last object: what we wrote must not linger in the new owner's step.
       if (e instanceof ConflictError) await retreat(destination, plan.destination.stepDir, [...trusted.keys()]);

@@ -1,6 +1,6 @@
 import { joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
-import type { Plan, PlannedObject } from "./plan-format.js";
+import type { PlanHead, PlannedObject } from "./plan-format.js";
 import { type Recorded, type Records, readRecords, sourceCrc, storedCrc } from "./records.js";
 
 /**
@@ -27,6 +27,8 @@ export interface CheckOptions {
    * writer killed before recording them: resume). Without it such an object is "unrecorded".
    */
   readonly adopt?: boolean;
+  /** Plan groups whose records vouch for `objects` (only theirs are read); all of the plan's by default. */
+  readonly groups?: readonly number[];
 }
 
 /** The objects under the destination step directory, keyed by their key relative to it. */
@@ -36,22 +38,44 @@ export async function listStep(destination: Store, stepDir: string): Promise<Map
   return existing;
 }
 
+/** Directories listed at once. */
+const LIST_CONCURRENCY = 8;
+
+/**
+ * The objects under the directories `objects` are written to (each array's), keyed like listStep: what a
+ * writer of part of a step needs, however large the rest of the step is.
+ */
+export async function listTargets(
+  destination: Store,
+  stepDir: string,
+  objects: readonly PlannedObject[],
+): Promise<Map<string, ObjectInfo>> {
+  const dirs = new Set<string>();
+  for (const o of objects) dirs.add(o.target.slice(0, o.target.lastIndexOf("/") + 1));
+  const existing = new Map<string, ObjectInfo>();
+  await mapLimited([...dirs], LIST_CONCURRENCY, async (dir) => {
+    for await (const o of destination.list(`${stepDir}/${dir}`)) existing.set(o.key.slice(stepDir.length + 1), o);
+  });
+  return existing;
+}
+
 /**
  * The verdict on each of `objects` (in order), given the step's listing `existing`: in place when listed
  * with the size its record and the plan say and stored bytes whose CRC-32C equals the recorded one (or, for
  * a copy recorded without one, its source's); with `adopt`, also an unrecorded copy that matches its source.
  */
 export async function checkObjects(
-  plan: Plan,
+  plan: Pick<PlanHead, "id" | "destination">,
   objects: readonly PlannedObject[],
   source: Store,
   destination: Store,
   existing: ReadonlyMap<string, ObjectInfo>,
   options: CheckOptions,
 ): Promise<Verdict[]> {
-  if (existing.size === 0) return objects.map(() => ({ defect: "missing" }));
+  // None of them stored yet (a fresh group, even in a step others have filled): no records to read.
+  if (!objects.some((o) => existing.has(o.target))) return objects.map(() => ({ defect: "missing" }));
   const stepDir = plan.destination.stepDir;
-  const records = await readRecords(destination, stepDir, plan.id);
+  const records = await readRecords(destination, stepDir, plan.id, options.groups);
   return mapLimited(objects, options.concurrency, (o) =>
     checkObject(source, destination, o, joinKey(stepDir, o.target), existing.get(o.target), records.get(o.target), options),
   );

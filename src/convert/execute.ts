@@ -4,9 +4,9 @@ import { Budget } from "../util/budget.js";
 import { parseZarrMetadata, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { type Batch, coalesce, sliceOf } from "./coalesce.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "./defaults.js";
-import { checkObjects, listStep, type Verdict } from "./done.js";
+import { checkObjects, listTargets, type Verdict } from "./done.js";
 import { OwnerWatch, retreat } from "./ownership.js";
-import { dataLength, type Plan, type PlannedObject } from "./plan-format.js";
+import { dataLength, type ExecutionPlan, type PlannedObject } from "./plan-format.js";
 import { type Recorded, RecordLog } from "./records.js";
 import { HANDLERS, type Run, STREAM_RESERVE } from "./transforms.js";
 
@@ -22,6 +22,8 @@ export interface ExecuteOptions {
    * same process need not read those objects back.
    */
   readonly trusted?: Map<string, Recorded>;
+  /** The plan group each object belongs to (its record goes there, and only those groups' are read); 0 by default. */
+  readonly groupOf?: (o: PlannedObject) => number;
 }
 
 export const DEFAULT_EXECUTE: ExecuteOptions = { concurrency: DEFAULT_CONCURRENCY, memoryBytes: DEFAULT_MEMORY_MIB << 20 };
@@ -41,7 +43,7 @@ export interface ExecuteReport {
  * large objects stream from the ranged read to the write; a byte budget bounds memory.
  */
 export async function executeObjects(
-  plan: Plan,
+  plan: ExecutionPlan,
   objects: readonly PlannedObject[],
   source: Store,
   destination: Store,
@@ -50,8 +52,15 @@ export async function executeObjects(
   const started = Date.now();
   const writer = new Writer(plan, source, destination, options, objects.length);
   const todo: PlannedObject[] = [];
-  const existing = await listStep(destination, plan.destination.stepDir);
-  const verdicts = await checkObjects(plan, objects, source, destination, existing, { concurrency: options.concurrency, adopt: true });
+  // Only the directories this run writes to, and only its groups' records: a group's cost is its own.
+  const existing = await listTargets(destination, plan.destination.stepDir, objects);
+  const groups = new Set<number>();
+  for (const o of objects) groups.add(writer.groupOf(o));
+  const verdicts = await checkObjects(plan, objects, source, destination, existing, {
+    concurrency: options.concurrency,
+    adopt: true,
+    groups: [...groups],
+  });
   objects.forEach((o, i) => {
     const v = verdicts[i] as Verdict;
     if ("done" in v) writer.skipped(o, v.done, v.recorded);
@@ -76,9 +85,10 @@ class Writer {
   private readonly metas = new Map<number, ZarrArrayMeta>();
   private readonly wrote: string[] = [];
   private failed = false;
+  readonly groupOf: (o: PlannedObject) => number;
 
   constructor(
-    private readonly plan: Plan,
+    private readonly plan: ExecutionPlan,
     source: Store,
     private readonly destination: Store,
     private readonly options: ExecuteOptions,
@@ -90,6 +100,7 @@ class Writer {
     this.slots = new Budget(options.concurrency);
     this.memory = new Budget(options.memoryBytes);
     this.report = { objects, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
+    this.groupOf = options.groupOf ?? (() => 0);
     this.run = {
       source,
       stepDir: this.stepDir,
@@ -178,7 +189,7 @@ class Writer {
   }
 
   private done(o: PlannedObject, result: Recorded, recorded = false): void {
-    if (!recorded) this.log.add(o.target, result);
+    if (!recorded) this.log.add(this.groupOf(o), o.target, result);
     this.options.trusted?.set(o.target, result);
   }
 

@@ -1,6 +1,21 @@
-import { ConflictError, Orbax2RegError } from "../errors.js";
+import { ConflictError, MetadataError, Orbax2RegError } from "../errors.js";
 import { describe, joinKey, type Store } from "../store/store.js";
-import { CLAIM_KEY, PLAN_KEY, type Plan, parsePlan } from "./plan-format.js";
+import { mapLimited } from "../util/budget.js";
+import {
+  assemblePlan,
+  CLAIM_KEY,
+  commitPartKey,
+  type GroupPlan,
+  groupPartKey,
+  PLAN_KEY,
+  type Plan,
+  type PlanHead,
+  parseGroupPart,
+  parsePlan,
+  planHead,
+  planParts,
+  planPartsDir,
+} from "./plan-format.js";
 
 /**
  * Who holds a destination step: the conversion whose plan is on record in `<step>/.orbax2reg/plan.json`.
@@ -16,12 +31,15 @@ export type Claim =
   | { readonly kind: "resumed"; readonly plan: Plan; readonly committed: boolean };
 
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+/** Plan parts written or read at once. */
+const PART_CONCURRENCY = 8;
 
-/** The plan on record for the step, or undefined; a plan this orbax2reg cannot read is another conversion's. */
-export async function planOnRecord(destination: Store, stepDir: string): Promise<Plan | undefined> {
+/** The head of the plan on record for the step, or undefined; a plan this orbax2reg cannot read is another conversion's. */
+export async function planOnRecord(destination: Store, stepDir: string): Promise<PlanHead | undefined> {
   const key = joinKey(stepDir, PLAN_KEY);
   if ((await destination.stat(key)) === undefined) return undefined;
-  const text = new TextDecoder().decode(await destination.read(key));
+  const text = decoder.decode(await destination.read(key));
   try {
     return parsePlan(text, describe(destination, key));
   } catch (e) {
@@ -30,6 +48,68 @@ export async function planOnRecord(destination: Store, stepDir: string): Promise
       path: describe(destination, key),
     });
   }
+}
+
+/** Group `group` of the plan whose head is `head`: reads only that group's part. */
+export async function readGroupPlan(destination: Store, head: PlanHead, group: number): Promise<GroupPlan> {
+  const key = joinKey(head.destination.stepDir, groupPartKey(head.id, group));
+  if ((await destination.stat(key)) === undefined) {
+    throw new MetadataError(`plan ${head.id} has no part for group ${group}; run \`orbax2reg plan\` again`, {
+      path: describe(destination, key),
+    });
+  }
+  return parseGroupPart(head, group, decoder.decode(await destination.read(key)), describe(destination, key));
+}
+
+/** The whole plan whose head is `head` (finalize, retreat): every part, read a few at a time. */
+export async function readPlan(destination: Store, head: PlanHead): Promise<Plan> {
+  const stepDir = head.destination.stepDir;
+  const groups = await mapLimited(
+    head.groups.map((_, g) => g),
+    PART_CONCURRENCY,
+    (g) => readGroupPlan(destination, head, g),
+  );
+  const key = joinKey(stepDir, commitPartKey(head.id));
+  return assemblePlan(head, decoder.decode(await destination.read(key)), describe(destination, key), groups);
+}
+
+/**
+ * Writes the parts of `plan` under plan id `id` (its own, or the identical plan on record's), the commit
+ * part last: a plan whose commit part is there has all its parts. Only the plan's owner writes them, after
+ * its head is on record (a conversion that lost the race writes nothing into the step).
+ */
+async function writeParts(destination: Store, plan: Plan, id = plan.id): Promise<void> {
+  const stepDir = plan.destination.stepDir;
+  const parts: { key: string; text: string }[] = [];
+  const flush = () =>
+    mapLimited(parts.splice(0), PART_CONCURRENCY, (p) => destination.write(joinKey(stepDir, p.key), encoder.encode(p.text)));
+  let commit: { key: string; text: string } | undefined;
+  for (const p of planParts(id === plan.id ? plan : { ...plan, id })) {
+    if (commit !== undefined) parts.push(commit);
+    commit = p;
+    if (parts.length >= PART_CONCURRENCY) await flush();
+  }
+  await flush();
+  if (commit !== undefined) await destination.write(joinKey(stepDir, commit.key), encoder.encode(commit.text));
+}
+
+/**
+ * The plan on record `previous` for the same conversion as `plan`, whole. A writer stopped between putting
+ * its head on record and writing its parts left them incomplete: they are written again from `plan` when it
+ * lays the objects out in the same groups (as the same command does), else the step is refused.
+ */
+async function resumePlan(destination: Store, previous: PlanHead, plan: Plan): Promise<Plan> {
+  const stepDir = previous.destination.stepDir;
+  if ((await destination.stat(joinKey(stepDir, commitPartKey(previous.id)))) === undefined) {
+    if (JSON.stringify(previous.groups) !== JSON.stringify(plan.groups)) {
+      throw new ConflictError(
+        `the plan on record (${previous.id}) lacks its parts (its writer was stopped) and has other groups; --force starts over`,
+        { path: describe(destination, joinKey(stepDir, PLAN_KEY)) },
+      );
+    }
+    await writeParts(destination, plan, previous.id);
+  }
+  return readPlan(destination, previous);
 }
 
 /**
@@ -45,12 +125,13 @@ export async function claimStep(destination: Store, plan: Plan, force: boolean):
   }
   const indexKey = joinKey(stepDir, "index");
   const committed = (await destination.stat(indexKey)) !== undefined;
-  if (!committed && (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(plan))))) {
+  if (!committed && (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(planHead(plan)))))) {
+    await writeParts(destination, plan);
     return { kind: "new", plan };
   }
   const previous = await planOnRecord(destination, stepDir);
   if (previous !== undefined && previous.source.fingerprint === plan.source.fingerprint) {
-    return { kind: "resumed", plan: previous, committed };
+    return { kind: "resumed", plan: await resumePlan(destination, previous, plan), committed };
   }
   if (committed) {
     throw new ConflictError(
@@ -75,17 +156,19 @@ export async function claimStep(destination: Store, plan: Plan, force: boolean):
 export async function takeOver(destination: Store, plan: Plan): Promise<void> {
   const stepDir = plan.destination.stepDir;
   const planKey = joinKey(stepDir, PLAN_KEY);
-  await destination.write(planKey, encoder.encode(JSON.stringify(plan)));
+  await destination.write(planKey, encoder.encode(JSON.stringify(planHead(plan))));
   await destination.delete(joinKey(stepDir, "index"));
+  await writeParts(destination, plan);
   const keep = new Set([planKey, joinKey(stepDir, CLAIM_KEY)]);
+  const ours = `${joinKey(stepDir, planPartsDir(plan.id))}/`;
   const keys: string[] = [];
-  for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key)) keys.push(o.key);
+  for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key) && !o.key.startsWith(ours)) keys.push(o.key);
   for (const k of keys) await destination.delete(k);
   await destination.removeAbandoned?.(`${stepDir}/`);
 }
 
 /** Refuses unless `plan` is the plan on record for its step: someone took the destination over. */
-export async function assertOwner(destination: Store, plan: Plan): Promise<void> {
+export async function assertOwner(destination: Store, plan: Pick<PlanHead, "id" | "destination">): Promise<void> {
   const stepDir = plan.destination.stepDir;
   const current = await planOnRecord(destination, stepDir);
   if (current?.id !== plan.id) {
@@ -111,7 +194,7 @@ export class OwnerWatch {
 
   constructor(
     private readonly destination: Store,
-    private readonly plan: Plan,
+    private readonly plan: Pick<PlanHead, "id" | "destination">,
   ) {}
 
   /** Resolves while `plan` is on record; rejects with a ConflictError once another plan is. */
@@ -143,7 +226,8 @@ export class OwnerWatch {
  * objects it had in flight when it noticed do not linger as extra arrays in the new owner's step.
  */
 export async function retreat(destination: Store, stepDir: string, wrote: readonly string[]): Promise<void> {
-  const current = await planOnRecord(destination, stepDir).catch(() => undefined);
+  const head = await planOnRecord(destination, stepDir).catch(() => undefined);
+  const current = head === undefined ? undefined : await readPlan(destination, head).catch(() => undefined);
   const theirs = new Set(current?.objects.map((o) => o.target) ?? []);
   for (const target of wrote) if (!theirs.has(target)) await destination.delete(joinKey(stepDir, target));
 }

@@ -4,13 +4,26 @@ import { MetadataError } from "../errors.js";
  * The plan: everything a convert-group job needs, written once by `plan` under the destination step's
  * hidden prefix so that any number of machines can execute groups of it independently. Versioned; a
  * reader refuses versions it does not know.
+ *
+ * On disk it is split so that a group's cost follows its own objects: `plan.json` is a small head (identity,
+ * source, destination, the groups' ranges and totals: what ownership checks and `cloud status` read), each
+ * group's objects are a part of their own, and what only finalize needs (iterator files, the index, every
+ * array) is another; parts live under the plan's id (`plans/<id>/`), written by the plan's owner once its
+ * head is on record, the commit part last (ownership.ts).
  */
 export const PLAN_FORMAT = "orbax2reg-plan";
-/** 2: plans carry an id; objects count only when a record of that plan vouches for them (records.ts). */
-export const PLAN_VERSION = 2;
+/**
+ * 2: plans carry an id; objects count only when a record of that plan vouches for them (records.ts).
+ * 3: the plan is a head plus one part per group and a commit part; records are kept per group.
+ */
+export const PLAN_VERSION = 3;
 /** Hidden prefix inside the destination step for the plan and per-group reports. */
 export const WORK_DIR = ".orbax2reg";
 export const PLAN_KEY = `${WORK_DIR}/plan.json`;
+/** The parts of plan `id`, relative to the destination step. */
+export const planPartsDir = (id: string) => `${WORK_DIR}/plans/${id}`;
+export const groupPartKey = (id: string, group: number) => `${planPartsDir(id)}/group-${String(group).padStart(5, "0")}.json`;
+export const commitPartKey = (id: string) => `${planPartsDir(id)}/commit.json`;
 /** The trigger function's once-per-step claim (src/cloud/trigger-handler.ts); deleting it allows a re-run. */
 export const CLAIM_KEY = `${WORK_DIR}/claim.json`;
 
@@ -109,14 +122,87 @@ export interface Plan {
   readonly totals: { readonly arrays: number; readonly objects: number; readonly bytes: number };
 }
 
-export function parsePlan(text: string, path: string): Plan {
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (e) {
-    throw new MetadataError(`plan is not valid JSON (${(e as Error).message})`, { path });
+/** What `plan.json` holds: the plan without its objects, arrays, iterator files and index. */
+export type PlanHead = Omit<Plan, "arrays" | "objects" | "files" | "index">;
+
+/** What a writer needs of a plan: where, under which id, and the arrays its transcode and fill objects name. */
+export type ExecutionPlan = Pick<Plan, "id" | "source" | "destination" | "arrays">;
+
+/** One group of a plan as a convert-group reads it: the head, its objects, and only the arrays they name. */
+export interface GroupPlan extends PlanHead {
+  readonly group: number;
+  /** Sparse: indexed like the full plan's arrays, holding those this group's objects name. */
+  readonly arrays: readonly PlannedArray[];
+  readonly objects: readonly PlannedObject[];
+}
+
+interface GroupPart {
+  readonly plan: string;
+  readonly group: number;
+  readonly arrays: readonly (readonly [number, PlannedArray])[];
+  readonly objects: readonly PlannedObject[];
+}
+
+interface CommitPart {
+  readonly plan: string;
+  readonly arrays: readonly PlannedArray[];
+  readonly files: readonly PlannedFile[];
+  readonly index: string;
+}
+
+/** The head of `plan`, its fields in the order readers of its first bytes expect (id and source early). */
+export function planHead(plan: Plan | PlanHead): PlanHead {
+  const { format, version, id, createdAt, source, destination, step, options, groups, totals } = plan;
+  return { format, version, id, createdAt, source, destination, step, options, groups, totals };
+}
+
+/** The parts of `plan` (keys relative to the destination step) and their text, one at a time. */
+export function* planParts(plan: Plan): Iterable<{ key: string; text: string }> {
+  for (const [g, range] of plan.groups.entries()) {
+    const objects = plan.objects.slice(range.start, range.end);
+    const named = new Set<number>();
+    for (const o of objects) if (o.array !== undefined) named.add(o.array);
+    const arrays = [...named].sort((a, b) => a - b).map((i) => [i, plan.arrays[i] as PlannedArray] as const);
+    const part: GroupPart = { plan: plan.id, group: g, arrays, objects };
+    yield { key: groupPartKey(plan.id, g), text: JSON.stringify(part) };
   }
-  const p = json as Partial<Plan> | null;
+  const commit: CommitPart = { plan: plan.id, arrays: plan.arrays, files: plan.files, index: plan.index };
+  yield { key: commitPartKey(plan.id), text: JSON.stringify(commit) };
+}
+
+function parseJson(text: string, path: string, what: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new MetadataError(`${what} is not valid JSON (${(e as Error).message})`, { path });
+  }
+}
+
+/** Reads one group's part of plan `head` into the group's plan. */
+export function parseGroupPart(head: PlanHead, group: number, text: string, path: string): GroupPlan {
+  const p = parseJson(text, path, "plan part") as Partial<GroupPart> | null;
+  if (p?.plan !== head.id || p.group !== group || !Array.isArray(p.objects) || !Array.isArray(p.arrays)) {
+    throw new MetadataError(`not group ${group}'s part of plan ${head.id}`, { path });
+  }
+  const arrays: PlannedArray[] = [];
+  for (const [i, a] of p.arrays) arrays[i] = a;
+  return { ...head, group, arrays, objects: p.objects };
+}
+
+/** The whole plan from its head, its commit part and every group's objects in group order. */
+export function assemblePlan(head: PlanHead, commitText: string, commitPath: string, groups: readonly GroupPlan[]): Plan {
+  const c = parseJson(commitText, commitPath, "plan part") as Partial<CommitPart> | null;
+  if (c?.plan !== head.id || !Array.isArray(c.arrays) || !Array.isArray(c.files) || typeof c.index !== "string") {
+    throw new MetadataError(`not the commit part of plan ${head.id}`, { path: commitPath });
+  }
+  const objects: PlannedObject[] = [];
+  for (const g of groups) for (const o of g.objects) objects.push(o);
+  return { ...head, arrays: c.arrays, objects, files: c.files, index: c.index };
+}
+
+/** Reads a plan head (`plan.json`). */
+export function parsePlan(text: string, path: string): PlanHead {
+  const p = parseJson(text, path, "plan") as Partial<PlanHead> | null;
   if (p?.format !== PLAN_FORMAT) throw new MetadataError("not an orbax2reg plan", { path, key: "format" });
   if (p.version !== PLAN_VERSION) {
     throw new MetadataError(`plan version ${JSON.stringify(p.version)} is not supported (this orbax2reg reads version ${PLAN_VERSION})`, {
@@ -124,8 +210,8 @@ export function parsePlan(text: string, path: string): Plan {
       key: "version",
     });
   }
-  for (const field of ["id", "source", "destination", "arrays", "objects", "groups", "files", "index"] as const) {
+  for (const field of ["id", "source", "destination", "groups", "totals"] as const) {
     if (p[field] === undefined) throw new MetadataError("missing field", { path, key: field });
   }
-  return p as Plan;
+  return p as PlanHead;
 }

@@ -5,7 +5,6 @@ import { listArrays, type StoredArray } from "../orbax/arrays.js";
 import type { Leaf } from "../orbax/pytree-metadata.js";
 import { type OrbaxStep, stepDirName } from "../orbax/step.js";
 import { arrayEntry, type IndexEntry, indexText, parseIndex } from "../regular/index-file.js";
-import { pythonJsonDumps } from "../regular/python-json.js";
 import { regularChunkKey, zarrayText } from "../regular/zarray.js";
 import { checkKey, describe } from "../store/store.js";
 import { chunkGrid, chunkKey, product, type ZarrArrayMeta } from "../zarr/metadata.js";
@@ -72,27 +71,14 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
     perArray.push({ items: objects, sizes: objects.map((o) => dataLength(o.data)) });
   }
 
-  const objects: PlannedObject[] = [];
-  const groups: PlanGroup[] = [];
-  for (const units of balance(perArray, options.groups)) {
-    const start = objects.length;
-    const items = units.flatMap((u) => u.items);
-    // Within a group, data-file order lets adjacent ranges be read together.
-    items.sort(byDataLocation);
-    objects.push(...items);
-    groups.push({
-      start,
-      end: objects.length,
-      bytes: units.reduce((s, u) => s + u.bytes, 0),
-      arrays: new Set(units.map((u) => u.array)).size,
-    });
-  }
+  const { objects, groups } = layOut(perArray, options.groups);
 
   const files = options.paramsOnly ? [] : iteratorFiles(source, where);
   const index = await expectedIndexText(source, step, arrays, options.paramsOnly);
-  const fingerprint = createHash("sha256")
-    .update(pythonJsonDumps({ objects: objects.map((o) => [o.target, o.data, o.transform]), files, index, paramsOnly: options.paramsOnly }))
-    .digest("hex");
+  // Hashed object by object: one JSON text of every object would cost a third of planning a large step.
+  const hash = createHash("sha256");
+  for (const o of objects) hash.update(`${JSON.stringify([o.target, o.data, o.transform])}\n`);
+  const fingerprint = hash.update(JSON.stringify({ files, index, paramsOnly: options.paramsOnly })).digest("hex");
   return {
     format: PLAN_FORMAT,
     version: PLAN_VERSION,
@@ -109,6 +95,32 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
     index,
     totals: { arrays: arrays.length, objects: objects.length, bytes: arrays.reduce((s, a) => s + a.bytes, 0) },
   };
+}
+
+/**
+ * The plan's objects, group after group (balanced by bytes, groups.ts), and each group's range of them.
+ * Built without spreading into a call: a step may have millions of objects.
+ */
+export function layOut(
+  perArray: readonly { items: readonly PlannedObject[]; sizes: readonly number[] }[],
+  n: number,
+): { objects: PlannedObject[]; groups: PlanGroup[] } {
+  const objects: PlannedObject[] = [];
+  const groups: PlanGroup[] = [];
+  for (const units of balance(perArray, n)) {
+    const start = objects.length;
+    const items = units.flatMap((u) => u.items);
+    // Within a group, data-file order lets adjacent ranges be read together.
+    items.sort(byDataLocation);
+    for (const o of items) objects.push(o);
+    groups.push({
+      start,
+      end: objects.length,
+      bytes: units.reduce((s, u) => s + u.bytes, 0),
+      arrays: new Set(units.map((u) => u.array)).size,
+    });
+  }
+  return { objects, groups };
 }
 
 function byDataLocation(a: PlannedObject, b: PlannedObject): number {

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { crc32c } from "../codecs/crc32c.js";
 import { MetadataError } from "../errors.js";
 import { describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { mapLimited } from "../util/budget.js";
 import { type PlannedObject, WORK_DIR } from "./plan-format.js";
 
 /**
@@ -11,7 +12,8 @@ import { type PlannedObject, WORK_DIR } from "./plan-format.js";
  *   conversion whose plan was replaced (--force) are not, and
  * - resume and finalize compare the stored bytes with the checksum taken when they were written (GCS
  *   keeps a CRC-32C per object; a local file is read back), so a flipped byte is rewritten, not skipped.
- * Records are written in segments (many objects each, each written once), so writers never contend.
+ * Records are written in segments (many objects each, each written once), so writers never contend, and
+ * kept per plan group (`<plan id>/<group>/`), so a group's writer reads only its own group's records.
  */
 export const RECORDS_DIR = `${WORK_DIR}/records`;
 
@@ -32,6 +34,9 @@ export type Records = ReadonlyMap<string, Recorded>;
 const MIN_INTERVAL_MS = 100;
 const MAX_INTERVAL_MS = 10_000;
 
+/** Segments read at once. */
+const READ_CONCURRENCY = 8;
+
 interface Segment {
   readonly plan: string;
   /** [target, size, crc32c or null: compare with the source] */
@@ -46,7 +51,7 @@ interface Segment {
 export class RecordLog {
   private readonly writer = randomBytes(4).toString("hex");
   private readonly started = Date.now();
-  private pending: [string, number, number | null][] = [];
+  private pending = new Map<number, [string, number, number | null][]>();
   private sequence = 0;
   private lastFlush = 0;
   private flushing: Promise<void> | undefined;
@@ -59,14 +64,20 @@ export class RecordLog {
     private readonly planId: string,
   ) {}
 
-  add(target: string, result: Recorded): void {
+  /** Records that `target`, an object of plan group `group`, was stored as `result`. */
+  add(group: number, target: string, result: Recorded): void {
     if (this.failure !== undefined) throw this.failure;
-    this.pending.push([target, result.size, result.crc32c ?? null]);
+    let list = this.pending.get(group);
+    if (list === undefined) {
+      list = [];
+      this.pending.set(group, list);
+    }
+    list.push([target, result.size, result.crc32c ?? null]);
     this.schedule();
   }
 
   private schedule(): void {
-    if (this.flushing !== undefined || this.timer !== undefined || this.pending.length === 0) return;
+    if (this.flushing !== undefined || this.timer !== undefined || this.pending.size === 0) return;
     const interval = Math.min(MAX_INTERVAL_MS, Math.max(MIN_INTERVAL_MS, (Date.now() - this.started) / 20));
     const wait = Math.max(0, this.lastFlush + interval - Date.now());
     this.timer = setTimeout(() => {
@@ -79,17 +90,21 @@ export class RecordLog {
   }
 
   private async flush(): Promise<void> {
-    const objects = this.pending;
-    if (objects.length === 0) return;
-    this.pending = [];
+    const pending = this.pending;
+    if (pending.size === 0) return;
+    this.pending = new Map();
     this.lastFlush = Date.now();
     const name = `${this.writer}-${String(this.sequence++).padStart(6, "0")}.json`;
-    const segment: Segment = { plan: this.planId, objects };
-    try {
-      await this.store.write(joinKey(this.stepDir, RECORDS_DIR, this.planId, name), new TextEncoder().encode(JSON.stringify(segment)));
-    } catch (e) {
-      this.failure ??= e;
-    }
+    await Promise.all(
+      [...pending].map(async ([group, objects]) => {
+        const segment: Segment = { plan: this.planId, objects };
+        try {
+          await this.store.write(recordsKey(this.stepDir, this.planId, group, name), new TextEncoder().encode(JSON.stringify(segment)));
+        } catch (e) {
+          this.failure ??= e;
+        }
+      }),
+    );
   }
 
   /** Writes every pending record; fails if any segment could not be written. */
@@ -102,23 +117,46 @@ export class RecordLog {
   }
 }
 
-/** Every record of plan `planId` in the destination step (the last one wins for an object written twice). */
-export async function readRecords(store: Store, stepDir: string, planId: string): Promise<Map<string, Recorded>> {
+const recordsKey = (stepDir: string, planId: string, group: number, name: string) =>
+  joinKey(stepDir, RECORDS_DIR, planId, String(group), name);
+
+/**
+ * Every record of plan `planId` in the destination step, or only those of plan groups `groups` (the last
+ * one wins for an object written twice). Segments are read a few at a time; their order is the listing's.
+ */
+export async function readRecords(
+  store: Store,
+  stepDir: string,
+  planId: string,
+  groups?: readonly number[],
+): Promise<Map<string, Recorded>> {
+  const base = joinKey(stepDir, RECORDS_DIR, planId);
+  const prefixes = groups === undefined ? [`${base}/`] : groups.map((g) => `${joinKey(base, String(g))}/`);
   const out = new Map<string, Recorded>();
-  const prefix = `${joinKey(stepDir, RECORDS_DIR, planId)}/`;
-  for await (const o of store.list(prefix)) {
-    const path = describe(store, o.key);
-    let segment: Segment;
-    try {
-      segment = JSON.parse(new TextDecoder().decode(await store.read(o.key)));
-    } catch (e) {
-      if (e instanceof SyntaxError) throw new MetadataError(`record segment is not valid JSON (${e.message})`, { path });
-      throw e;
+  for (const prefix of prefixes) {
+    const keys: string[] = [];
+    for await (const o of store.list(prefix)) keys.push(o.key);
+    // A window of segments at a time: memory holds the records, not every segment's text at once.
+    for (let i = 0; i < keys.length; i += READ_CONCURRENCY) {
+      const segments = await mapLimited(keys.slice(i, i + READ_CONCURRENCY), READ_CONCURRENCY, (k) => readSegment(store, k, planId));
+      for (const segment of segments)
+        for (const [target, size, crc] of segment.objects) out.set(target, crc === null ? { size } : { size, crc32c: crc });
     }
-    if (segment.plan !== planId || !Array.isArray(segment.objects)) throw new MetadataError("not a record segment of this plan", { path });
-    for (const [target, size, crc] of segment.objects) out.set(target, crc === null ? { size } : { size, crc32c: crc });
   }
   return out;
+}
+
+async function readSegment(store: Store, key: string, planId: string): Promise<Segment> {
+  const path = describe(store, key);
+  let segment: Segment;
+  try {
+    segment = JSON.parse(new TextDecoder().decode(await store.read(key)));
+  } catch (e) {
+    if (e instanceof SyntaxError) throw new MetadataError(`record segment is not valid JSON (${e.message})`, { path });
+    throw e;
+  }
+  if (segment?.plan !== planId || !Array.isArray(segment.objects)) throw new MetadataError("not a record segment of this plan", { path });
+  return segment;
 }
 
 /**

@@ -57,12 +57,15 @@ export async function verify(
     }
   };
 
+  // The source is listed once (each array's metadata and chunk locations), the destination's gda/ once.
+  const all: StoredArray[] = [];
+  for await (const a of listArrays(source)) all.push(a);
   let paramsOnly = false;
   await check("index", async () => {
     const actual = text.decode(await dest.read("index"));
-    const full = await expectedIndex(source, step, false);
+    const full = await expectedIndex(source, step, all, false);
     if (actual === full) return undefined;
-    const params = await expectedIndex(source, step, true);
+    const params = await expectedIndex(source, step, all, true);
     if (actual === params) {
       paramsOnly = true;
       return undefined;
@@ -75,37 +78,49 @@ export async function verify(
     return `index differs from the expected bytes${diff.length ? `; structure differs at: ${diff.slice(0, 3).join("; ")}` : " (same structure)"}`;
   });
 
-  const arrays: StoredArray[] = [];
-  for await (const a of listArrays(source)) if (!paramsOnly || isParam(a.leaf.path)) arrays.push(a);
+  const arrays = paramsOnly ? all.filter((a) => isParam(a.leaf.path)) : all;
+  // Every object under gda/, by its directory (an array's) and name.
+  const stored = new Map<string, Set<string>>();
+  for await (const o of dest.list("gda/")) {
+    const dir = o.key.slice(0, o.key.lastIndexOf("/") + 1);
+    let names = stored.get(dir);
+    if (names === undefined) {
+      names = new Set();
+      stored.set(dir, names);
+    }
+    names.add(o.key.slice(dir.length));
+  }
   for (const [i, a] of arrays.entries()) {
-    await check(`gda/${a.leaf.path}`, () => compareArray(source, a, dest));
+    await check(`gda/${a.leaf.path}`, () => compareArray(source, a, dest, stored.get(`gda/${a.leaf.path}/`) ?? new Set()));
     onArray?.(i + 1, arrays.length);
   }
   await check("nothing else under gda/", async () => {
     // Only each array's .zarray and chunk keys; anything else is an array the index does not know, or debris.
     const ranks = new Map(arrays.map((a) => [`gda/${a.leaf.path}/`, a.meta.shape.length]));
     const extra: string[] = [];
-    for await (const o of dest.list("gda/")) {
-      const dir = o.key.slice(0, o.key.lastIndexOf("/") + 1);
-      const name = o.key.slice(dir.length);
+    for (const [dir, names] of stored) {
       const rank = ranks.get(dir);
-      if (rank === undefined || (name !== ".zarray" && !chunkKeyPattern(REGULAR_KEYS, rank).test(name))) extra.push(o.key);
+      const pattern = rank === undefined ? undefined : chunkKeyPattern(REGULAR_KEYS, rank);
+      for (const name of names) {
+        if (extra.length >= 5) break;
+        if (pattern === undefined || (name !== ".zarray" && !pattern.test(name))) extra.push(dir + name);
+      }
     }
-    return extra.length ? `not part of any source array: ${extra.slice(0, 5).join(", ")}` : undefined;
+    return extra.length ? `not part of any source array: ${extra.join(", ")}` : undefined;
   });
   const failed = checks.filter((c) => !c.ok).length;
   return { checks, passed: checks.length - failed, failed };
 }
 
 /** What the index must be, from the source, as the planner computes it. */
-async function expectedIndex(source: OrbaxStep, step: number, paramsOnly: boolean): Promise<string> {
-  const arrays = [];
-  for await (const a of listArrays(source))
-    if (!paramsOnly || isParam(a.leaf.path)) arrays.push({ path: a.leaf.path, dtype: a.meta.dtype.name, shape: a.meta.shape });
+async function expectedIndex(source: OrbaxStep, step: number, all: readonly StoredArray[], paramsOnly: boolean): Promise<string> {
+  const arrays = all
+    .filter((a) => !paramsOnly || isParam(a.leaf.path))
+    .map((a) => ({ path: a.leaf.path, dtype: a.meta.dtype.name, shape: a.meta.shape }));
   return expectedIndexText(source, step, arrays, paramsOnly);
 }
 
-async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store): Promise<string | undefined> {
+async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store, present: ReadonlySet<string>): Promise<string | undefined> {
   const prefix = `gda/${a.leaf.path}`;
   const meta = parseZarrMetadata(".zarray", await dest.read(`${prefix}/.zarray`), { path: describe(dest, `${prefix}/.zarray`) });
   const same = (x: readonly number[], y: readonly number[]) => x.length === y.length && x.every((v, i) => v === y[i]);
@@ -114,8 +129,6 @@ async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store): Pro
     return `.zarray chunks ${JSON.stringify(meta.chunkShape)}, source ${JSON.stringify(a.meta.chunkShape)}`;
   if (meta.dtype.name !== a.meta.dtype.name) return `.zarray dtype ${meta.dtype.name}, source ${a.meta.dtype.name}`;
   const grid = chunkGrid(meta);
-  const present = new Set<string>();
-  for await (const o of dest.list(`${prefix}/`)) present.add(o.key);
   const problems: string[] = [];
   // A few chunks at a time: enough to overlap reads, few enough to keep decoded chunks in memory small.
   const slots = new Budget(VERIFY_CONCURRENCY);
@@ -126,7 +139,7 @@ async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store): Pro
         if (problems.length > 0) return;
         const index = meta.shape.length === 0 ? [] : unravel(i, grid);
         const key = `${prefix}/${regularChunkKey(index)}`;
-        if (!present.has(key)) {
+        if (!present.has(regularChunkKey(index))) {
           problems.push(`chunk ${regularChunkKey(index)} is missing (AXLearn would silently read zeros)`);
           return;
         }

@@ -32,6 +32,8 @@ export interface Entry {
 export interface ReadStats {
   nodesRead: number;
   nodeBytesRead: number;
+  /** Leaf entries a listing looked at: what it yields plus a seek's few comparisons, not the leaf's size. */
+  leafEntriesVisited: number;
 }
 
 /**
@@ -39,7 +41,7 @@ export interface ReadStats {
  * the store's root). Nodes are fetched lazily and each is read at most once per open.
  */
 export class OcdbtDatabase {
-  readonly stats: ReadStats = { nodesRead: 0, nodeBytesRead: 0 };
+  readonly stats: ReadStats = { nodesRead: 0, nodeBytesRead: 0, leafEntriesVisited: 0 };
   private readonly nodes = new Map<string, Promise<BtreeNode>>();
   private readonly maxNodeBytes: number;
 
@@ -97,8 +99,9 @@ export class OcdbtDatabase {
     let node = await this.node(v.root, new Uint8Array(0), v.rootHeight);
     for (;;) {
       if (node.height === 0) {
-        const hit = (node.entries as LeafEntry[]).find((e) => compareKeys(e.key, target) === 0);
-        return hit === undefined ? undefined : { key, value: this.location(hit.value) };
+        const entries = node.entries as LeafEntry[];
+        const hit = entries[lowerBound(entries, target)];
+        return hit === undefined || compareKeys(hit.key, target) !== 0 ? undefined : { key, value: this.location(hit.value) };
       }
       const entries = node.entries as InteriorEntry[];
       const i = upperBound(entries, target) - 1;
@@ -127,23 +130,25 @@ export class OcdbtDatabase {
   ): AsyncIterable<Entry[]> {
     const node = await nodePromise;
     if (height === 0) {
+      // Seek (one listing per array over a leaf of 500k keys must not scan it from its start each time).
+      const entries = node.entries as LeafEntry[];
+      const end = max === undefined ? entries.length : lowerBound(entries, max);
       const batch: Entry[] = [];
-      for (const e of node.entries as LeafEntry[]) {
-        if (compareKeys(e.key, min) < 0) continue;
-        if (max !== undefined && compareKeys(e.key, max) >= 0) break;
+      for (let i = lowerBound(entries, min); i < end; i++) {
+        const e = entries[i] as LeafEntry;
         batch.push({ key: utf8.decode(e.key), value: this.location(e.value) });
       }
+      this.stats.leafEntriesVisited += batch.length + Math.ceil(Math.log2(entries.length + 1));
       yield batch;
       return;
     }
     const entries = node.entries as InteriorEntry[];
-    // Children from the last one whose lower bound is <= min, up to the first whose lower bound is >= max.
-    const first = Math.max(0, upperBound(entries, min) - 1);
-    let end = entries.length;
-    if (max !== undefined) {
-      end = first;
-      while (end < entries.length && compareKeys((entries[end] as InteriorEntry).key, max) < 0) end++;
-    }
+    // Children from the last one whose lower bound is <= min, up to the first whose lower bound is >= max;
+    // the first is skipped when its common prefix says all its keys sort before min.
+    let first = Math.max(0, upperBound(entries, min) - 1);
+    const end = max === undefined ? entries.length : lowerBound(entries, max);
+    const head = entries[first];
+    if (head !== undefined && before(head.childPrefix, min)) first++;
     const pending: Promise<BtreeNode>[] = [];
     const fetch = (i: number) => {
       const c = entries[i] as InteriorEntry;
@@ -191,6 +196,23 @@ export class OcdbtDatabase {
     }
     return p;
   }
+}
+
+/** Index of the first entry whose key is >= `key`. */
+function lowerBound(entries: readonly { key: Uint8Array }[], key: Uint8Array): number {
+  let lo = 0;
+  let hi = entries.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (compareKeys((entries[mid] as { key: Uint8Array }).key, key) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Whether every key starting with `prefix` sorts before `min` (neither is a prefix of the other, and prefix is less). */
+function before(prefix: Uint8Array, min: Uint8Array): boolean {
+  return !startsWith(prefix, min) && !startsWith(min, prefix) && compareKeys(prefix, min) < 0;
 }
 
 /** Index of the first entry whose key is > `key`. */

@@ -1,12 +1,22 @@
 // Every object's CRC-32C is recorded when it is written (a local-to-local verbatim copy records none: its
 // source is what it is compared with); resume and finalize compare the stored bytes with it, so a
 // destination object with a flipped byte (same size) is found and rewritten without --force.
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { verify } from "../../src/convert/verify.js";
 import { runCli } from "../helpers/cli.js";
-import { convertWith, digests, fixtureCase, removeScratch, scratch, snapshot, WORK_DIR } from "../helpers/convert.js";
+import {
+  convertWith,
+  digests,
+  fixtureCase,
+  planOnDisk,
+  recordedOnDisk,
+  removeScratch,
+  scratch,
+  snapshot,
+  WORK_DIR,
+} from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 
 afterAll(removeScratch);
@@ -38,11 +48,8 @@ describe("an unfinished step with a flipped byte in a written chunk", () => {
   }, 60_000);
 
   test("the writer recorded every object under the plan's id: size, and CRC-32C unless a local verbatim copy", () => {
-    const plan = JSON.parse(readFileSync(join(stepDir, WORK_DIR, "plan.json"), "utf8"));
-    const dir = join(stepDir, WORK_DIR, "records", plan.id);
-    const recorded: [string, number, number | null][] = readdirSync(dir).flatMap(
-      (f) => JSON.parse(readFileSync(join(dir, f), "utf8")).objects,
-    );
+    const plan = planOnDisk(stepDir);
+    const recorded = recordedOnDisk(stepDir, plan.id);
     expect(recorded).toHaveLength(plan.objects.length);
     const copied = new Set(
       plan.objects

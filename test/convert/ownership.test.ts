@@ -119,7 +119,8 @@ describe("finalize of a plan that is no longer on record", () => {
     const { finalize } = await import("../../src/convert/finalize.js");
     const { parsePlan } = await import("../../src/convert/plan-format.js");
     const { openStore } = await import("../../src/store/open.js");
-    const plan = parsePlan(stale, "stale plan");
+    // Its head is enough: finalize looks whose plan is on record before anything else.
+    const plan = parsePlan(stale, "stale plan") as Parameters<typeof finalize>[0];
     const destination = await openStore(dest);
     await expect(finalize(plan, await openStore(plan.source.root), destination)).rejects.toThrow(
       /is no longer this conversion's \(plan [0-9a-f]+\): plan [0-9a-f]+ is on record; nothing was committed/,

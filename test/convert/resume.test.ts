@@ -1,12 +1,12 @@
 // A conversion killed half-way leaves an uncommitted step (no index); running it again finishes it with
 // exactly the bytes of an uninterrupted conversion. A committed destination is never overwritten by accident.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { verify } from "../../src/convert/verify.js";
 import { runCli } from "../helpers/cli.js";
-import { convertWith, digests, fixtureCase, removeScratch, scratch, snapshot, WORK_DIR } from "../helpers/convert.js";
+import { convertWith, digests, fixtureCase, planOnDisk, removeScratch, scratch, snapshot, WORK_DIR } from "../helpers/convert.js";
 import { filesBelow } from "../helpers/paths.js";
 
 afterAll(removeScratch);
@@ -77,7 +77,7 @@ describe("convert-group killed with SIGKILL mid-way, then run again", () => {
 
   beforeAll(async () => {
     expect((await runCli(["plan", large.location, dest])).code).toBe(0);
-    planned = JSON.parse(readFileSync(join(stepDir, WORK_DIR, "plan.json"), "utf8")).objects.length;
+    planned = planOnDisk(stepDir).objects.length;
     killed = await killMidway(["convert-group", dest, "--step", "200", "--group", "0", "--concurrency", "1"], stepDir);
   }, 60_000);
 

@@ -13,6 +13,7 @@ import {
   digests,
   fileList,
   fixtureCase,
+  planOnDisk,
   readIndex,
   removeScratch,
   scratch,
@@ -138,7 +139,7 @@ describe("--groups 3: plan, convert-group per group, finalize", () => {
   beforeAll(async () => {
     await convertWith(large.location, whole);
     expect((await runCli(["plan", large.location, dest, "--groups", "3"])).code).toBe(0);
-    plan = JSON.parse(readFileSync(join(stepDir, WORK_DIR, "plan.json"), "utf8")) as Plan;
+    plan = planOnDisk(stepDir);
   }, 60_000);
 
   test("the plan has 3 non-empty groups whose object ranges partition the plan's objects", () => {

@@ -6,6 +6,15 @@ import { cpSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } 
 import { join, relative, resolve } from "node:path";
 import { type ConvertResult, convert, type PlanPhaseOptions } from "../../src/convert/convert.js";
 import type { ExecuteOptions } from "../../src/convert/execute.js";
+import {
+  assemblePlan,
+  commitPartKey,
+  groupPartKey,
+  PLAN_KEY,
+  type Plan,
+  parseGroupPart,
+  parsePlan,
+} from "../../src/convert/plan-format.js";
 import { FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
 import { tempDir } from "./tmp.js";
 
@@ -329,4 +338,20 @@ export function axlearnPypiRestore(cases: RestoreCase[], wheelDir: string): Map<
     out.set(s.name, s);
   }
   return out;
+}
+
+/** The plan on record in a local destination step, assembled from its head and parts as finalize reads it. */
+export function planOnDisk(stepDir: string): Plan {
+  const read = (key: string) => readFileSync(join(stepDir, key), "utf8");
+  const head = parsePlan(read(PLAN_KEY), PLAN_KEY);
+  const groups = head.groups.map((_, g) => parseGroupPart(head, g, read(groupPartKey(head.id, g)), `group ${g}`));
+  return assemblePlan(head, read(commitPartKey(head.id)), "commit part", groups);
+}
+
+/** Every record segment's objects of plan `planId` in a local destination step, whatever group they are kept under. */
+export function recordedOnDisk(stepDir: string, planId: string): [string, number, number | null][] {
+  const dir = join(stepDir, WORK_DIR, "records", planId);
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .flatMap((e) => JSON.parse(readFileSync(join(e.parentPath, e.name), "utf8")).objects);
 }

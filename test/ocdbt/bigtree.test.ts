@@ -103,3 +103,14 @@ test("bigtree/state-deep: a multi-level tree, of which a prefix listing reads on
   for await (const _ of fresh.list("params.block_001234.w/"));
   expect(fresh.stats.nodesRead).toBeLessThan(db.stats.nodesRead / 4);
 });
+
+test("bigtree/state: a prefix in the middle of the 100,000-key leaf is found by seeking, not by scanning from the first key", async () => {
+  const db = await OcdbtDatabase.open(new LocalStore(`${DIR}/state`));
+  const keys: string[] = [];
+  for await (const e of db.list("params.block_006789.w/")) keys.push(e.key);
+  expect(keys).toHaveLength(8);
+  // The 8 keys it yields and a binary search's ~17 comparisons, however many keys sort before them.
+  expect(db.stats.leafEntriesVisited).toBeLessThan(40);
+  for await (const _ of db.list("params.block_009999.w/"));
+  expect(db.stats.leafEntriesVisited).toBeLessThan(80);
+});

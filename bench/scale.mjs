@@ -1,0 +1,164 @@
+#!/usr/bin/env node
+// Scale benchmark: real Orbax steps of A float32 arrays each sharded into C chunks of 2 KiB (bench/gen_scale.py:
+// orbax's CheckpointManager over C fake CPU devices, AXLearn's layout, one B+tree leaf), timed through the CLI
+// as a user runs it: inspect, plan --groups 8, convert (local), verify, and one convert-group of a 256-group
+// plan; each with its wall time and peak RSS, beside TensorStore reading the same chunks (per chunk).
+//
+//   npm run bench:scale [-- --shapes 300x64,1000x64,2000x64 --runs N]
+//
+// Steps are generated once and cached under bench/.generated/scale/; destinations are written under
+// bench/.generated/scale-out/ and removed afterwards. Warm page cache (each source is read by inspect first).
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = resolve(fileURLToPath(import.meta.url), "../..");
+process.chdir(ROOT);
+const PYTHON = ".venv/bin/python";
+const CLI = "bin/orbax2reg.js";
+const OUT = resolve("bench/.generated/scale-out");
+
+const args = process.argv.slice(2);
+const opt = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : fallback;
+};
+const SHAPES = opt("--shapes", "300x64,1000x64,2000x64")
+  .split(",")
+  .map((s) => s.split("x").map(Number));
+const RUNS = Number(opt("--runs", "1"));
+/** Steps (by object count) above which convert and verify are not run: `--convert-max N`. */
+const CONVERT_MAX = Number(opt("--convert-max", "Infinity"));
+
+if (!existsSync("dist/src/cli/main.js")) {
+  console.error("dist/ is missing: build first (npm run bench:scale builds)");
+  process.exit(1);
+}
+
+const say = (line = "") => console.log(line);
+
+/** Runs a command under /usr/bin/time: wall seconds and peak RSS (MB); throws on failure. */
+function timed(cmd, argv) {
+  const r = spawnSync("/usr/bin/time", ["-f", "@@ %e %M", cmd, ...argv], { encoding: "utf8", maxBuffer: 1 << 28 });
+  const m = /@@ ([\d.]+) (\d+)\s*$/.exec(r.stderr ?? "");
+  if (r.status !== 0 || m === null) throw new Error(`${cmd} ${argv.join(" ")} failed (${r.status}):\n${(r.stderr ?? "").slice(-2000)}`);
+  return { seconds: Number(m[1]), rssMB: (Number(m[2]) * 1024) / 1e6, stdout: r.stdout };
+}
+
+/**
+ * The best (least wall time) of RUNS runs; `before` runs before each (a fresh destination). A failure is
+ * a result too (the table says how it failed): `{ failed: "EMFILE" }`.
+ */
+function best(make, before = () => {}) {
+  let out;
+  for (let i = 0; i < RUNS; i++) {
+    before();
+    let r;
+    try {
+      r = make();
+    } catch (e) {
+      const m = /(EMFILE|RangeError: [^\n]*|ENOMEM|[A-Z][a-zA-Z]+Error: [^\n]{0,80})/.exec(String(e.message));
+      return { failed: m ? m[1] : "failed", detail: String(e.message).slice(-600) };
+    }
+    if (out === undefined || r.seconds < out.seconds) out = r;
+  }
+  return out;
+}
+
+function bytesUnder(dir) {
+  let n = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true }))
+    if (e.isFile()) n += statSync(join(e.parentPath, e.name)).size;
+  return n;
+}
+
+const node = (...argv) => timed(process.execPath, [CLI, ...argv]);
+const fresh = (dir) => () => {
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+};
+
+const rows = [];
+for (const [arrays, chunks] of SHAPES) {
+  const gen = spawnSync(PYTHON, ["bench/gen_scale.py", String(arrays), String(chunks)], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (gen.status !== 0) throw new Error(`generating ${arrays}x${chunks} failed`);
+  const info = JSON.parse(gen.stdout.trim().split("\n").pop());
+  const step = info.step_dir;
+  say(`${arrays} x ${chunks}: ${info.objects} objects at ${step}${info.cached ? " (cached)" : ` (generated in ${info.save_seconds} s)`}`);
+  const dest = join(OUT, `${arrays}_x_${chunks}`);
+  const regular = join(dest, "step_00000100");
+
+  node("inspect", step, "--json"); // warm the page cache
+  const inspect = best(() => node("inspect", step, "--json"));
+  const plan = best(() => node("plan", step, dest, "--groups", "8"), fresh(dest));
+  const planBytes = bytesUnder(join(regular, ".orbax2reg"));
+  const convert =
+    info.objects > CONVERT_MAX ? { failed: "not run", skipped: true } : best(() => node("convert", step, dest, "--json"), fresh(dest));
+  if (convert.failed && !convert.skipped) {
+    // One process per ~10k objects (plan, convert-group each, finalize): a destination for verify, and the
+    // time of the pipeline's route on one machine.
+    const groups = Math.ceil(info.objects / 10_000);
+    fresh(dest)();
+    let seconds = 0;
+    let rssMB = 0;
+    const add = (r) => {
+      seconds += r.seconds;
+      rssMB = Math.max(rssMB, r.rssMB);
+    };
+    try {
+      add(node("plan", step, dest, "--groups", String(groups)));
+      for (let g = 0; g < groups; g++) add(node("convert-group", dest, "--step", "100", "--group", String(g)));
+      add(node("finalize", dest, "--step", "100"));
+    } catch (e) {
+      convert.failed += `; by groups: ${/(EMFILE|RangeError: [^\n]*)/.exec(String(e.message))?.[1] ?? "failed"}`;
+      seconds = Number.NaN;
+    }
+    convert.byGroups = { groups, seconds, rssMB };
+  }
+  const verify =
+    convert.skipped || Number.isNaN(convert.byGroups?.seconds) ? { failed: "no destination" } : best(() => node("verify", step, regular));
+  if (verify.stdout !== undefined && !/ 0 failed/.test(verify.stdout)) throw new Error(`verify failed:\n${verify.stdout.slice(-2000)}`);
+  // One group of 256: what a convert-group costs in a plan of many groups.
+  const g256 = join(OUT, `${arrays}_x_${chunks}-256`);
+  fresh(g256)();
+  node("plan", step, g256, "--groups", "256");
+  const group = best(() => node("convert-group", g256, "--step", "100", "--group", "0"));
+  const tsOut = join(OUT, `${arrays}_x_${chunks}-tensorstore`);
+  const ts = JSON.parse(
+    spawnSync(PYTHON, ["bench/gen_scale.py", "read", step, tsOut], { encoding: "utf8" }).stdout.trim().split("\n").pop(),
+  );
+  rmSync(tsOut, { recursive: true, force: true });
+  rmSync(dest, { recursive: true, force: true });
+  rmSync(g256, { recursive: true, force: true });
+  const row = { arrays, chunks, objects: info.objects, inspect, plan, planBytes, convert, verify, group, ts };
+  rows.push(row);
+  say(JSON.stringify({ ...row, inspect: undefined, plan: undefined, convert: undefined, verify: undefined, group: undefined }));
+  for (const k of ["inspect", "plan", "convert", "verify", "group"])
+    say(`  ${k}: ${s(row[k])}${row[k].detail ? `\n${row[k].detail}` : ""}`);
+}
+
+function s(r) {
+  const ok = (x) => `${x.seconds.toFixed(2)} s, ${x.rssMB.toFixed(0)} MB`;
+  if (!r.failed) return ok(r);
+  if (r.skipped) return "not run";
+  return `**fails: ${r.failed}**${r.byGroups ? ` (as plan + ${r.byGroups.groups} convert-group + finalize: ${ok(r.byGroups)})` : ""}`;
+}
+say();
+say(
+  "| step (arrays × chunks) | inspect | plan --groups 8 | convert (local) | verify | convert-group 1 of 256 | convert per chunk | TensorStore read / read+write per chunk | convert ÷ TensorStore read+write |",
+);
+say("|---|---|---|---|---|---|---|---|---|");
+for (const r of rows) {
+  const chunks = r.arrays * r.chunks;
+  const mine = ((r.convert.failed ? (r.convert.byGroups?.seconds ?? Number.NaN) : r.convert.seconds) * 1000) / chunks;
+  const read = (r.ts.seconds * 1000) / r.ts.chunks;
+  const copy = (r.ts.copy_seconds * 1000) / r.ts.chunks;
+  say(
+    `| ${r.arrays.toLocaleString("en")} × ${r.chunks} (${(r.objects / 1000).toFixed(1)}k objects) | ${s(r.inspect)} | ${s(r.plan)}, plan ${(r.planBytes / 1e6).toFixed(1)} MB | ${s(r.convert)} | ${s(r.verify)} | ${s(r.group)} | ${mine.toFixed(3)} ms | ${read.toFixed(3)} / ${copy.toFixed(3)} ms | ${(mine / copy).toFixed(2)}x |`,
+  );
+}
+rmSync(OUT, { recursive: true, force: true });
