@@ -256,7 +256,9 @@ function classify(e: unknown, signal: AbortSignal, path: string): unknown {
 function statusError(res: Wire, text: string, path: string): Error {
   let message = text.slice(0, 300);
   try {
-    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? message;
+    // Google's is a string; an emulator's (the storage-testbench's injected faults) may be an object.
+    const m = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
+    if (m !== undefined && m !== null) message = typeof m === "string" ? m : JSON.stringify(m);
   } catch {
     // not JSON: keep the text
   }

@@ -67,8 +67,7 @@ describe.skipIf(missing !== undefined)("convert through the storage-testbench's 
   }
 });
 
-// What the testbench shows GcsStore does not handle yet; each is skipped, saying why, until src/store/gcs.ts and
-// http.ts (being rewritten for issue 16) take it. Then drop the `.skip`.
+// Faults the testbench answers otherwise than fake-gcs-server: each once made GcsStore fail with a TypeError.
 describe.skipIf(missing !== undefined)("GcsStore on the testbench's own faults", () => {
   let bucket: string;
   let proxy: InstructionProxy | undefined;
@@ -82,9 +81,8 @@ describe.skipIf(missing !== undefined)("GcsStore on the testbench's own faults",
   });
   afterAll(() => proxy?.close());
 
-  test.skip(
-    "skipped until http.ts takes it: a 503 whose error body nests an object in error.message is retried " +
-      "(http.ts's statusError calls .replace on it: TypeError, exit 1 as an unexpected error)",
+  test(
+    "a 503 whose error body nests an object in error.message is retried",
     async () => {
       const s = await through({ only: ["return-503"], rawErrors: true });
       resetRetryStats();
@@ -93,10 +91,8 @@ describe.skipIf(missing !== undefined)("GcsStore on the testbench's own faults",
     },
   );
 
-  test.skip(
-    "skipped until gcs.ts takes it: an upload damaged on its way is refused for its CRC-32C and sent again " +
-      "(the testbench refuses it with 412, GCS with 400; GcsStore reads a 412 as a failed precondition and put() " +
-      "fails with a TypeError)",
+  test(
+    "an upload damaged on its way is refused for its CRC-32C (412 from the testbench, 400 from GCS) and sent again",
     async () => {
       const s = await through({ only: ["inject-upload-data-error"] });
       resetRetryStats();

@@ -42,8 +42,8 @@ describe("GcsStore on fake-gcs-server", () => {
   test("listDir files carry their CRC-32C", async () => {
     expect(await store.listDir("tree")).toEqual({
       files: [
-        { key: "tree/a.b", size: 3, crc32c: 0x6064a37a },
-        { key: "tree/ab", size: 3, crc32c: 0x6064a37a },
+        { key: "tree/a.b", size: 3, crc32c: 0x6064a37a, version: expect.any(String) },
+        { key: "tree/ab", size: 3, crc32c: 0x6064a37a, version: expect.any(String) },
       ],
       dirs: ["a", "b"],
     });

@@ -35,9 +35,9 @@ beforeAll(async () => {
     { workflowsDir: join(dir, "workflows"), hooks: join(dir, "hooks.yaml"), userEnv: {}, env: process.env },
     join(dir, "wfemu.log"),
   );
-  for (let i = 0; i < COUNT; i += 50) {
+  for (let i = 0; i < COUNT; i += 10) {
     await Promise.all(
-      Array.from({ length: Math.min(50, COUNT - i) }, (_, j) =>
+      Array.from({ length: Math.min(10, COUNT - i) }, (_, j) =>
         fetch(api(`${WORKFLOW}/executions`), {
           method: "POST",
           body: JSON.stringify({ argument: JSON.stringify({ n: i + j }), labels: { batch: i + j < 100 ? "first" : "rest" } }),

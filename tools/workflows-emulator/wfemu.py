@@ -1119,6 +1119,8 @@ def main():
         _USER_ENV[k] = v
     if a.connector_hooks:
         load_hooks(a.connector_hooks)
+    # socketserver's listen backlog is 5: a burst of clients (tests create executions 50 at once) is reset.
+    ThreadingHTTPServer.request_queue_size = 128
     srv = ThreadingHTTPServer((a.host, a.port), Handler)
     srv.daemon_threads = True
     import signal
