@@ -81,27 +81,21 @@ describe.skipIf(missing !== undefined)("GcsStore on the testbench's own faults",
   });
   afterAll(() => proxy?.close());
 
-  test(
-    "a 503 whose error body nests an object in error.message is retried",
-    async () => {
-      const s = await through({ only: ["return-503"], rawErrors: true });
-      resetRetryStats();
-      expect(await s.stat("nothing")).toBeUndefined();
-      expect(retryStats().byKind).toEqual({ "http-503": 1 });
-    },
-  );
+  test("a 503 whose error body nests an object in error.message is retried", async () => {
+    const s = await through({ only: ["return-503"], rawErrors: true });
+    resetRetryStats();
+    expect(await s.stat("nothing")).toBeUndefined();
+    expect(retryStats().byKind).toEqual({ "http-503": 1 });
+  });
 
-  test(
-    "an upload damaged on its way is refused for its CRC-32C (412 from the testbench, 400 from GCS) and sent again",
-    async () => {
-      const s = await through({ only: ["inject-upload-data-error"] });
-      resetRetryStats();
-      const data = new Uint8Array(100_000).map((_, i) => i % 251);
-      expect((await s.write("damaged-once", data)).size).toBe(data.length);
-      expect(retryStats().byKind).toEqual({ checksum: 1 });
-      expect(Buffer.from(await s.read("damaged-once")).equals(data)).toBe(true);
-    },
-  );
+  test("an upload damaged on its way is refused for its CRC-32C (412 from the testbench, 400 from GCS) and sent again", async () => {
+    const s = await through({ only: ["inject-upload-data-error"] });
+    resetRetryStats();
+    const data = new Uint8Array(100_000).map((_, i) => i % 251);
+    expect((await s.write("damaged-once", data)).size).toBe(data.length);
+    expect(retryStats().byKind).toEqual({ checksum: 1 });
+    expect(Buffer.from(await s.read("damaged-once")).equals(data)).toBe(true);
+  });
 });
 
 test.skipIf(missing === undefined)(missing ?? "storage-testbench is installed", () => {});
