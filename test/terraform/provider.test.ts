@@ -102,9 +102,9 @@ describe.skipIf(!present)(
       });
 
       test("creates everything and nothing else", () => {
-        // 11 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 24 resources, and 20 grants:
+        // 12 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 25 resources, and 20 grants:
         // GCS agent 1, trigger 2, function 4, workflow 7 (3 jobs), jobs 3, build 3.
-        expect(summary).toBe("Plan: 44 to add, 0 to change, 0 to destroy.");
+        expect(summary).toBe("Plan: 45 to add, 0 to change, 0 to destroy.");
         expect(changes.every((c) => c.change.actions.join() === "create" || c.change.actions.join() === "read")).toBe(true);
       });
 
@@ -179,7 +179,7 @@ describe.skipIf(!present)(
         function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
         pubsub_agent_token_creator: "true",
       });
-      expect(summary).toBe("Plan: 41 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 42 to add, 0 to change, 0 to destroy.");
       const addresses = changes.map((c) => c.address);
       expect(addresses.filter((a) => a.includes(".build"))).toEqual([]);
       expect(after(changes, "google_project_iam_member.pubsub_agent_token_creator[0]").role).toBe("roles/iam.serviceAccountTokenCreator");
@@ -187,6 +187,18 @@ describe.skipIf(!present)(
       expect((fn.build_config as Record<string, unknown>[])[0]?.service_account).toBe(
         "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
       );
+    });
+
+    test("with notification_channels: the Monitoring API, a failed-conversion counter and an alert policy to those channels", () => {
+      const channel = "projects/my-project/notificationChannels/1234";
+      const { summary, changes } = plan({ notification_channels: JSON.stringify([channel]) });
+      expect(summary).toBe("Plan: 48 to add, 0 to change, 0 to destroy.");
+      expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
+      const metric = after(changes, "google_logging_metric.conversion_failures[0]");
+      expect(metric.filter).toContain('jsonPayload.state="FAILED"');
+      expect(metric.filter).toContain('log_id("workflows.googleapis.com/executions_system")');
+      const policy = after(changes, "google_monitoring_alert_policy.conversion_failed[0]");
+      expect(policy.notification_channels).toEqual([channel]);
     });
 
     test("lock files are made in the temporary copy only, and terraform/.gitignore keeps them out of git", () => {
