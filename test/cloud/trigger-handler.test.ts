@@ -230,7 +230,20 @@ describe("the trigger function's handler", () => {
   });
 
   test("five deliveries at once start one execution, and the others wait for it and acknowledge", async () => {
-    const outcomes = await Promise.all(Array.from({ length: 5 }, () => handleFinalized(commit(bucket), deps())));
+    // Each delivery on its own clock (a shared one would spend the starter's deadline on the others' waits), and
+    // each wait also takes real time, so the waiters' 5 s do not run out before the starter's requests answer.
+    const ownClock = (): TriggerDeps => {
+      let mine = clock;
+      return {
+        ...deps(),
+        now: () => mine,
+        sleep: async (ms) => {
+          mine += ms;
+          await new Promise((resolve) => setTimeout(resolve, ms / 5));
+        },
+      };
+    };
+    const outcomes = await Promise.all(Array.from({ length: 5 }, () => handleFinalized(commit(bucket), ownClock())));
     expect(outcomes.filter((o) => o === "started")).toHaveLength(1);
     expect(outcomes.filter((o) => o === "duplicate")).toHaveLength(4);
     expect(executions.started).toHaveLength(1);
