@@ -1,4 +1,4 @@
-import type { DirListing, ObjectInfo, Store, WriteOptions, WriteResult } from "./store.js";
+import type { DirListing, ObjectInfo, Store, VersionedObjects, WriteOptions, WriteResult } from "./store.js";
 
 export interface StoreCounts {
   reads: number;
@@ -20,10 +20,48 @@ export class CountingStore implements Store {
   readonly reads: string[] = [];
   readonly ranges: { key: string; offset: number; length: number }[] = [];
 
+  // The optional capabilities exist exactly where the inner store has them (callers test for them), and
+  // count as the operations they are: a conditional read is a read, a conditional write a write.
+  readonly versioned?: VersionedObjects;
+  readonly removeAbandoned?: (prefix: string) => Promise<number>;
+  readonly removeEmptyDirectories?: (prefix: string) => Promise<void>;
+
   constructor(
     readonly inner: Store,
     private readonly options: { log?: boolean } = {},
-  ) {}
+  ) {
+    const versioned = inner.versioned;
+    if (versioned !== undefined) {
+      const counts = this.counts;
+      this.versioned = {
+        get: async (key) => {
+          counts.reads++;
+          const out = await versioned.get(key);
+          if (out !== undefined) counts.bytesRead += out.data.length;
+          return out;
+        },
+        create: (key, data) => {
+          counts.writes++;
+          counts.bytesWritten += data.length;
+          return versioned.create(key, data);
+        },
+        replace: (key, data, version) => {
+          counts.writes++;
+          counts.bytesWritten += data.length;
+          return versioned.replace(key, data, version);
+        },
+        delete: (key, version) => {
+          counts.deletes++;
+          return versioned.delete(key, version);
+        },
+      };
+    }
+    const { removeAbandoned, removeEmptyDirectories } = inner;
+    if (removeAbandoned !== undefined) this.removeAbandoned = (prefix) => removeAbandoned.call(inner, prefix);
+    if (removeEmptyDirectories !== undefined) {
+      this.removeEmptyDirectories = (prefix) => removeEmptyDirectories.call(inner, prefix);
+    }
+  }
 
   get url(): string {
     return this.inner.url;

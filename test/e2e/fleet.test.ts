@@ -102,9 +102,15 @@ const settled = (bucket: string, step: number) =>
 const faults = (list: unknown[]) => writeFileSync(join(work, "faults.json"), JSON.stringify(list));
 const destinationOf = (bucket: string) => `gs://${bucket}/${ROOT_PATH}/regular`;
 
-describe("orbax2reg cloud status", () => {
-  test("names every state a step can be in: converted, running, failed, cancelled, claimed, not converted", async () => {
-    const bucket = await newBucket("status");
+// One root whose steps are in every state, built once; the tests below read it in order (the last two
+// cancel and then resume step 200).
+describe("orbax2reg cloud status and cancel", () => {
+  let bucket = "";
+  let running: StepStatus;
+  let by: Map<number, StepStatus>;
+
+  beforeAll(async () => {
+    bucket = await newBucket("status");
     for (const step of [100, 200, 300, 400, 500, 600]) await writeStep(bucket, step);
     await writeStep(bucket, 700, false);
     faults([]);
@@ -113,7 +119,7 @@ describe("orbax2reg cloud status", () => {
     expect(await settled(bucket, 100)).toMatchObject({ state: "converted" });
     faults([{ destination: destinationOf(bucket), group: 0, fault: "hang", times: 1 }]);
     expect((await cloud(["start", `gs://${bucket}/${ROOT_PATH}/${stepDir(200)}`])).code).toBe(0);
-    const running = await until("step 200 runs its groups", async () => {
+    running = await until("step 200 runs its groups", async () => {
       const s = await stateOf(bucket, 200);
       return s?.state === "running" && s.groups !== null && s.jobs.length > 0 ? s : undefined;
     });
@@ -133,26 +139,29 @@ describe("orbax2reg cloud status", () => {
       .bucket(bucket)
       .file(`${ROOT_PATH}/regular/${stepDir(400)}/.orbax2reg/claim.json`)
       .save(JSON.stringify(claim), { resumable: false });
+    by = new Map((await status(bucket)).map((r) => [r.step, r.status]));
+  }, 300_000);
 
-    const rows = await status(bucket);
-    const by = new Map(rows.map((r) => [r.step, r.status]));
+  test("names every state a step can be in: converted, running, failed, claimed, not converted", () => {
     expect(by.get(100)).toMatchObject({ state: "converted", execution: expect.stringContaining("/executions/") });
     expect((by.get(100) as { bytes: number }).bytes).toBeGreaterThan(0);
     expect(running).toMatchObject({ state: "running", groups: Number(cliEnv.ORBAX2REG_GROUPS) });
-    expect(running.jobs[0]).toMatchObject({ taskCount: 1, running: 1, done: false });
+    expect((running as Extract<StepStatus, { state: "running" }>).jobs[0]).toMatchObject({ taskCount: 1, running: 1, done: false });
     // A 400 refusal fails the same way until someone redeploys: running it again cannot help.
     expect(by.get(300)).toMatchObject({ state: "failed", retryable: false, error: expect.stringMatching(/plan could not be started/) });
     expect(by.get(400)).toMatchObject({ state: "claimed", expired: false });
     expect(by.get(500)).toMatchObject({ state: "not-converted", committed: true, reason: "never started" });
     expect(by.get(700)).toMatchObject({ state: "not-converted", committed: false });
+  });
 
-    // The table a person reads: one line per step.
+  test("prints a table a person reads: one line per step", async () => {
     const table = await cloud(["status", `gs://${bucket}/${ROOT_PATH}`]);
     expect(table.stdout).toMatch(/^STEP\s+STATE\s+DETAIL$/m);
     expect(table.stdout).toMatch(/^\s*100\s+converted\s+/m);
     expect(table.stdout).toMatch(/^\s*200\s+running\s+groups \d+\/\d+, /m);
+  }, 60_000);
 
-    // Cancelling the running one leaves no index, and status says cancelled.
+  test("cancel stops a running step's execution and its job, leaves no index, and status says cancelled", async () => {
     const cancel = await cloud(["cancel", `gs://${bucket}/${ROOT_PATH}`, "--step", "200"]);
     expect(cancel.code).toBe(0);
     expect(cancel.stdout).toMatch(/cancelled projects\/.*\/executions\//);
@@ -163,8 +172,9 @@ describe("orbax2reg cloud status", () => {
       .file(`${ROOT_PATH}/regular/${stepDir(200)}/index`)
       .exists();
     expect(indexExists).toBe(false);
+  }, 120_000);
 
-    // A later start resumes it; the result verifies against the source.
+  test("a later start resumes a cancelled step from its plan, and the result verifies", async () => {
     const again = await cloud(["start", `gs://${bucket}/${ROOT_PATH}/${stepDir(200)}`]);
     expect(again.code).toBe(0);
     const resumed = (await settled(bucket, 200)) as Extract<StepStatus, { state: "converted" }>;

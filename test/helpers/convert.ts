@@ -14,6 +14,7 @@ import {
   type Plan,
   parseGroupPart,
   parsePlan,
+  WORK_DIR,
 } from "../../src/convert/plan-format.js";
 import { FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
 import { tempDir } from "./tmp.js";
@@ -124,8 +125,7 @@ export function convertWith(source: string, destinationRoot: string, options: Pa
   return convert(source, destinationRoot, { ...CONVERT_DEFAULTS, ...options });
 }
 
-/** The tool's own work directory inside a destination step (the plan and group reports). */
-export const WORK_DIR = ".orbax2reg";
+export { WORK_DIR };
 
 /** Every file under `dir` (relative `/` paths, sorted) with its bytes; the tool's work dir is left out. */
 export function snapshot(dir: string, keep: (rel: string) => boolean = (rel) => !rel.startsWith(`${WORK_DIR}/`)): Map<string, Buffer> {
