@@ -1,7 +1,7 @@
 // TEST-ONLY OCDBT encoder, the one every test uses (test/ocdbt, test/codecs, test/fuzz): just enough of
 // the OCDBT format (TensorStore's kvstore/ocdbt/format/, https://google.github.io/tensorstore/kvstore/ocdbt/)
-// to craft databases and edge cases. It writes what TensorStore writes (shortest varints; zstd as hand-made raw-block frames) and validates nothing, so tests can also build invalid
-// objects on purpose. Two layers:
+// to craft databases and edge cases. It writes what TensorStore writes (shortest varints; zstd as hand-made
+// raw-block frames) and validates nothing, so tests can also build invalid objects on purpose. Two layers:
 //  - byte builders from raw fields (file indices, relative keys): envelope, config, dataFileTable,
 //    manifestBody, leafBody, interiorBody, versionLeafBody, versionInteriorBody;
 //  - encoders from the decoded model (src/ocdbt types: Manifest, BtreeNode) that record where every field
