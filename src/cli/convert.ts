@@ -1,4 +1,4 @@
-import { cloudRunTask } from "../cloud/env.js";
+import { cloudRunTask } from "../cloud/api/env.js";
 import { convert, finalizePhase, groupPhase, loadGroup, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, mibToBytes } from "../convert/defaults.js";
 import type { ExecuteOptions } from "../convert/execute.js";

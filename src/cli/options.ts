@@ -72,7 +72,7 @@ export const OPTIONS = {
   // inspect, ocdbt ls
   checksums: { flags: "--checksums", description: "decode every array and add the sha256 of its raw little-endian C-order bytes" },
   keyPrefix: { flags: "--prefix <p>", description: "only keys starting with this prefix" },
-  // Where the pipeline is (cloud commands; src/cloud/settings.ts resolves what is left out)
+  // Where the pipeline is (cloud commands; src/cloud/ops/settings.ts resolves what is left out)
   workflow: { flags: "--workflow <id>", description: WORKFLOW_ID },
   project: {
     flags: "--project <id>",
