@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
+import { cancelMarkerKey } from "../../src/cloud/job/cancelled.js";
 import {
   type FailureReport,
   failureKey,
@@ -20,7 +21,6 @@ import {
   runDirKey,
   SUMMARY_KEY,
 } from "../../src/cloud/job/reports.js";
-import { cancelMarkerKey } from "../../src/cloud/ops/cancel.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 

@@ -8,7 +8,7 @@ import { joinKey } from "../../store/store.js";
 import type { Env } from "../api/env.js";
 import * as fromEnv from "../api/env.js";
 import type { Logger } from "../api/log.js";
-import { stopIfCancelled } from "../ops/cancel.js";
+import { stopIfCancelled } from "./cancelled.js";
 import type { Progress } from "./progress.js";
 import { type JobPhase, type PlanSummary, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, type RunPlan, SUMMARY_KEY } from "./reports.js";
 import { pruneAfterFinalize, retentionFromEnv } from "./retention.js";

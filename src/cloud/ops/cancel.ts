@@ -1,8 +1,7 @@
-import { WORK_DIR } from "../../convert/plan-format.js";
-import { CancelledError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
-import { describe, joinKey, type Store } from "../../store/store.js";
+import { joinKey } from "../../store/store.js";
 import { executionLabels, isLive } from "../api/executions.js";
+import { cancelMarkerKey } from "../job/cancelled.js";
 import { type FleetDeps, locate, parseRoot, progressRecords } from "./status.js";
 
 /**
@@ -21,23 +20,6 @@ export interface CancelReport {
   readonly jobs: readonly string[];
   /** The step has an `index` after all: its finalize had committed it before the cancel arrived. */
   readonly committed: boolean;
-}
-
-/** `.orbax2reg/cancelled/<workflow execution id>.json`: the jobs of that execution stop. */
-export function cancelMarkerKey(workflowExecution: string): string {
-  return `${WORK_DIR}/cancelled/${workflowExecution.split("/").at(-1)}.json`;
-}
-
-/**
- * Throws CancelledError when the workflow execution a job belongs to was cancelled: jobs call it as they
- * start, and finalize right before it writes `index`.
- */
-export async function stopIfCancelled(destination: Store, stepDir: string, workflowExecution: string | undefined): Promise<void> {
-  if (!workflowExecution) return;
-  const key = joinKey(stepDir, cancelMarkerKey(workflowExecution));
-  if ((await destination.stat(key)) !== undefined) {
-    throw new CancelledError(`the pipeline run ${workflowExecution} was cancelled; this job stops`, { path: describe(destination, key) });
-  }
 }
 
 export interface CancelOptions {
