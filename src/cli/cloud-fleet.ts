@@ -5,7 +5,6 @@ import { type BackfillEntry, backfill } from "../cloud/ops/backfill.js";
 import { cancelStep } from "../cloud/ops/cancel.js";
 import { type CloudFlags, resolveCloudSettings } from "../cloud/ops/settings.js";
 import { type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/ops/status.js";
-import { DEFAULT_CLAIM_LEASE_SECONDS } from "../cloud/trigger/config.js";
 import { type StartDeps, startByHand } from "../cloud/trigger/start.js";
 import { UsageError } from "../errors.js";
 import { parseStepName } from "../orbax/step.js";
@@ -27,7 +26,7 @@ async function fleetDeps(flags: FleetFlags, out: Output): Promise<FleetDeps & St
     workflow: settings.workflow,
     destinationTemplate: settings.destinationTemplate,
     groups: settings.groups,
-    claimLeaseMs: DEFAULT_CLAIM_LEASE_SECONDS * 1000,
+    claimLeaseMs: settings.claimLeaseSeconds * 1000,
     openStore,
     executions: workflowsExecutions(await executionsClient(process.env.ORBAX2REG_WORKFLOWS_ENDPOINT)),
     jobs: runJobExecutions(await runExecutionsClient(process.env.ORBAX2REG_RUN_ENDPOINT)),

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, Option } from "commander";
-import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../convert/defaults.js";
+import { DEFAULT_CONCURRENCY, DEFAULT_GROUPS, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, DEFAULT_WORKFLOW_NAME } from "../defaults.js";
 
 /**
  * Every option of every command, declared once: its flags, what it means, how its text is parsed and its
@@ -50,7 +50,7 @@ export const OPTIONS = {
     flags: "--groups <n>",
     description: "parameter groups in the plan (for running groups on several machines)",
     parse: positive,
-    default: 1,
+    default: DEFAULT_PLAN_GROUPS,
   },
   dryRun: { flags: "--dry-run", description: "plan and print what would be written, write nothing" },
   force: { flags: "--force", description: "replace a destination step that is already committed or holds another conversion" },
@@ -76,7 +76,7 @@ export const OPTIONS = {
   workflow: { flags: "--workflow <id>", description: WORKFLOW_ID },
   project: {
     flags: "--project <id>",
-    description: "with --region: the workflow is projects/<id>/locations/<region>/workflows/orbax2reg-convert",
+    description: `with --region: the workflow is projects/<id>/locations/<region>/workflows/${DEFAULT_WORKFLOW_NAME}`,
   },
   region: { flags: "--region <region>", description: "the pipeline's region" },
   destinationTemplate: {
@@ -89,7 +89,7 @@ export const OPTIONS = {
   },
   pipelineGroups: {
     flags: "--groups <n>",
-    description: "parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else 8)",
+    description: `parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else ${DEFAULT_GROUPS})`,
     parse: positive,
   },
   // cloud check

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, test, vi } from "vitest";
 import { COMMANDS } from "../../src/cli/main.js";
 import { OPTIONS, optionSpec } from "../../src/cli/options.js";
-import { mibToBytes } from "../../src/convert/defaults.js";
+import { mibToBytes } from "../../src/defaults.js";
 import { runCli } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch, WORK_DIR } from "../helpers/convert.js";
 

@@ -1,5 +1,13 @@
 import { finalizePhase, groupPhase, planPhase } from "../../convert/convert.js";
-import { MAX_CONCURRENCY, MAX_MEMORY_MIB, mibToBytes } from "../../convert/defaults.js";
+import {
+  DEFAULT_GROUPS,
+  DEFAULT_PLAN_GROUPS,
+  JOB_CONCURRENCY,
+  JOB_MEMORY_MIB,
+  MAX_CONCURRENCY,
+  MAX_MEMORY_MIB,
+  mibToBytes,
+} from "../../defaults.js";
 import { UsageError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
 import { openStore } from "../../store/open.js";
@@ -67,8 +75,8 @@ export async function runPhase(
     let bytes = 0;
     let last = Date.now();
     const report = await groupPhase(destination, step, group, {
-      concurrency: fromEnv.integer(env, "ORBAX2REG_CONCURRENCY", { min: 1, max: MAX_CONCURRENCY, fallback: 32 }),
-      memoryBytes: mibToBytes(fromEnv.integer(env, "ORBAX2REG_MEMORY_MIB", { min: 1, max: MAX_MEMORY_MIB, fallback: 1024 })),
+      concurrency: fromEnv.integer(env, "ORBAX2REG_CONCURRENCY", { min: 1, max: MAX_CONCURRENCY, fallback: JOB_CONCURRENCY }),
+      memoryBytes: mibToBytes(fromEnv.integer(env, "ORBAX2REG_MEMORY_MIB", { min: 1, max: MAX_MEMORY_MIB, fallback: JOB_MEMORY_MIB })),
       taskIndex,
       taskCount,
       onObject: (e) => {
@@ -138,7 +146,10 @@ async function planJob(
   let argument: WorkflowArgument | undefined;
   if (argumentText !== "") {
     // The deployment's default (the workflow passes its ORBAX2REG_GROUPS setting).
-    argument = parseWorkflowArgumentText(argumentText, fromEnv.integer(env, "ORBAX2REG_GROUPS", { min: 1, max: WHOLE.max, fallback: 8 }));
+    argument = parseWorkflowArgumentText(
+      argumentText,
+      fromEnv.integer(env, "ORBAX2REG_GROUPS", { min: 1, max: WHOLE.max, fallback: DEFAULT_GROUPS }),
+    );
     if (argument.destination !== destination)
       throw new UsageError(`ORBAX2REG_DESTINATION ${destination} is not the argument's destination ${argument.destination}`);
     progress.at(argument.stepDir);
@@ -149,7 +160,7 @@ async function planJob(
   }
   const step = argument?.step ?? knownStep;
   const { plan, reused, committed } = await planPhase(argument?.source ?? fromEnv.requiredString(env, "ORBAX2REG_SOURCE"), destination, {
-    groups: argument?.groups ?? fromEnv.integer(env, "ORBAX2REG_GROUPS", { min: 1, max: WHOLE.max, fallback: 1 }),
+    groups: argument?.groups ?? fromEnv.integer(env, "ORBAX2REG_GROUPS", { min: 1, max: WHOLE.max, fallback: DEFAULT_PLAN_GROUPS }),
     paramsOnly: argument?.paramsOnly ?? fromEnv.flag(env, "ORBAX2REG_PARAMS_ONLY"),
     force: argument?.force ?? fromEnv.flag(env, "ORBAX2REG_FORCE"),
     allowUncommitted: fromEnv.flag(env, "ORBAX2REG_ALLOW_UNCOMMITTED"),

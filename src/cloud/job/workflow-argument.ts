@@ -1,4 +1,5 @@
 import { WORK_DIR } from "../../convert/plan-format.js";
+import { MAX_GROUPS } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
 import { parseStepName, stepDirName } from "../../orbax/step.js";
 import { parseLocation } from "../../store/open.js";
@@ -39,11 +40,10 @@ export interface WorkflowArgument {
 export const DEFAULT_JOB_TIMEOUT = 604800;
 
 /**
- * The most groups and the longest wait an argument may ask for: terraform's own bound on `groups`, and the
+ * The most groups and the longest wait an argument may ask for: terraform's own bound on `groups` (MAX_GROUPS), and the
  * default wait, which no job execution terraform allows outlasts. convert.yaml's step budget
  * (docs/workflows-reference.md, "The step budget") is worked out for these.
  */
-export const MAX_GROUPS = 100;
 export const MAX_JOB_TIMEOUT = DEFAULT_JOB_TIMEOUT;
 
 const USAGE = '{"source": "gs://.../step_XXXXXXXX", "destination": "gs://..."}';

@@ -1,6 +1,13 @@
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import {
+  DEFAULT_DESTINATION_TEMPLATE,
+  DEFAULT_GROUPS,
+  DEFAULT_WORKFLOW_NAME,
+  FULL_WORKFLOW_ID,
+  LONGEST_CLAIM_LEASE_SECONDS,
+} from "../../defaults.js";
 import { UsageError } from "../../errors.js";
 import type { Env } from "../api/env.js";
 
@@ -10,8 +17,12 @@ import type { Env } from "../api/env.js";
  *   2. the environment: ORBAX2REG_WORKFLOW (full id or name), ORBAX2REG_PROJECT or GOOGLE_CLOUD_PROJECT,
  *      ORBAX2REG_REGION, ORBAX2REG_EVENTS_TOPIC;
  *   3. `terraform output -json` when the command runs in the terraform root that deployed it
- *      (outputs workflow_id, events_topic_id, destination_template and groups of terraform/examples/basic);
- *   4. for the destination template and groups only: the module's defaults.
+ *      (outputs workflow_id, events_topic_id, destination_template, groups and claim_lease_seconds of
+ *      terraform/examples/basic);
+ *   4. for the destination template and groups only: the module's defaults (src/defaults.ts).
+ * The claim lease (how long a step's pending claim protects it) comes from ORBAX2REG_CLAIM_LEASE_SECONDS or the
+ * terraform output claim_lease_seconds, else the longest any deployment has: a shorter guess could take a claim
+ * over while the function's delivery may still start an execution.
  */
 export interface CloudSettings {
   /** projects/P/locations/R/workflows/W */
@@ -22,6 +33,8 @@ export interface CloudSettings {
   readonly destinationTemplate: string;
   /** Parameter groups a conversion is split into. */
   readonly groups: number;
+  /** The deployed function's claim lease (ORBAX2REG_CLAIM_LEASE_SECONDS). */
+  readonly claimLeaseSeconds: number;
 }
 
 export interface CloudFlags {
@@ -32,14 +45,6 @@ export interface CloudFlags {
   readonly destinationTemplate?: string;
   readonly groups?: number;
 }
-
-/** terraform/modules/orbax2reg's defaults for destination_template and groups. */
-export const DEFAULT_DESTINATION_TEMPLATE = "gs://{bucket}/{root}/regular";
-export const DEFAULT_GROUPS = 8;
-
-/** The default workflow name (terraform's name_prefix "orbax2reg" + "-convert"). */
-export const DEFAULT_WORKFLOW_NAME = "orbax2reg-convert";
-const FULL_WORKFLOW = /^projects\/[^/]+\/locations\/[^/]+\/workflows\/[^/]+$/;
 
 export function resolveCloudSettings(
   flags: CloudFlags,
@@ -60,7 +65,7 @@ export function resolveCloudSettings(
   const nonEmpty = (v: string | undefined) => (v === undefined || v === "" ? undefined : v);
 
   let workflow = nonEmpty(flags.workflow) ?? nonEmpty(env.ORBAX2REG_WORKFLOW);
-  if (workflow === undefined || !FULL_WORKFLOW.test(workflow)) {
+  if (workflow === undefined || !FULL_WORKFLOW_ID.test(workflow)) {
     const project = nonEmpty(flags.project) ?? nonEmpty(env.ORBAX2REG_PROJECT) ?? nonEmpty(env.GOOGLE_CLOUD_PROJECT);
     const region = nonEmpty(flags.region) ?? nonEmpty(env.ORBAX2REG_REGION);
     if (project && region) workflow = `projects/${project}/locations/${region}/workflows/${workflow ?? DEFAULT_WORKFLOW_NAME}`;
@@ -89,7 +94,19 @@ export function resolveCloudSettings(
       `groups must be a positive whole number, got ${JSON.stringify(groupsText)} (--groups, ORBAX2REG_GROUPS or terraform output groups)`,
     );
   }
-  return { workflow, eventsTopic, destinationTemplate, groups: groupsText === undefined ? DEFAULT_GROUPS : Number(groupsText) };
+  const leaseText = nonEmpty(env.ORBAX2REG_CLAIM_LEASE_SECONDS) ?? tfNumber("claim_lease_seconds");
+  if (leaseText !== undefined && !/^[1-9]\d*$/.test(leaseText)) {
+    throw new UsageError(
+      `the claim lease must be a positive whole number of seconds, got ${JSON.stringify(leaseText)} (ORBAX2REG_CLAIM_LEASE_SECONDS or terraform output claim_lease_seconds)`,
+    );
+  }
+  return {
+    workflow,
+    eventsTopic,
+    destinationTemplate,
+    groups: groupsText === undefined ? DEFAULT_GROUPS : Number(groupsText),
+    claimLeaseSeconds: leaseText === undefined ? LONGEST_CLAIM_LEASE_SECONDS : Number(leaseText),
+  };
 }
 
 /** Outputs of the terraform root in `dir`, or undefined when it is none (or terraform is not installed). */

@@ -1,3 +1,11 @@
+import {
+  DEFAULT_CONVERT_EVERY_N_STEPS,
+  DEFAULT_DESTINATION_TEMPLATE,
+  DEFAULT_GROUPS,
+  FULL_WORKFLOW_ID,
+  LONGEST_CLAIM_LEASE_SECONDS,
+  MAX_GROUPS,
+} from "../../defaults.js";
 import { ConfigError, type Env, eventsTopic, integer, optionalString, requiredString } from "../api/env.js";
 import type { TriggerConfig } from "./classify.js";
 
@@ -29,16 +37,13 @@ export function deliveryDeadlineMs(claimLeaseMs: number): number {
   return Math.max(1_000, Math.floor(((claimLeaseMs - 60_000) * 3) / 4));
 }
 
-/** Used when ORBAX2REG_CLAIM_LEASE_SECONDS is unset: the longest event-driven function timeout (540 s) + 60 s. */
-export const DEFAULT_CLAIM_LEASE_SECONDS = 600;
-
 /**
  * Parses the function's environment. Every value terraform can deploy is accepted, including the
  * defaults: ORBAX2REG_ROOT_PREFIXES="" (checkpoint_prefixes = [""]) watches the whole bucket.
  */
 export function triggerConfigFromEnv(env: Env): TriggerHandlerConfig {
   const workflow = requiredString(env, "ORBAX2REG_WORKFLOW", {
-    re: /^projects\/[^/]+\/locations\/[^/]+\/workflows\/[^/]+$/,
+    re: FULL_WORKFLOW_ID,
     what: "a full workflow id, projects/PROJECT/locations/REGION/workflows/NAME",
   });
   // Unset or empty: the whole bucket. Entries are trimmed; an empty entry also means the whole bucket.
@@ -48,7 +53,7 @@ export function triggerConfigFromEnv(env: Env): TriggerHandlerConfig {
   if (rootPrefixes.some((p) => p.startsWith("gs://"))) {
     throw new ConfigError("ORBAX2REG_ROOT_PREFIXES", env.ORBAX2REG_ROOT_PREFIXES, "entries are paths inside the bucket, without gs://");
   }
-  const destinationTemplate = optionalString(env, "ORBAX2REG_DESTINATION_TEMPLATE", "gs://{bucket}/{root}/regular");
+  const destinationTemplate = optionalString(env, "ORBAX2REG_DESTINATION_TEMPLATE", DEFAULT_DESTINATION_TEMPLATE);
   const unknownPlaceholder = /[{}]/.test(destinationTemplate.replaceAll(/\{(bucket|root|step)\}/g, ""));
   if (!/^gs:\/\/[^/]+(\/.*)?$/.test(destinationTemplate) || unknownPlaceholder) {
     throw new ConfigError(
@@ -61,10 +66,15 @@ export function triggerConfigFromEnv(env: Env): TriggerHandlerConfig {
     workflow,
     rootPrefixes,
     destinationTemplate,
-    groups: integer(env, "ORBAX2REG_GROUPS", { min: 1, max: 100, fallback: 8 }),
+    groups: integer(env, "ORBAX2REG_GROUPS", { min: 1, max: MAX_GROUPS, fallback: DEFAULT_GROUPS }),
     eventsTopic: eventsTopic(env),
     // Only steps divisible by this are converted (1: every step).
-    convertEveryNSteps: integer(env, "ORBAX2REG_CONVERT_EVERY_N_STEPS", { min: 1, max: 99_999_999, fallback: 1 }),
-    claimLeaseMs: integer(env, "ORBAX2REG_CLAIM_LEASE_SECONDS", { min: 60, max: 3600, fallback: DEFAULT_CLAIM_LEASE_SECONDS }) * 1000,
+    convertEveryNSteps: integer(env, "ORBAX2REG_CONVERT_EVERY_N_STEPS", {
+      min: 1,
+      max: 99_999_999,
+      fallback: DEFAULT_CONVERT_EVERY_N_STEPS,
+    }),
+    // Unset (not deployed by terraform): the longest lease any deployment has, which is always safe.
+    claimLeaseMs: integer(env, "ORBAX2REG_CLAIM_LEASE_SECONDS", { min: 60, max: 3600, fallback: LONGEST_CLAIM_LEASE_SECONDS }) * 1000,
   };
 }

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "vitest";
 import { ConfigError } from "../../../src/cloud/api/env.js";
-import { DEFAULT_CLAIM_LEASE_SECONDS, triggerConfigFromEnv } from "../../../src/cloud/trigger/config.js";
+import { triggerConfigFromEnv } from "../../../src/cloud/trigger/config.js";
+import { LONGEST_CLAIM_LEASE_SECONDS } from "../../../src/defaults.js";
 
 // The function's environment as terraform/modules/orbax2reg/function.tf sets it for the module's defaults.
 const DEPLOYED = {
@@ -40,7 +41,7 @@ describe("the trigger function's configuration", () => {
   test("optional variables left unset take their documented defaults", () => {
     const c = triggerConfigFromEnv({ ORBAX2REG_WORKFLOW: DEPLOYED.ORBAX2REG_WORKFLOW });
     expect(c).toMatchObject({ rootPrefixes: [""], destinationTemplate: "gs://{bucket}/{root}/regular", groups: 8, eventsTopic: undefined });
-    expect(c.claimLeaseMs).toBe(DEFAULT_CLAIM_LEASE_SECONDS * 1000);
+    expect(c.claimLeaseMs).toBe(LONGEST_CLAIM_LEASE_SECONDS * 1000);
   });
 
   test.each([
