@@ -165,7 +165,6 @@ async function planJob(
     force: argument?.force ?? fromEnv.flag(env, "ORBAX2REG_FORCE"),
     allowUncommitted: fromEnv.flag(env, "ORBAX2REG_ALLOW_UNCOMMITTED"),
     dryRun: false,
-    acceptCommitted: true,
     ...(step !== undefined ? { step } : {}),
   });
   const summary: PlanSummary = {
