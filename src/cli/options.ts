@@ -118,6 +118,39 @@ export type OptionName = keyof typeof OPTIONS;
 /** A command's use of an option: its name, or its name and what the option means for this command. */
 export type OptionUse = OptionName | { readonly name: OptionName; readonly description?: string; readonly required?: boolean };
 
+type Spec<N extends OptionName> = (typeof OPTIONS)[N];
+type NameOf<U> = U extends OptionName ? U : U extends { readonly name: infer N extends OptionName } ? N : never;
+/** The value commander hands over: the parser's result, the text of a `<value>` flag, or true for a switch. */
+type ValueOf<N extends OptionName> =
+  Spec<N> extends { readonly parse: (v: string) => infer T }
+    ? T
+    : Spec<N> extends { readonly flags: `${string}<${string}>` }
+      ? string
+      : boolean;
+/** The names a command always receives a value for: the option has a default, or the table or the use requires it. */
+type Given<U> = U extends OptionName
+  ? Spec<U> extends { readonly default: unknown } | { readonly required: true }
+    ? U
+    : never
+  : U extends { readonly required: true }
+    ? NameOf<U>
+    : GivenName<NameOf<U>>;
+type GivenName<N extends OptionName> = N extends OptionName
+  ? Spec<N> extends { readonly default: unknown } | { readonly required: true }
+    ? N
+    : never
+  : never;
+
+/**
+ * The option values a command's runner receives for the options it lists, typed from the table: what commander
+ * parses is what the runner is declared to take, so a command's flags cannot drift from OPTIONS.
+ */
+export type Flags<Uses extends readonly OptionUse[]> = {
+  readonly [N in Given<Uses[number]>]: ValueOf<N>;
+} & {
+  readonly [N in Exclude<NameOf<Uses[number]>, Given<Uses[number]>>]?: ValueOf<N>;
+};
+
 /** The option as a command uses it: the table's flags, parser and default, the command's words. */
 export function optionSpec(use: OptionUse): OptionSpec {
   if (typeof use === "string") return OPTIONS[use];
