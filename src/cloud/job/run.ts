@@ -77,7 +77,7 @@ export async function runJob(
     const err = e as Error;
     const permanent = e instanceof Orbax2RegError;
     log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000, storageRetries: retryStats() });
-    // Side by side, each within its own short deadline (job-reports.ts, RECORD_RETRY_DEADLINE_MS).
+    // Side by side, each within its own short deadline (reports.ts, RECORD_RETRY_DEADLINE_MS).
     await Promise.all([isPhase(phase) ? reportFailure(env, phase, err, permanent, log) : undefined, progress?.finish("failed", err)]);
     return permanent ? 2 : 1;
   } finally {

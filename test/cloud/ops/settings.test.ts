@@ -59,6 +59,16 @@ describe("where the `orbax2reg cloud` commands find the deployed pipeline", () =
     });
   });
 
+  test("the claim lease is the deployed function's (the environment, then terraform's output), else the longest any has", () => {
+    const tf = () => ({ workflow_id: WF, claim_lease_seconds: 120 });
+    expect(resolveCloudSettings({}, {}, tf).claimLeaseSeconds).toBe(120);
+    expect(resolveCloudSettings({}, { ORBAX2REG_CLAIM_LEASE_SECONDS: "300" }, tf).claimLeaseSeconds).toBe(300);
+    expect(resolveCloudSettings({ workflow: WF }, {}, none).claimLeaseSeconds).toBe(600);
+    expect(() => resolveCloudSettings({ workflow: WF }, { ORBAX2REG_CLAIM_LEASE_SECONDS: "2m" }, none)).toThrow(
+      /claim lease must be a positive whole number of seconds, got "2m"/,
+    );
+  });
+
   test("groups that are not a positive whole number are refused, naming where they came from", () => {
     expect(() => resolveCloudSettings({ workflow: WF }, { ORBAX2REG_GROUPS: "0" }, none)).toThrow(
       /groups must be a positive whole number, got "0"/,
