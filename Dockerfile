@@ -37,7 +37,7 @@ RUN npx tsc -p tsconfig.build.json --sourceMap false --declaration false \
  && find node_modules/zstd-napi/build/Release -mindepth 1 -maxdepth 1 ! -name binding.node -exec rm -rf {} + \
  && find node_modules/zstd-napi/deps -type f ! -name 'LICENSE*' ! -name 'COPYING*' -delete \
  && find node_modules -mindepth 1 -type d -empty -delete \
- && node -e 'require("zstd-napi")' && node --input-type=module -e 'await import("./dist/src/cloud/job-run.js")'
+ && node -e 'require("zstd-napi")' && node --input-type=module -e 'await import("./dist/src/cloud/job/run.js")'
 
 # Runtime stage: compiled code and the dependencies it loads, run as the unprivileged `node` user.
 FROM ${NODE_IMAGE}

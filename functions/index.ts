@@ -1,13 +1,13 @@
 // The Cloud Function (2nd gen) behind the checkpoint bucket's finalize events. Thin: configuration comes
 // from the environment (set by terraform/modules/orbax2reg/function.tf), the decisions are in
-// src/cloud/trigger-handler.ts.
+// src/cloud/trigger/handler.ts.
 import { type CloudEvent, cloudEvent } from "@google-cloud/functions-framework";
-import { ConfigError } from "../src/cloud/env.js";
-import { pubsubPublisher } from "../src/cloud/events.js";
-import { executionsClient, workflowsExecutions } from "../src/cloud/executions.js";
-import { jsonLogger } from "../src/cloud/log.js";
-import { triggerConfigFromEnv } from "../src/cloud/trigger-config.js";
-import { handleFinalized, type TriggerDeps } from "../src/cloud/trigger-handler.js";
+import { ConfigError } from "../src/cloud/api/env.js";
+import { pubsubPublisher } from "../src/cloud/api/events.js";
+import { executionsClient, workflowsExecutions } from "../src/cloud/api/executions.js";
+import { jsonLogger } from "../src/cloud/api/log.js";
+import { triggerConfigFromEnv } from "../src/cloud/trigger/config.js";
+import { handleFinalized, type TriggerDeps } from "../src/cloud/trigger/handler.js";
 import { openStore } from "../src/store/open.js";
 
 const log = jsonLogger({ component: "orbax2reg-trigger" });

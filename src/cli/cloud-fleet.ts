@@ -1,12 +1,11 @@
-import { type BackfillEntry, backfill } from "../cloud/backfill.js";
-import { cancelStep } from "../cloud/cancel.js";
-import { executionsClient, workflowsExecutions } from "../cloud/executions.js";
-import type { Logger } from "../cloud/log.js";
-import { runExecutionsClient, runJobExecutions } from "../cloud/run-executions.js";
-import { type CloudFlags, resolveCloudSettings } from "../cloud/settings.js";
-import { type StartDeps, startByHand } from "../cloud/start.js";
-import { type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/status.js";
-import { DEFAULT_CLAIM_LEASE_SECONDS } from "../cloud/trigger-config.js";
+import { executionsClient, workflowsExecutions } from "../cloud/api/executions.js";
+import type { Logger } from "../cloud/api/log.js";
+import { runExecutionsClient, runJobExecutions } from "../cloud/api/run-executions.js";
+import { type BackfillEntry, backfill } from "../cloud/ops/backfill.js";
+import { cancelStep } from "../cloud/ops/cancel.js";
+import { type CloudFlags, resolveCloudSettings } from "../cloud/ops/settings.js";
+import { type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/ops/status.js";
+import { type StartDeps, startByHand } from "../cloud/trigger/start.js";
 import { UsageError } from "../errors.js";
 import { parseStepName } from "../orbax/step.js";
 import { openStore } from "../store/open.js";
@@ -14,7 +13,7 @@ import { formatBytes, table } from "./format.js";
 import type { Output } from "./output.js";
 
 // `orbax2reg cloud status | start | backfill | cancel`: the same claim, labels and records the trigger
-// function and the jobs use (src/cloud/{status,start,backfill,cancel}.ts); this file only parses and prints.
+// function and the jobs use (src/cloud/ops/{status,backfill,cancel}.ts, src/cloud/trigger/start.ts); this file only parses and prints.
 
 interface FleetFlags extends CloudFlags {
   readonly json?: boolean;
@@ -27,7 +26,7 @@ async function fleetDeps(flags: FleetFlags, out: Output): Promise<FleetDeps & St
     workflow: settings.workflow,
     destinationTemplate: settings.destinationTemplate,
     groups: settings.groups,
-    claimLeaseMs: DEFAULT_CLAIM_LEASE_SECONDS * 1000,
+    claimLeaseMs: settings.claimLeaseSeconds * 1000,
     openStore,
     executions: workflowsExecutions(await executionsClient(process.env.ORBAX2REG_WORKFLOWS_ENDPOINT)),
     jobs: runJobExecutions(await runExecutionsClient(process.env.ORBAX2REG_RUN_ENDPOINT)),

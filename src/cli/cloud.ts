@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { type CheckReport, postDeployCheck, type Stage } from "../cloud/check.js";
-import type { ConversionEvent } from "../cloud/events.js";
-import { executionsClient, workflowsExecutions } from "../cloud/executions.js";
-import { resolveCloudSettings } from "../cloud/settings.js";
+import type { ConversionEvent } from "../cloud/api/events.js";
+import { executionsClient, workflowsExecutions } from "../cloud/api/executions.js";
+import { type CheckReport, postDeployCheck, type Stage } from "../cloud/ops/check.js";
+import { resolveCloudSettings } from "../cloud/ops/settings.js";
 import { verify } from "../convert/verify.js";
 import { UsageError } from "../errors.js";
 import { openStore } from "../store/open.js";
@@ -20,7 +20,7 @@ export interface CheckFlags {
   readonly json?: boolean;
 }
 
-/** `orbax2reg cloud check`: see src/cloud/check.ts. Exit 0 when every stage passed, 1 otherwise. */
+/** `orbax2reg cloud check`: see src/cloud/ops/check.ts. Exit 0 when every stage passed, 1 otherwise. */
 export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<number> {
   if (flags.bucket.startsWith("gs://") || flags.bucket.includes("/")) {
     throw new UsageError(

@@ -1,9 +1,9 @@
-import { cloudRunTask } from "../cloud/env.js";
+import { cloudRunTask } from "../cloud/api/env.js";
 import { convert, finalizePhase, groupPhase, loadGroup, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
-import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, mibToBytes } from "../convert/defaults.js";
 import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
+import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../defaults.js";
 import { DestinationError, Orbax2RegError, UsageError } from "../errors.js";
 import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
@@ -46,7 +46,7 @@ function planSummary(plan: Plan) {
 
 function planOptions(o: ConvertCliOptions): PlanPhaseOptions {
   return {
-    groups: o.groups ?? 1,
+    groups: o.groups ?? DEFAULT_PLAN_GROUPS,
     paramsOnly: o.paramsOnly ?? false,
     allowUncommitted: o.allowUncommitted ?? false,
     force: o.force ?? false,

@@ -1,7 +1,8 @@
 import { Command, CommanderError } from "commander";
+import { DEFAULT_DESTINATION_TEMPLATE } from "../defaults.js";
 import { DestinationError, Orbax2RegError, StorageIoError } from "../errors.js";
 import { ioCause } from "../store/store.js";
-import { commanderOption, type OptionUse } from "./options.js";
+import { commanderOption, type Flags, type OptionUse } from "./options.js";
 import { type Output, processOutput } from "./output.js";
 
 // Each command's module is loaded when that command runs: `convert` never pays for the cloud clients'
@@ -20,27 +21,26 @@ export const EXIT_DESTINATION = 3;
 const LOCATION = "local path, file:// or gs:// URL";
 
 /**
- * The option values commander parsed, as the command's runner declares them (ConvertCliOptions, CheckFlags,
- * ...): commander checked each against the table (src/cli/options.ts) but types none.
- */
-// biome-ignore lint/suspicious/noExplicitAny: the one untyped hand-over, as commander's own action callbacks have it
-type Parsed = any;
-
-/**
  * One command, as data: where it sits (`cloud status` is parent "cloud"), its words for --help, its
  * arguments, the options it takes (src/cli/options.ts, in --help's order) and what it runs.
  */
-export interface CommandSpec {
+export interface CommandSpec<Uses extends readonly OptionUse[] = readonly OptionUse[]> {
   readonly parent?: "ocdbt" | "cloud";
   readonly name: string;
   readonly description: string;
   /** Required positional arguments: [name, description]. */
   readonly arguments: readonly (readonly [string, string])[];
-  readonly options: readonly OptionUse[];
+  readonly options: Uses;
   readonly helpAfter?: string;
-  /** Runs the command with its positional arguments; resolves to the exit code. */
-  readonly run: (out: Output, options: Parsed, ...args: string[]) => Promise<number>;
+  /**
+   * Runs the command with the option values commander parsed (typed from the table: Flags) and its positional
+   * arguments; resolves to the exit code. A method, so every command fits in COMMANDS whatever its options.
+   */
+  run(out: Output, options: Flags<Uses>, ...args: string[]): Promise<number>;
 }
+
+/** A command with its runner checked against the options it lists. */
+const command = <const Uses extends readonly OptionUse[]>(spec: CommandSpec<Uses>): CommandSpec<Uses> => spec;
 
 /** Parent commands: only a description and their subcommands. */
 const GROUPS = {
@@ -50,16 +50,15 @@ const GROUPS = {
 
 const CHECK_HELP =
   "\nSettings come from the flags, then ORBAX2REG_WORKFLOW / ORBAX2REG_PROJECT / ORBAX2REG_REGION / ORBAX2REG_EVENTS_TOPIC,\nthen `terraform output` when run in the terraform folder that deployed the pipeline.\n\nExample (in terraform/examples/basic after terraform apply):\n  orbax2reg cloud check --bucket my-checkpoints --prefix runs";
-const SETTINGS_HELP =
-  "\nThe pipeline: --workflow, else --project and --region, else ORBAX2REG_WORKFLOW (or ORBAX2REG_PROJECT and\nORBAX2REG_REGION), else `terraform output workflow_id` when run in the terraform folder that deployed it.\nDestinations follow --destination-template, else ORBAX2REG_DESTINATION_TEMPLATE, else terraform output\ndestination_template, else the module's default gs://{bucket}/{root}/regular.";
+const SETTINGS_HELP = `\nThe pipeline: --workflow, else --project and --region, else ORBAX2REG_WORKFLOW (or ORBAX2REG_PROJECT and\nORBAX2REG_REGION), else \`terraform output workflow_id\` when run in the terraform folder that deployed it.\nDestinations follow --destination-template, else ORBAX2REG_DESTINATION_TEMPLATE, else terraform output\ndestination_template, else the module's default ${DEFAULT_DESTINATION_TEMPLATE}.`;
 
 /** Where the pipeline is: the options every cloud command but `check` takes after its own. */
-const PIPELINE: readonly OptionUse[] = ["workflow", "project", "region", "destinationTemplate", "json"];
+const PIPELINE = ["workflow", "project", "region", "destinationTemplate", "json"] as const;
 const CHECKPOINT_ROOT = ["checkpoint-root", "gs://BUCKET/PATH holding step_XXXXXXXX directories"] as const;
 const PLAN_STEP = { name: "step", description: "the step the plan was made for", required: true } as const;
 
 export const COMMANDS: readonly CommandSpec[] = [
-  {
+  command({
     name: "inspect",
     description: "List the arrays of an Orbax step (a step directory, a checkpoint root, or a PyTree item), with commit status and layout.",
     arguments: [["step-dir", LOCATION]],
@@ -67,8 +66,8 @@ export const COMMANDS: readonly CommandSpec[] = [
     helpAfter:
       "\nExamples:\n  orbax2reg inspect gs://bucket/run/checkpoints/step_00001000\n  orbax2reg inspect ./checkpoints --step 1000 --json --checksums",
     run: async (out, o, location) => (await import("./inspect.js")).runInspect(location, o, out),
-  },
-  {
+  }),
+  command({
     name: "convert",
     description: "Convert an Orbax step into an AXLearn regular checkpoint at <dest-root>/step_XXXXXXXX (plan, copy, finalize).",
     arguments: [
@@ -89,8 +88,8 @@ export const COMMANDS: readonly CommandSpec[] = [
     helpAfter:
       "\nExamples:\n  orbax2reg convert gs://bucket/run/checkpoints gs://bucket/run/regular\n  orbax2reg convert ./ckpt/step_00001000 ./regular --params-only --json",
     run: async (out, o, source, dest) => (await convertCommands()).runConvert(source, dest, o, out),
-  },
-  {
+  }),
+  command({
     name: "plan",
     description: "Phase 1 of convert: write the plan under <dest-root>/step_XXXXXXXX/.orbax2reg/ and print its groups.",
     arguments: [
@@ -107,23 +106,23 @@ export const COMMANDS: readonly CommandSpec[] = [
       { name: "json", description: "print a JSON summary" },
     ],
     run: async (out, o, source, dest) => (await convertCommands()).runPlan(source, dest, o, out),
-  },
-  {
+  }),
+  command({
     name: "convert-group",
     description:
       "Phase 2 of convert: copy one group of the plan. Groups can run at once on different machines; re-running skips what exists.",
     arguments: [["dest-root", LOCATION]],
     options: [PLAN_STEP, "group", "taskIndex", "taskCount", "concurrency", "memory", { name: "json", description: "print a JSON report" }],
     run: async (out, o, dest) => (await convertCommands()).runConvertGroup(dest, o, out),
-  },
-  {
+  }),
+  command({
     name: "finalize",
     description: "Phase 3 of convert: check every planned object, copy iterator files, write the index last.",
     arguments: [["dest-root", LOCATION]],
     options: [PLAN_STEP, { name: "json", description: "print a JSON report" }],
     run: async (out, o, dest) => (await convertCommands()).runFinalize(dest, o, out),
-  },
-  {
+  }),
+  command({
     name: "verify",
     description:
       "Compare a regular checkpoint with its Orbax source: index, every .zarray, every chunk decoded. Prints N passed, M failed.",
@@ -133,16 +132,16 @@ export const COMMANDS: readonly CommandSpec[] = [
     ],
     options: [{ name: "json", description: "print the checks as JSON" }],
     run: async (out, o, orbax, regular) => (await convertCommands()).runVerify(orbax, regular, o, out),
-  },
-  {
+  }),
+  command({
     parent: "ocdbt",
     name: "ls",
     description: "List the keys of an OCDBT database (the directory holding manifest.ocdbt) with where each value is stored.",
     arguments: [["db-dir", LOCATION]],
     options: ["keyPrefix", { name: "json", description: 'print a JSON array of {"key","size","inline","file","offset"}' }],
     run: async (out, o, location) => (await import("./ocdbt-ls.js")).runOcdbtLs(location, o, out),
-  },
-  {
+  }),
+  command({
     parent: "cloud",
     name: "check",
     description:
@@ -164,8 +163,8 @@ export const COMMANDS: readonly CommandSpec[] = [
     ],
     helpAfter: CHECK_HELP,
     run: async (out, o) => (await import("./cloud.js")).runCloudCheck(o, out),
-  },
-  {
+  }),
+  command({
     parent: "cloud",
     name: "status",
     description: "Where each step of a checkpoint root stands: converted, running, failed, cancelled, claimed or not converted.",
@@ -173,8 +172,8 @@ export const COMMANDS: readonly CommandSpec[] = [
     options: [{ name: "step", description: "only this step" }, "watch", "interval", ...PIPELINE],
     helpAfter: SETTINGS_HELP,
     run: async (out, o, root) => (await cloudFleet()).runCloudStatus(root, o, out),
-  },
-  {
+  }),
+  command({
     parent: "cloud",
     name: "start",
     description: "Start one conversion of an Orbax step, claimed as the trigger claims it (refused while one runs).",
@@ -188,8 +187,8 @@ export const COMMANDS: readonly CommandSpec[] = [
     ],
     helpAfter: SETTINGS_HELP,
     run: async (out, o, stepDir) => (await cloudFleet()).runCloudStart(stepDir, o, out),
-  },
-  {
+  }),
+  command({
     parent: "cloud",
     name: "backfill",
     description: "Start conversions for committed steps that have neither a converted step nor a live claim.",
@@ -206,8 +205,8 @@ export const COMMANDS: readonly CommandSpec[] = [
     ],
     helpAfter: SETTINGS_HELP,
     run: async (out, o, root) => (await cloudFleet()).runCloudBackfill(root, o, out),
-  },
-  {
+  }),
+  command({
     parent: "cloud",
     name: "cancel",
     description: "Cancel a step's conversion and its running job executions; no index is written, and a later start resumes.",
@@ -215,7 +214,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     options: [{ name: "step", description: "the step", required: true }, ...PIPELINE],
     helpAfter: SETTINGS_HELP,
     run: async (out, o, root) => (await cloudFleet()).runCloudCancel(root, o, out),
-  },
+  }),
 ];
 
 function buildProgram(out: Output, setExit: (code: number) => void): Command {
@@ -243,7 +242,8 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     // Commander passes the arguments, then the options, then the command.
     command.action(async (...a: unknown[]) => {
       const args = a.slice(0, spec.arguments.length) as string[];
-      setExit(await spec.run(out, a[spec.arguments.length], ...args));
+      // Commander built these values from the table's options for this command: what Flags<Uses> describes.
+      setExit(await spec.run(out, a[spec.arguments.length] as Flags<readonly OptionUse[]>, ...args));
     });
   }
   return program;

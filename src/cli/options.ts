@@ -1,5 +1,5 @@
 import { InvalidArgumentError, Option } from "commander";
-import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../convert/defaults.js";
+import { DEFAULT_CONCURRENCY, DEFAULT_GROUPS, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, DEFAULT_WORKFLOW_NAME } from "../defaults.js";
 
 /**
  * Every option of every command, declared once: its flags, what it means, how its text is parsed and its
@@ -50,7 +50,7 @@ export const OPTIONS = {
     flags: "--groups <n>",
     description: "parameter groups in the plan (for running groups on several machines)",
     parse: positive,
-    default: 1,
+    default: DEFAULT_PLAN_GROUPS,
   },
   dryRun: { flags: "--dry-run", description: "plan and print what would be written, write nothing" },
   force: { flags: "--force", description: "replace a destination step that is already committed or holds another conversion" },
@@ -72,11 +72,11 @@ export const OPTIONS = {
   // inspect, ocdbt ls
   checksums: { flags: "--checksums", description: "decode every array and add the sha256 of its raw little-endian C-order bytes" },
   keyPrefix: { flags: "--prefix <p>", description: "only keys starting with this prefix" },
-  // Where the pipeline is (cloud commands; src/cloud/settings.ts resolves what is left out)
+  // Where the pipeline is (cloud commands; src/cloud/ops/settings.ts resolves what is left out)
   workflow: { flags: "--workflow <id>", description: WORKFLOW_ID },
   project: {
     flags: "--project <id>",
-    description: "with --region: the workflow is projects/<id>/locations/<region>/workflows/orbax2reg-convert",
+    description: `with --region: the workflow is projects/<id>/locations/<region>/workflows/${DEFAULT_WORKFLOW_NAME}`,
   },
   region: { flags: "--region <region>", description: "the pipeline's region" },
   destinationTemplate: {
@@ -89,7 +89,7 @@ export const OPTIONS = {
   },
   pipelineGroups: {
     flags: "--groups <n>",
-    description: "parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else 8)",
+    description: `parameter groups (default: ORBAX2REG_GROUPS, terraform output groups, else ${DEFAULT_GROUPS})`,
     parse: positive,
   },
   // cloud check
@@ -117,6 +117,39 @@ export type OptionName = keyof typeof OPTIONS;
 
 /** A command's use of an option: its name, or its name and what the option means for this command. */
 export type OptionUse = OptionName | { readonly name: OptionName; readonly description?: string; readonly required?: boolean };
+
+type Spec<N extends OptionName> = (typeof OPTIONS)[N];
+type NameOf<U> = U extends OptionName ? U : U extends { readonly name: infer N extends OptionName } ? N : never;
+/** The value commander hands over: the parser's result, the text of a `<value>` flag, or true for a switch. */
+type ValueOf<N extends OptionName> =
+  Spec<N> extends { readonly parse: (v: string) => infer T }
+    ? T
+    : Spec<N> extends { readonly flags: `${string}<${string}>` }
+      ? string
+      : boolean;
+/** The names a command always receives a value for: the option has a default, or the table or the use requires it. */
+type Given<U> = U extends OptionName
+  ? Spec<U> extends { readonly default: unknown } | { readonly required: true }
+    ? U
+    : never
+  : U extends { readonly required: true }
+    ? NameOf<U>
+    : GivenName<NameOf<U>>;
+type GivenName<N extends OptionName> = N extends OptionName
+  ? Spec<N> extends { readonly default: unknown } | { readonly required: true }
+    ? N
+    : never
+  : never;
+
+/**
+ * The option values a command's runner receives for the options it lists, typed from the table: what commander
+ * parses is what the runner is declared to take, so a command's flags cannot drift from OPTIONS.
+ */
+export type Flags<Uses extends readonly OptionUse[]> = {
+  readonly [N in Given<Uses[number]>]: ValueOf<N>;
+} & {
+  readonly [N in Exclude<NameOf<Uses[number]>, Given<Uses[number]>>]?: ValueOf<N>;
+};
 
 /** The option as a command uses it: the table's flags, parser and default, the command's words. */
 export function optionSpec(use: OptionUse): OptionSpec {

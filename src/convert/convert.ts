@@ -17,11 +17,6 @@ export interface PlanPhaseOptions {
   /** Take the destination step over from whatever conversion holds it (see ownership.ts). */
   readonly force: boolean;
   readonly dryRun: boolean;
-  /**
-   * @deprecated No effect: a destination step already committed from this same source and options is
-   * always a success with nothing to do (`committed` in the result), for the CLI as for the pipeline.
-   */
-  readonly acceptCommitted?: boolean;
 }
 
 export interface PlanPhaseResult {

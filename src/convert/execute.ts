@@ -1,9 +1,9 @@
+import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../defaults.js";
 import { ConflictError, FormatError } from "../errors.js";
 import { joinKey, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { parseZarrMetadata, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { type Batch, coalesce, sliceOf } from "./coalesce.js";
-import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "./defaults.js";
 import { checkObjects, listTargets, type Verdict } from "./done.js";
 import { OwnerWatch, retreat } from "./ownership.js";
 import { dataLength, type ExecutionPlan, type PlannedObject } from "./plan-format.js";

@@ -24,7 +24,7 @@ export const PLAN_KEY = `${WORK_DIR}/plan.json`;
 export const planPartsDir = (id: string) => `${WORK_DIR}/plans/${id}`;
 export const groupPartKey = (id: string, group: number) => `${planPartsDir(id)}/group-${String(group).padStart(5, "0")}.json`;
 export const commitPartKey = (id: string) => `${planPartsDir(id)}/commit.json`;
-/** The trigger function's once-per-step claim (src/cloud/trigger-handler.ts); deleting it allows a re-run. */
+/** The trigger function's once-per-step claim (src/cloud/trigger/handler.ts); deleting it allows a re-run. */
 export const CLAIM_KEY = `${WORK_DIR}/claim.json`;
 
 /** Bytes to read: a literal (inline OCDBT values, synthesized metadata) or a range of a source object. */

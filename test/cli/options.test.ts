@@ -1,9 +1,9 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, afterEach, describe, expect, test, vi } from "vitest";
+import { afterAll, afterEach, describe, expect, expectTypeOf, test, vi } from "vitest";
 import { COMMANDS } from "../../src/cli/main.js";
-import { OPTIONS, optionSpec } from "../../src/cli/options.js";
-import { mibToBytes } from "../../src/convert/defaults.js";
+import { type Flags, OPTIONS, optionSpec } from "../../src/cli/options.js";
+import { mibToBytes } from "../../src/defaults.js";
 import { runCli } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch, WORK_DIR } from "../helpers/convert.js";
 
@@ -33,6 +33,16 @@ describe("every command's --help", () => {
 test("every option in the table is taken by some command", () => {
   const used = new Set(COMMANDS.flatMap((c) => c.options.map((u) => (typeof u === "string" ? u : u.name))));
   expect(Object.keys(OPTIONS).filter((name) => !used.has(name as keyof typeof OPTIONS))).toEqual([]);
+});
+
+test("a command's runner receives its options typed from the table (checked by tsc)", () => {
+  type F = Flags<readonly ["groups", "json", "destination", { readonly name: "step"; readonly required: true }, "step"]>;
+  // A parser's result, always there with a default or when required; a switch or a text value only when given.
+  expectTypeOf<F["groups"]>().toEqualTypeOf<number>();
+  expectTypeOf<F["step"]>().toEqualTypeOf<number>();
+  expectTypeOf<F["json"]>().toEqualTypeOf<boolean | undefined>();
+  expectTypeOf<F["destination"]>().toEqualTypeOf<string | undefined>();
+  expectTypeOf<F>().not.toHaveProperty("force");
 });
 
 test("a command's own words change an option's description, never its parser or default", () => {

@@ -1,6 +1,6 @@
 // A loopback stand-in for the Cloud Run Admin API v2 (which has no emulator), serving the job executions that
 // connector-hook.mjs plays with local processes, from the same state directory (run-state.mjs). Only what
-// src/cloud/run-executions.ts uses, over the REST transport @google-cloud/run speaks with `fallback: true`:
+// src/cloud/api/run-executions.ts uses, over the REST transport @google-cloud/run speaks with `fallback: true`:
 //   GET  /v2/{name}          executions.get: the Execution resource
 //        (https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs.executions/get)
 //   POST /v2/{name}:cancel   executions.cancel: stops the tasks, answers a done Operation

@@ -2,7 +2,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
-import { cancelMarkerKey } from "../../src/cloud/cancel.js";
+import { jsonLogger } from "../../src/cloud/api/log.js";
+import { cancelMarkerKey } from "../../src/cloud/job/cancelled.js";
 import {
   type FailureReport,
   failureKey,
@@ -19,8 +20,7 @@ import {
   recordStoreOptions,
   runDirKey,
   SUMMARY_KEY,
-} from "../../src/cloud/job-reports.js";
-import { jsonLogger } from "../../src/cloud/log.js";
+} from "../../src/cloud/job/reports.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 

@@ -2,8 +2,8 @@ import { readFileSync } from "node:fs";
 import { parse as parseHcl } from "@cdktf/hcl2json";
 import { describe, expect, test } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { failureKey, failuresPrefix, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, runDirKey, SUMMARY_KEY } from "../../src/cloud/job-reports.js";
-import { DEFAULT_JOB_TIMEOUT, jobEnvironment, parseWorkflowArgument, stepWorkPrefix } from "../../src/cloud/workflow-argument.js";
+import { failureKey, failuresPrefix, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, runDirKey, SUMMARY_KEY } from "../../src/cloud/job/reports.js";
+import { DEFAULT_JOB_TIMEOUT, jobEnvironment, parseWorkflowArgument, stepWorkPrefix } from "../../src/cloud/job/workflow-argument.js";
 
 // workflows/convert.yaml against the code around it: what terraform configures, what the jobs read and
 // write, Workflows' own rules, and the documented standard library (docs/workflows-reference.md). Its
@@ -123,7 +123,7 @@ describe("workflows/convert.yaml", () => {
   });
 
   test("passes the jobs only variables the job entry point reads", () => {
-    const job = ["jobs/main.ts", "src/cloud/job-phases.ts"].map((f) => readFileSync(f, "utf8")).join("\n");
+    const job = ["jobs/main.ts", "src/cloud/job/phases.ts"].map((f) => readFileSync(f, "utf8")).join("\n");
     const passed = [...text.matchAll(/name: (ORBAX2REG_\w+)/g)].map((m) => m[1] as string);
     expect(passed).toEqual(expect.arrayContaining(["ORBAX2REG_ARGUMENT", "ORBAX2REG_RUN", "ORBAX2REG_GROUP", "ORBAX2REG_ATTEMPT"]));
     // The later jobs' environment comes from the plan job's plan.json (jobEnv), built by jobEnvironment.

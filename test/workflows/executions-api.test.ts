@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { stringify } from "yaml";
-import { executionsClient, workflowsExecutions } from "../../src/cloud/executions.js";
+import { executionsClient, workflowsExecutions } from "../../src/cloud/api/executions.js";
 import { startWorkflows } from "../e2e/emulators.js";
 import { removeScratch, scratch } from "../helpers/convert.js";
 import type { Running } from "../helpers/servers.js";
@@ -11,7 +11,7 @@ import { LOCATION, PROJECT } from "./emulator.js";
 // The Workflows emulator's executions.list and executions.get answer as Google documents them
 // (https://cloud.google.com/workflows/docs/reference/executions/rest/v1/projects.locations.workflows.executions/list,
 // .../get, .../ExecutionView): list gives the BASIC view unless FULL is asked for, in pages (100 by default, at most
-// 1000 BASIC or 100 FULL) joined by page tokens, newest created first; get gives FULL. And src/cloud/executions.ts
+// 1000 BASIC or 100 FULL) joined by page tokens, newest created first; get gives FULL. And src/cloud/api/executions.ts
 // reads every page and asks for FULL where it needs the argument.
 
 const COUNT = 1_100; // more than one BASIC page (1000), eleven FULL pages (100)

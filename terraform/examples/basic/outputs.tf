@@ -27,6 +27,11 @@ output "groups" {
   value       = module.orbax2reg.groups
 }
 
+output "claim_lease_seconds" {
+  description = "The function's claim lease in seconds; the CLI reads it."
+  value       = module.orbax2reg.claim_lease_seconds
+}
+
 output "events_topic_id" {
   description = "Pub/Sub topic with the pipeline's events; subscribe to it to follow conversions."
   value       = module.orbax2reg.events_topic_id

@@ -97,6 +97,11 @@ output "groups" {
   value       = var.groups
 }
 
+output "claim_lease_seconds" {
+  description = "How long a step's claim that names no execution protects it (the function's ORBAX2REG_CLAIM_LEASE_SECONDS)."
+  value       = var.function_timeout_seconds + 60
+}
+
 output "trigger_region" {
   description = "Region of the function's Eventarc trigger (the checkpoint bucket's location)."
   value       = local.trigger_region

@@ -1,0 +1,165 @@
+import { WORK_DIR } from "../../convert/plan-format.js";
+import { MAX_GROUPS } from "../../defaults.js";
+import { UsageError } from "../../errors.js";
+import { parseStepName, stepDirName } from "../../orbax/step.js";
+import { parseLocation } from "../../store/open.js";
+import { joinKey } from "../../store/store.js";
+
+/**
+ * The argument of one workflows/convert.yaml execution (what the console, `orbax2reg cloud start` and the
+ * trigger function pass), read by the plan job: the workflow itself only checks what it needs before any job
+ * runs (a destination bucket to read the plan job's answer from) and hands the rest over verbatim
+ * (ORBAX2REG_ARGUMENT). Every mistake is a UsageError naming the field: a retry cannot fix an argument.
+ *
+ *   {"source": "gs://B/run/checkpoints/step_00001000", "destination": "gs://B/run/regular",
+ *    "step": 1000, "groups": 8, "tasks_per_group": 1, "job_timeout": 604800,
+ *    "options": {"params_only": false, "force": false}}
+ *
+ * Only source and destination are required; a field given as null counts as absent. Whole numbers may be
+ * JSON integers or strings of digits (the console makes it easy to type either).
+ */
+export interface WorkflowArgument {
+  /** The Orbax step, gs://BUCKET/PATH, trailing slashes removed. */
+  readonly source: string;
+  /** The regular checkpoint root, gs://BUCKET[/PATH], trailing slashes removed. */
+  readonly destination: string;
+  readonly step: number;
+  /** `step_%08d`, the destination step directory. */
+  readonly stepDir: string;
+  /** Parameter groups, each converted by its own job execution. */
+  readonly groups: number;
+  /** Cloud Run tasks splitting each group. */
+  readonly tasksPerGroup: number;
+  /** Seconds the workflow waits for one job execution before cancelling it. */
+  readonly jobTimeout: number;
+  readonly paramsOnly: boolean;
+  readonly force: boolean;
+}
+
+/** Seven days: the most Cloud Run lets one task run, and what terraform checks the jobs' retries fit in. */
+export const DEFAULT_JOB_TIMEOUT = 604800;
+
+/**
+ * The most groups and the longest wait an argument may ask for: terraform's own bound on `groups` (MAX_GROUPS), and the
+ * default wait, which no job execution terraform allows outlasts. convert.yaml's step budget
+ * (docs/workflows-reference.md, "The step budget") is worked out for these.
+ */
+export const MAX_JOB_TIMEOUT = DEFAULT_JOB_TIMEOUT;
+
+const USAGE = '{"source": "gs://.../step_XXXXXXXX", "destination": "gs://..."}';
+
+const isMap = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+const given = (m: Record<string, unknown>, field: string): unknown => m[field] ?? undefined;
+const shown = (v: unknown) => JSON.stringify(v) ?? String(v);
+
+/** An integer or a string of digits, as a number. */
+function wholeNumber(value: unknown, what: string): number {
+  const n = typeof value === "number" ? value : typeof value === "string" && /^[0-9]+$/.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < 0) throw new UsageError(`${what} must be a whole number, got ${shown(value)}`);
+  return n;
+}
+
+/** A whole number of which 0 would make nothing run (no group, no task, no wait), and at most `max`. */
+function count(value: unknown, what: string, max = Number.MAX_SAFE_INTEGER): number {
+  const n = wholeNumber(value, what);
+  if (n < 1) throw new UsageError(`${what} must be at least 1, got ${shown(value)}`);
+  if (n > max) throw new UsageError(`${what} must be at most ${max}, got ${shown(value)}`);
+  return n;
+}
+
+function option(options: Record<string, unknown>, name: string): boolean {
+  const v = given(options, name);
+  if (v === undefined) return false;
+  if (typeof v !== "boolean") throw new UsageError(`options.${name} must be true or false, got ${shown(v)}`);
+  return v;
+}
+
+/**
+ * Validates the argument (the execution's argument JSON, already parsed) and fills in the defaults.
+ * `defaultGroups` is the deployment's setting (ORBAX2REG_GROUPS on the workflow).
+ */
+export function parseWorkflowArgument(args: unknown, defaultGroups: number): WorkflowArgument {
+  if (args === null || args === undefined) throw new UsageError(`no argument: pass ${USAGE}`);
+  if (!isMap(args) || given(args, "source") === undefined || given(args, "destination") === undefined)
+    throw new UsageError(
+      'the argument needs "source" (the Orbax step, gs://...) and "destination" (the regular checkpoint root, gs://...)',
+    );
+  const trim = (v: unknown) => (typeof v === "string" ? v.replace(/\/+$/, "") : v);
+  const source = trim(args.source);
+  const destination = trim(args.destination);
+  if (typeof source !== "string" || !/^gs:\/\/[^/]+\/./.test(source))
+    throw new UsageError(`source must be gs://BUCKET/PATH of an Orbax step, got ${typeof source === "string" ? source : shown(source)}`);
+  if (typeof destination !== "string" || !/^gs:\/\/[^/]+/.test(destination))
+    throw new UsageError(
+      `destination must be gs://BUCKET[/PATH], got ${typeof destination === "string" ? destination : shown(destination)}`,
+    );
+  const options = given(args, "options") ?? {};
+  if (!isMap(options)) throw new UsageError(`options must be an object, got ${shown(options)}`);
+
+  let step = given(args, "step");
+  if (step === undefined) {
+    // AXLearn names steps step_%08d; a bare number is accepted too.
+    const last = source.slice(source.lastIndexOf("/") + 1);
+    step = parseStepName(last) ?? (/^[0-9]+$/.test(last) ? last : undefined);
+    if (step === undefined) throw new UsageError(`cannot tell the step from the source's last path segment ${last}; pass "step"`);
+  }
+  const stepNumber = wholeNumber(step, "step");
+  return {
+    source,
+    destination,
+    step: stepNumber,
+    stepDir: stepDirName(stepNumber),
+    groups: count(given(args, "groups") ?? defaultGroups, "groups", MAX_GROUPS),
+    tasksPerGroup: count(given(args, "tasks_per_group") ?? 1, "tasks_per_group"),
+    // The Run connector's own wait (30 minutes) is far too short for a large group; the jobs' task timeout
+    // bounds a real run (terraform checks it fits in these 7 days).
+    jobTimeout: count(given(args, "job_timeout") ?? DEFAULT_JOB_TIMEOUT, "job_timeout", MAX_JOB_TIMEOUT),
+    paramsOnly: option(options, "params_only"),
+    force: option(options, "force"),
+  };
+}
+
+/** The execution's argument as the workflow passes it to the plan job: JSON text (json.encode_to_string). */
+export function parseWorkflowArgumentText(text: string, defaultGroups: number): WorkflowArgument {
+  let args: unknown;
+  try {
+    args = JSON.parse(text);
+  } catch (e) {
+    throw new UsageError(`the argument is not JSON: ${(e as Error).message}`);
+  }
+  return parseWorkflowArgument(args, defaultGroups);
+}
+
+/** One variable of a Cloud Run container override (Run Admin API v2 EnvVar: name, value). */
+export interface EnvVar {
+  readonly name: string;
+  readonly value: string;
+}
+
+/**
+ * What the convert-group and finalize jobs read (jobs/main.ts), the same for every one of them; the workflow
+ * adds ORBAX2REG_GROUP and ORBAX2REG_ATTEMPT. `execution` is the workflow execution's full name, for the
+ * logs and `orbax2reg cloud cancel`.
+ */
+export function jobEnvironment(a: WorkflowArgument, execution: string | undefined): EnvVar[] {
+  return [
+    { name: "ORBAX2REG_SOURCE", value: a.source },
+    { name: "ORBAX2REG_DESTINATION", value: a.destination },
+    { name: "ORBAX2REG_STEP", value: String(a.step) },
+    { name: "ORBAX2REG_GROUPS", value: String(a.groups) },
+    { name: "ORBAX2REG_PARAMS_ONLY", value: String(a.paramsOnly) },
+    { name: "ORBAX2REG_FORCE", value: String(a.force) },
+    ...(execution ? [{ name: "ORBAX2REG_EXECUTION", value: execution }] : []),
+  ];
+}
+
+/**
+ * The step's work directory as an object name prefix in the destination's bucket, ending in "/"
+ * (`run/regular/step_00001000/.orbax2reg/`): where the convert-group and finalize jobs leave their failure
+ * reports for the workflow to list.
+ */
+export function stepWorkPrefix(a: WorkflowArgument): string {
+  const at = parseLocation(a.destination);
+  if (at.kind !== "gcs") throw new UsageError(`destination must be gs://BUCKET[/PATH], got ${a.destination}`);
+  return `${joinKey(at.prefix, a.stepDir, WORK_DIR)}/`;
+}

@@ -1,0 +1,115 @@
+import { mapLimited } from "../../util/budget.js";
+import { isLive, rootLabel } from "../api/executions.js";
+import { type StartDeps, startByHand } from "../trigger/start.js";
+import { type FleetDeps, locate, parseRoot, type StepRow, stepStatuses } from "./status.js";
+
+/** Steps started at once. */
+const START_CONCURRENCY = 8;
+
+/**
+ * Converting the steps a checkpoint root already holds (written before the pipeline was deployed, or
+ * whose conversion failed): every committed step in range that has neither a converted step nor a live
+ * claim is started through the same claim as the trigger, at most `maxRunning` conversions of the root
+ * running at once.
+ */
+export interface BackfillOptions {
+  readonly from?: number;
+  readonly to?: number;
+  /** Only steps divisible by this (as the pipeline's convert_every_n_steps). */
+  readonly every: number;
+  readonly maxRunning: number;
+  readonly dryRun: boolean;
+  readonly groups: number;
+  /** How often to look again while `maxRunning` conversions run. */
+  readonly pollMs?: number;
+  /** Called for each step as it is decided, for progress on a terminal. */
+  readonly onEntry?: (entry: BackfillEntry) => void;
+  readonly sleep?: (ms: number) => Promise<void>;
+}
+
+export type BackfillEntry =
+  | { readonly step: number; readonly action: "started"; readonly execution: string }
+  | { readonly step: number; readonly action: "would-start"; readonly why: string }
+  | { readonly step: number; readonly action: "skipped"; readonly why: string };
+
+export async function backfill(rootLocation: string, options: BackfillOptions, deps: FleetDeps & StartDeps): Promise<BackfillEntry[]> {
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  const root = parseRoot(rootLocation);
+  const rows = (await stepStatuses(root.url, undefined, deps)).filter(
+    (r) => (options.from === undefined || r.step >= options.from) && (options.to === undefined || r.step <= options.to),
+  );
+  // Live executions of the root, from one paged BASIC listing (the state is all it needs): looked at once,
+  // then only while `maxRunning` are running, not once per step.
+  const liveCount = async () => (await deps.executions.find(deps.workflow, { source: rootLabel(root.url) })).filter(isLive).length;
+  const entries: BackfillEntry[] = [];
+  const add = (e: BackfillEntry) => {
+    entries.push(e);
+    options.onEntry?.(e);
+  };
+  let live = options.dryRun ? 0 : await liveCount();
+  let batch: StepRow[] = [];
+  /** Starts the batch's steps a few at a time (each start is a handful of requests: claim, listing, create). */
+  const flush = async () => {
+    const rowsNow = batch;
+    batch = [];
+    const outcomes = await mapLimited(rowsNow, START_CONCURRENCY, (row) => {
+      const where = locate(root, row.step, deps.destinationTemplate);
+      return startByHand(
+        { argument: { source: where.source, destination: where.destination, step: row.step, groups: options.groups } },
+        deps,
+      );
+    });
+    outcomes.forEach((outcome, i) => {
+      const step = (rowsNow[i] as StepRow).step;
+      if (outcome.kind === "refused") add({ step, action: "skipped", why: `the workflow refused to start: ${outcome.message}` });
+      else {
+        live++;
+        add({ step, action: "started", execution: outcome.execution });
+      }
+    });
+  };
+  for (const row of rows) {
+    const skip = options.every > 1 && row.step % options.every !== 0 ? `not a multiple of --every ${options.every}` : whySkip(row);
+    if (skip !== undefined) {
+      add({ step: row.step, action: "skipped", why: skip });
+      continue;
+    }
+    const why = row.status.state === "not-converted" ? "not converted" : `${row.status.state} before`;
+    if (options.dryRun) {
+      add({ step: row.step, action: "would-start", why });
+      continue;
+    }
+    while (live + batch.length >= options.maxRunning) {
+      if (batch.length > 0) {
+        await flush();
+        continue;
+      }
+      await sleep(options.pollMs ?? 15_000);
+      live = await liveCount();
+    }
+    batch.push(row);
+    if (batch.length >= START_CONCURRENCY) await flush();
+  }
+  await flush();
+  // In step order, as the rows were (a batch's starts are reported after the skips that came meanwhile).
+  return entries.sort((a, b) => a.step - b.step);
+}
+
+/** Why a step is left alone, or undefined when it should be converted. */
+function whySkip(row: StepRow): string | undefined {
+  const s = row.status;
+  switch (s.state) {
+    case "converted":
+      return "converted";
+    case "running":
+      return `running (${s.execution})`;
+    case "claimed":
+      return s.expired ? undefined : `claimed at ${s.claimedAt}, being started`;
+    case "not-converted":
+      return s.committed ? undefined : s.reason;
+    case "failed":
+      return s.retryable ? undefined : `failed, and running it again cannot help: ${s.error}`;
+    case "cancelled":
+      return undefined;
+  }
+}

@@ -1,0 +1,206 @@
+import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { VerifyResult } from "../../convert/verify.js";
+import { deleteSeen, type ObjectInfo, type Store } from "../../store/store.js";
+import type { ConversionEvent } from "../api/events.js";
+import { type ExecutionRef, type Executions, executionLabels } from "../api/executions.js";
+
+/**
+ * `orbax2reg cloud check`: the last step of a deployment. Uploads a tiny real Orbax checkpoint under a
+ * watched prefix (commit marker last, as Orbax writes it), waits for the pipeline to convert it (the
+ * execution the trigger starts, and its conversion.* event), verifies the result against the source,
+ * and removes what it wrote. Each stage is reported with its time as it ends.
+ */
+export type StageName = "upload" | "trigger" | "convert" | "event" | "verify" | "cleanup";
+
+export interface Stage {
+  readonly stage: StageName;
+  readonly ok: boolean;
+  readonly seconds: number;
+  readonly detail: string;
+}
+
+export interface CheckReport {
+  readonly ok: boolean;
+  readonly source: string;
+  readonly destination: string | null;
+  readonly execution: string | null;
+  readonly stages: Stage[];
+}
+
+export interface CheckOptions {
+  readonly bucket: string;
+  /** A watched prefix (one of checkpoint_prefixes); "" for the whole bucket. */
+  readonly prefix: string;
+  readonly workflow: string;
+  readonly eventsTopic: string | undefined;
+  /** Keep the uploaded checkpoint and its conversion. */
+  readonly keep: boolean;
+  /** How long the trigger may take to start an execution (function cold start, event delivery). */
+  readonly triggerTimeoutMs: number;
+  /** How long the conversion may take once started. */
+  readonly convertTimeoutMs: number;
+  readonly pollMs?: number;
+}
+
+export interface EventSubscription {
+  /** Events received so far. */
+  readonly events: ConversionEvent[];
+  close(): Promise<void>;
+}
+
+export interface CheckDeps {
+  readonly executions: Executions;
+  openStore(location: string): Promise<Store>;
+  /** Subscribes to the events topic (a temporary subscription, deleted by close). */
+  subscribe(topic: string): Promise<EventSubscription>;
+  verify(orbaxStep: string, regularStep: string): Promise<VerifyResult>;
+  onStage(stage: Stage): void;
+  readonly now?: () => number;
+}
+
+/** The example step every check uploads: the bundled tiny checkpoint (15 arrays). */
+export function bundledCheckpoint(): string {
+  // Walk up from this file (src/cloud or dist/src/cloud) to the package root.
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, "package.json")) || !readFileSync(join(dir, "package.json"), "utf8").includes('"name": "orbax2reg"')) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error("cannot find the orbax2reg package root for the bundled checkpoint");
+    dir = up;
+  }
+  return join(dir, "test/fixtures/orbax-axlearn/tiny/step_00000100");
+}
+
+const STEP_DIR = "step_00000100";
+const STEP = 100;
+const COMMIT_MARKER = "commit_success.txt";
+
+class StageFailed extends Error {}
+
+export async function postDeployCheck(o: CheckOptions, deps: CheckDeps): Promise<CheckReport> {
+  const now = deps.now ?? Date.now;
+  const poll = o.pollMs ?? 2_000;
+  const prefix = o.prefix.replace(/^\/+|\/+$/g, "");
+  const root = `${prefix === "" ? "" : `${prefix}/`}orbax2reg-check-${randomBytes(4).toString("hex")}`;
+  const source = `gs://${o.bucket}/${root}/${STEP_DIR}`;
+  const stages: Stage[] = [];
+  let execution: ExecutionRef | undefined;
+  let destination: string | null = null;
+  let subscription: EventSubscription | undefined;
+
+  const run = async (stage: StageName, body: () => Promise<string>): Promise<void> => {
+    const started = now();
+    let ok = true;
+    let detail: string;
+    try {
+      detail = await body();
+    } catch (e) {
+      ok = false;
+      detail = (e as Error).message;
+    }
+    const s: Stage = { stage, ok, seconds: (now() - started) / 1000, detail };
+    stages.push(s);
+    deps.onStage(s);
+    if (!s.ok) throw new StageFailed(s.detail);
+  };
+  const waitFor = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> => {
+    const deadline = now() + timeoutMs;
+    for (;;) {
+      const v = await probe();
+      if (v !== undefined) return v;
+      if (now() >= deadline) throw new Error(`${what} within ${Math.round(timeoutMs / 1000)} s`);
+      await new Promise((r) => setTimeout(r, poll));
+    }
+  };
+
+  try {
+    // Subscribe first so that no event is missed.
+    if (o.eventsTopic) subscription = await deps.subscribe(o.eventsTopic);
+    await run("upload", async () => {
+      const local = await deps.openStore(bundledCheckpoint());
+      const remote = await deps.openStore(source);
+      const keys: string[] = [];
+      for await (const f of local.list("")) keys.push(f.key);
+      const data = keys.filter((k) => k !== COMMIT_MARKER);
+      await Promise.all(data.map(async (k) => remote.write(k, await local.read(k))));
+      // The commit marker last: it is the event the trigger acts on.
+      await remote.write(COMMIT_MARKER, await local.read(COMMIT_MARKER));
+      return `${source} (${keys.length} objects, ${COMMIT_MARKER} last)`;
+    });
+    await run("trigger", async () => {
+      const labels = executionLabels(source, STEP);
+      const found = await waitFor(
+        `no execution of ${o.workflow} started for ${source} (labels step=${labels.step}, source=${labels.source}): is "${prefix}" one of checkpoint_prefixes, and is the function deployed? Read its logs`,
+        o.triggerTimeoutMs,
+        async () => (await deps.executions.find(o.workflow, labels))[0],
+      );
+      // The listing's BASIC view has no argument: the execution itself (FULL view) names the destination.
+      execution = await deps.executions.get(found.name);
+      destination = `${(JSON.parse(execution.argument) as { destination: string }).destination}/${STEP_DIR}`;
+      return `execution ${execution.name}`;
+    });
+    await run("convert", async () => {
+      const name = (execution as ExecutionRef).name;
+      const done = await waitFor(`execution ${name} still running`, o.convertTimeoutMs, async () => {
+        const e = await deps.executions.get(name);
+        return e.state === "ACTIVE" || e.state === "QUEUED" ? undefined : e;
+      });
+      if (done.state !== "SUCCEEDED") throw new Error(`execution ${name} ended ${done.state}: ${errorLine(done.error)}`);
+      return `${done.state} into ${destination}`;
+    });
+    if (subscription) {
+      const events = subscription.events;
+      await run("event", async () => {
+        const e = await waitFor(`no conversion.succeeded event for ${source} on ${o.eventsTopic}`, 60_000, async () =>
+          events.find((x) => x.source === source && x.type !== "conversion.requested"),
+        );
+        if (e.type !== "conversion.succeeded") throw new Error(`${e.type}: ${e.error ?? ""}`);
+        return `${e.type} (${e.arrays} arrays, ${e.bytes} bytes)`;
+      });
+    }
+    await run("verify", async () => {
+      const r = await deps.verify(source, destination as string);
+      const failed = r.checks.find((c) => !c.ok);
+      if (failed) throw new Error(`${r.passed} passed, ${r.failed} failed; first: ${failed.name}: ${failed.detail ?? ""}`);
+      return `${r.passed} passed, ${r.failed} failed`;
+    });
+  } catch (e) {
+    if (!(e instanceof StageFailed)) throw e;
+  } finally {
+    await subscription?.close().catch(() => {});
+    if (!o.keep) {
+      await run("cleanup", async () => {
+        let removed = 0;
+        for (const location of [`gs://${o.bucket}/${root}`, destination]) {
+          if (location === null) continue;
+          const store = await deps.openStore(location);
+          const listed: ObjectInfo[] = [];
+          for await (const f of store.list("")) listed.push(f);
+          // Each delete names the generation listed: only then may it be retried safely (deleteSeen).
+          await Promise.all(listed.map((f) => deleteSeen(store, f)));
+          removed += listed.length;
+        }
+        return `${removed} objects removed`;
+      }).catch(() => {});
+    }
+  }
+  return {
+    ok: stages.every((s) => s.ok),
+    source,
+    destination,
+    execution: (execution as ExecutionRef | undefined)?.name ?? null,
+    stages,
+  };
+}
+
+function errorLine(payload: string | undefined): string {
+  if (!payload) return "no error payload";
+  try {
+    const p = JSON.parse(payload) as { message?: unknown };
+    return typeof p.message === "string" ? p.message : payload;
+  } catch {
+    return payload;
+  }
+}

@@ -1,0 +1,123 @@
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import {
+  DEFAULT_DESTINATION_TEMPLATE,
+  DEFAULT_GROUPS,
+  DEFAULT_WORKFLOW_NAME,
+  FULL_WORKFLOW_ID,
+  LONGEST_CLAIM_LEASE_SECONDS,
+} from "../../defaults.js";
+import { UsageError } from "../../errors.js";
+import type { Env } from "../api/env.js";
+
+/**
+ * Where a deployed pipeline is, for the `orbax2reg cloud` commands. Each setting comes from the first of:
+ *   1. flags (--workflow, --project, --region, --events-topic);
+ *   2. the environment: ORBAX2REG_WORKFLOW (full id or name), ORBAX2REG_PROJECT or GOOGLE_CLOUD_PROJECT,
+ *      ORBAX2REG_REGION, ORBAX2REG_EVENTS_TOPIC;
+ *   3. `terraform output -json` when the command runs in the terraform root that deployed it
+ *      (outputs workflow_id, events_topic_id, destination_template, groups and claim_lease_seconds of
+ *      terraform/examples/basic);
+ *   4. for the destination template and groups only: the module's defaults (src/defaults.ts).
+ * The claim lease (how long a step's pending claim protects it) comes from ORBAX2REG_CLAIM_LEASE_SECONDS or the
+ * terraform output claim_lease_seconds, else the longest any deployment has: a shorter guess could take a claim
+ * over while the function's delivery may still start an execution.
+ */
+export interface CloudSettings {
+  /** projects/P/locations/R/workflows/W */
+  readonly workflow: string;
+  /** projects/P/topics/T, when known. */
+  readonly eventsTopic: string | undefined;
+  /** Where a step's regular checkpoint goes: placeholders {bucket}, {root}, {step} (src/cloud/trigger/classify.ts). */
+  readonly destinationTemplate: string;
+  /** Parameter groups a conversion is split into. */
+  readonly groups: number;
+  /** The deployed function's claim lease (ORBAX2REG_CLAIM_LEASE_SECONDS). */
+  readonly claimLeaseSeconds: number;
+}
+
+export interface CloudFlags {
+  readonly workflow?: string;
+  readonly project?: string;
+  readonly region?: string;
+  readonly eventsTopic?: string;
+  readonly destinationTemplate?: string;
+  readonly groups?: number;
+}
+
+export function resolveCloudSettings(
+  flags: CloudFlags,
+  env: Env,
+  terraformOutputs: () => Record<string, unknown> | undefined = () => readTerraformOutputs(process.cwd()),
+): CloudSettings {
+  let outputs: Record<string, unknown> | undefined | null = null;
+  const tf = (name: string): string | undefined => {
+    if (outputs === null) outputs = terraformOutputs();
+    const v = outputs?.[name];
+    return typeof v === "string" && v !== "" ? v : undefined;
+  };
+  const tfNumber = (name: string): string | undefined => {
+    if (outputs === null) outputs = terraformOutputs();
+    const v = outputs?.[name];
+    return typeof v === "number" ? String(v) : typeof v === "string" && v !== "" ? v : undefined;
+  };
+  const nonEmpty = (v: string | undefined) => (v === undefined || v === "" ? undefined : v);
+
+  let workflow = nonEmpty(flags.workflow) ?? nonEmpty(env.ORBAX2REG_WORKFLOW);
+  if (workflow === undefined || !FULL_WORKFLOW_ID.test(workflow)) {
+    const project = nonEmpty(flags.project) ?? nonEmpty(env.ORBAX2REG_PROJECT) ?? nonEmpty(env.GOOGLE_CLOUD_PROJECT);
+    const region = nonEmpty(flags.region) ?? nonEmpty(env.ORBAX2REG_REGION);
+    if (project && region) workflow = `projects/${project}/locations/${region}/workflows/${workflow ?? DEFAULT_WORKFLOW_NAME}`;
+    else if (workflow === undefined) workflow = tf("workflow_id");
+    else {
+      throw new UsageError(
+        `workflow ${JSON.stringify(workflow)} is a name, not a full id: also give --project and --region (or ORBAX2REG_PROJECT and ORBAX2REG_REGION)`,
+      );
+    }
+  }
+  if (workflow === undefined) {
+    throw new UsageError(
+      "which pipeline? give --workflow projects/P/locations/R/workflows/W, or --project and --region " +
+        `(workflow name ${DEFAULT_WORKFLOW_NAME}), or set ORBAX2REG_WORKFLOW, or run in the terraform folder that deployed it`,
+    );
+  }
+  const eventsTopic = nonEmpty(flags.eventsTopic) ?? nonEmpty(env.ORBAX2REG_EVENTS_TOPIC) ?? tf("events_topic_id");
+  const destinationTemplate =
+    nonEmpty(flags.destinationTemplate) ??
+    nonEmpty(env.ORBAX2REG_DESTINATION_TEMPLATE) ??
+    tf("destination_template") ??
+    DEFAULT_DESTINATION_TEMPLATE;
+  const groupsText = flags.groups !== undefined ? String(flags.groups) : (nonEmpty(env.ORBAX2REG_GROUPS) ?? tfNumber("groups"));
+  if (groupsText !== undefined && !/^[1-9]\d*$/.test(groupsText)) {
+    throw new UsageError(
+      `groups must be a positive whole number, got ${JSON.stringify(groupsText)} (--groups, ORBAX2REG_GROUPS or terraform output groups)`,
+    );
+  }
+  const leaseText = nonEmpty(env.ORBAX2REG_CLAIM_LEASE_SECONDS) ?? tfNumber("claim_lease_seconds");
+  if (leaseText !== undefined && !/^[1-9]\d*$/.test(leaseText)) {
+    throw new UsageError(
+      `the claim lease must be a positive whole number of seconds, got ${JSON.stringify(leaseText)} (ORBAX2REG_CLAIM_LEASE_SECONDS or terraform output claim_lease_seconds)`,
+    );
+  }
+  return {
+    workflow,
+    eventsTopic,
+    destinationTemplate,
+    groups: groupsText === undefined ? DEFAULT_GROUPS : Number(groupsText),
+    claimLeaseSeconds: leaseText === undefined ? LONGEST_CLAIM_LEASE_SECONDS : Number(leaseText),
+  };
+}
+
+/** Outputs of the terraform root in `dir`, or undefined when it is none (or terraform is not installed). */
+export function readTerraformOutputs(dir: string): Record<string, unknown> | undefined {
+  if (!existsSync(join(dir, ".terraform")) && !existsSync(join(dir, "terraform.tfstate"))) return undefined;
+  const r = spawnSync("terraform", ["output", "-json"], { cwd: dir, encoding: "utf8", timeout: 60_000 });
+  if (r.status !== 0) return undefined;
+  try {
+    const parsed = JSON.parse(r.stdout) as Record<string, { value?: unknown }>;
+    return Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, v.value]));
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,87 @@
+import { parseStepName, stepDirName, TMP_MARK } from "../../orbax/step.js";
+
+/**
+ * Which GCS finalize events start a conversion. A training bucket produces many events per step (every
+ * chunk, every item marker), so most must be dismissed by a cheap string test before any regex or I/O.
+ */
+export interface TriggerConfig {
+  /** Checkpoint roots to watch, as object-name prefixes inside the bucket ("" watches the whole bucket). */
+  readonly rootPrefixes: readonly string[];
+  /** Destination root for a step; placeholders {bucket}, {root} (the checkpoint root) and {step}. */
+  readonly destinationTemplate: string;
+  /**
+   * Convert only steps divisible by this (terraform convert_every_n_steps; undefined or 1: every step).
+   * Step numbers, not a count of checkpoints: with 1000 and steps saved every 500, step 1500 is skipped.
+   */
+  readonly convertEveryNSteps?: number;
+}
+
+export type TriggerDecision =
+  | { readonly kind: "ignore"; readonly reason: string }
+  | {
+      readonly kind: "convert";
+      readonly layout: "axlearn" | "emergency";
+      readonly step: number;
+      /** Orbax step to convert (for the emergency layout, its tensors/step_X). */
+      readonly source: string;
+      readonly destination: string;
+      /**
+       * For the emergency layout, the other half that must also exist before converting (the event that
+       * arrives second starts the conversion; the claim keeps it to one).
+       */
+      readonly requires?: { readonly bucket: string; readonly name: string };
+    };
+
+const COMMIT = "/commit_success.txt";
+const INDEX = "/index";
+
+/** Classifies one finalized object. Pure: no I/O. */
+export function classify(bucket: string, name: string, config: TriggerConfig): TriggerDecision {
+  // Fast path: only two object names can ever matter.
+  if (!name.endsWith(COMMIT) && !name.endsWith(INDEX)) return { kind: "ignore", reason: "not a commit marker" };
+  if (name.includes(TMP_MARK)) return { kind: "ignore", reason: "temporary directory" };
+  const parts = name.split("/");
+  const file = parts.pop() as string;
+  const stepName = parts.pop();
+  const n = stepName === undefined ? undefined : parseStepName(stepName);
+  if (n === undefined)
+    return { kind: "ignore", reason: "not directly inside a step_XXXXXXXX directory (an item-level marker or other file)" };
+  const parent = parts.join("/");
+  const emergencyKind = parts[parts.length - 1];
+  const isEmergency =
+    (file === "commit_success.txt" && emergencyKind === "tensors") || (file === "index" && emergencyKind === "non-tensors");
+  if (file === "index" && !isEmergency) return { kind: "ignore", reason: "an index outside non-tensors/" };
+  const root = isEmergency ? parts.slice(0, -1).join("/") : parent;
+  if (!watched(root, config.rootPrefixes)) return { kind: "ignore", reason: "outside the watched checkpoint roots" };
+  const every = config.convertEveryNSteps ?? 1;
+  if (every > 1 && n % every !== 0) return { kind: "ignore", reason: `step ${n} is not a multiple of convert_every_n_steps (${every})` };
+  const at = (path: string) => (path === "" ? `gs://${bucket}` : `gs://${bucket}/${path}`);
+  const destination = expand(config.destinationTemplate, { bucket, root, step: stepDirName(n) });
+  const prefix = root === "" ? "" : `${root}/`;
+  if (!isEmergency) return { kind: "convert", layout: "axlearn", step: n, source: at(`${prefix}${stepName}`), destination };
+  const other = file === "index" ? `${prefix}tensors/${stepName}/commit_success.txt` : `${prefix}non-tensors/${stepName}/index`;
+  return {
+    kind: "convert",
+    layout: "emergency",
+    step: n,
+    source: at(`${prefix}tensors/${stepName}`),
+    destination,
+    requires: { bucket, name: other },
+  };
+}
+
+function watched(root: string, prefixes: readonly string[]): boolean {
+  return prefixes.some((p) => {
+    const prefix = p.replace(/^\/+|\/+$/g, "");
+    return prefix === "" || root === prefix || root.startsWith(`${prefix}/`);
+  });
+}
+
+export function expand(template: string, values: { bucket: string; root: string; step: string }): string {
+  return template
+    .replaceAll("{bucket}", values.bucket)
+    .replaceAll("{root}", values.root)
+    .replaceAll("{step}", values.step)
+    .replace(/([^:])\/{2,}/g, "$1/")
+    .replace(/\/+$/, "");
+}

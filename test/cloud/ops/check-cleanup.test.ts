@@ -1,0 +1,80 @@
+// `orbax2reg cloud check` (src/cloud/ops/check.ts) removes what it wrote, also when a stage fails. Each delete names the
+// generation it listed (ifGenerationMatch): Google counts a delete idempotent, so safe to retry, only with such a
+// precondition (https://cloud.google.com/storage/docs/retry-strategy). fake-gcs-server ignores the precondition on
+// DELETE, so what is checked is that every delete asks for it.
+import { describe, expect, test } from "vitest";
+import type { Executions } from "../../../src/cloud/api/executions.js";
+import { postDeployCheck, type Stage } from "../../../src/cloud/ops/check.js";
+import { openStore } from "../../../src/store/open.js";
+import type { Store } from "../../../src/store/store.js";
+import { emulatorStorage, newBucket } from "../../helpers/gcs.js";
+
+/** The store, with its plain deletes and its deletes of one version recorded (and done). */
+function watched(store: Store, plain: string[], asked: [string, string][]): Store {
+  const versioned = store.versioned;
+  return new Proxy(store, {
+    get(target, prop) {
+      if (prop === "delete")
+        return (key: string) => {
+          plain.push(key);
+          return target.delete(key);
+        };
+      if (prop === "versioned" && versioned !== undefined)
+        return {
+          ...versioned,
+          delete: (key: string, version: string) => {
+            asked.push([key, version]);
+            return versioned.delete(key, version);
+          },
+        };
+      const v = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+}
+
+describe("cloud check's clean-up", () => {
+  test("deletes the uploaded checkpoint after a failed stage, each object at the generation listed", async () => {
+    const bucket = await newBucket("check");
+    const plain: string[] = [];
+    const asked: [string, string][] = [];
+    const stages: Stage[] = [];
+    const noExecution: Executions = {
+      start: async () => "",
+      find: async () => [],
+      findFull: async () => [],
+      get: async () => {
+        throw new Error("not called");
+      },
+      cancel: async () => {
+        throw new Error("not called");
+      },
+    };
+    const report = await postDeployCheck(
+      { bucket, prefix: "runs", workflow: "w", eventsTopic: undefined, keep: false, triggerTimeoutMs: 0, convertTimeoutMs: 0, pollMs: 1 },
+      {
+        executions: noExecution,
+        openStore: async (location) =>
+          location.startsWith("gs://") ? watched(await openStore(location), plain, asked) : openStore(location),
+        subscribe: async () => {
+          throw new Error("not called");
+        },
+        verify: async () => {
+          throw new Error("not called");
+        },
+        onStage: (s) => stages.push(s),
+      },
+    );
+    expect(report.ok).toBe(false);
+    expect(stages.map((s) => [s.stage, s.ok])).toEqual([
+      ["upload", true],
+      ["trigger", false],
+      ["cleanup", true],
+    ]);
+    expect(plain).toEqual([]);
+    expect(asked.length).toBeGreaterThan(10);
+    expect(asked.every(([, generation]) => /^[0-9]+$/.test(generation))).toBe(true);
+    const [left] = await emulatorStorage().bucket(bucket).getFiles({ prefix: "runs/" });
+    expect(left).toEqual([]);
+  });
+});

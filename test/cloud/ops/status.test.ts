@@ -1,0 +1,143 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, test } from "vitest";
+import { type ExecutionRef, type Executions, rootLabel } from "../../../src/cloud/api/executions.js";
+import { retryCanHelp, stepStatuses } from "../../../src/cloud/ops/status.js";
+import { stepDirName } from "../../../src/orbax/step.js";
+import { openStore } from "../../../src/store/open.js";
+import { tempDir } from "../../helpers/tmp.js";
+
+describe("whether running a failed conversion again may help", () => {
+  test("a failed job without a permanent cause: yes", () => {
+    expect(retryCanHelp({ message: "group 1 failed", tags: ["OperationError"] })).toBe(true);
+  });
+
+  test("a job that found bad input (PermanentError): no", () => {
+    expect(retryCanHelp({ message: "group 1: damaged chunk", tags: ["PermanentError"] })).toBe(false);
+  });
+
+  test("a bad workflow argument (ValueError): no", () => {
+    expect(retryCanHelp({ message: "destination must be gs://", tags: ["ValueError"] })).toBe(false);
+  });
+
+  test("an API that refused the request (HTTP 400, 403, 404): no", () => {
+    for (const code of [400, 403, 404]) expect(retryCanHelp({ tags: ["HttpError"], code })).toBe(false);
+  });
+
+  test("an API that was busy or failed (HTTP 408, 429, 5xx): yes", () => {
+    for (const code of [408, 429, 500, 503]) expect(retryCanHelp({ tags: ["HttpError"], code })).toBe(true);
+  });
+
+  test("an error nobody could read: yes (nothing says it cannot help)", () => {
+    expect(retryCanHelp(undefined)).toBe(true);
+  });
+});
+
+describe("cloud status over a root with many steps", () => {
+  const STEPS = 1_000;
+  const WORKFLOW = "projects/p/locations/l/workflows/orbax2reg-convert";
+  const ROOT = "gs://b/runs/exp";
+  const name = (n: number) => `${WORKFLOW}/executions/e${n}`;
+
+  /** Executions in memory, newest created first, counting the requests made of them. */
+  function fakeExecutions(all: ExecutionRef[]): Executions & { calls: Record<string, number> } {
+    const calls = { start: 0, find: 0, findFull: 0, get: 0, cancel: 0 };
+    return {
+      calls,
+      start: async () => {
+        calls.start++;
+        throw new Error("not here");
+      },
+      find: async () => {
+        calls.find++;
+        return all.map(({ name, state, startTime }) => ({ name, state, ...(startTime ? { startTime } : {}) }));
+      },
+      findFull: async () => {
+        calls.findFull++;
+        return all;
+      },
+      get: async (n) => {
+        calls.get++;
+        const e = all.find((x) => x.name === n);
+        if (!e) throw new Error("5 NOT_FOUND");
+        return e;
+      },
+      cancel: async () => {
+        calls.cancel++;
+        throw new Error("not here");
+      },
+    };
+  }
+
+  /** A local root of `STEPS` committed steps, and a destination where the first ten are converted. */
+  function roots(): { source: string; destination: string } {
+    const base = tempDir("status-scale");
+    const source = join(base, "runs/exp");
+    const destination = join(base, "runs/exp/regular");
+    for (let s = 0; s < STEPS; s++) {
+      mkdirSync(join(source, stepDirName(s)), { recursive: true });
+      writeFileSync(join(source, stepDirName(s), "commit_success.txt"), "");
+      if (s < 10) {
+        mkdirSync(join(destination, stepDirName(s)), { recursive: true });
+        writeFileSync(join(destination, stepDirName(s), "index"), "[]");
+      }
+    }
+    return { source, destination };
+  }
+
+  const execution = (n: number, step: number, state: string, extra: Partial<ExecutionRef> = {}): ExecutionRef => ({
+    name: name(n),
+    state,
+    startTime: new Date(Date.UTC(2026, 10, 1) + n * 1000).toISOString(),
+    argument: JSON.stringify({ source: `${ROOT}/${stepDirName(step)}`, destination: `${ROOT}/regular`, step }),
+    labels: { step: String(step), source: rootLabel(ROOT) },
+    ...extra,
+  });
+
+  test("lists the root's executions once, page by page, and asks nothing per step of the Workflows API", async () => {
+    const { source, destination } = roots();
+    // Per step: a failed run, then a newer succeeded one; and one step whose newest run waits QUEUED (no startTime).
+    const older = Array.from({ length: STEPS }, (_, s) => execution(s, s, "FAILED", { error: '{"message":"boom"}' }));
+    const newer = Array.from({ length: STEPS }, (_, s) =>
+      execution(STEPS + s, s, "SUCCEEDED", { result: JSON.stringify({ bytes: 1000 + s, seconds: { total: 5 } }) }),
+    );
+    const queued = { ...execution(3 * STEPS, 999, "QUEUED"), startTime: undefined } as ExecutionRef;
+    const executions = fakeExecutions([queued, ...newer.reverse(), ...older.reverse()]);
+    let inFlight = 0;
+    let most = 0;
+    const rows = await stepStatuses(ROOT, undefined, {
+      executions,
+      workflow: WORKFLOW,
+      destinationTemplate: "gs://{bucket}/{root}/regular",
+      claimLeaseMs: 600_000,
+      async openStore(location) {
+        const store = await openStore(
+          location.replace(/^gs:\/\/b\/runs\/exp\/regular/, destination).replace(/^gs:\/\/b\/runs\/exp/, source),
+        );
+        if (!location.includes("/regular")) return store;
+        // Counts the destination requests in flight: the steps are looked at a few at a time.
+        return new Proxy(store, {
+          get(target, key, receiver) {
+            const v = Reflect.get(target, key, receiver);
+            if (key !== "stat" && key !== "read") return typeof v === "function" ? v.bind(target) : v;
+            return async (...args: unknown[]) => {
+              most = Math.max(most, ++inFlight);
+              try {
+                return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+              } finally {
+                inFlight--;
+              }
+            };
+          },
+        });
+      },
+    });
+    expect(rows).toHaveLength(STEPS);
+    expect(executions.calls).toEqual({ start: 0, find: 0, findFull: 1, get: 0, cancel: 0 });
+    expect(rows[5]?.status).toMatchObject({ state: "converted", bytes: 1005, seconds: 5, execution: name(STEPS + 5) });
+    expect(rows[600]?.status).toMatchObject({ state: "not-converted", reason: "converted once, since deleted" });
+    expect(rows[999]?.status).toMatchObject({ state: "running", executionState: "QUEUED", startedAt: null, elapsedSeconds: 0 });
+    expect(most).toBeGreaterThan(1);
+    expect(most).toBeLessThanOrEqual(16);
+  });
+});
