@@ -16,6 +16,7 @@ import {
   parsePlan,
   WORK_DIR,
 } from "../../src/convert/plan-format.js";
+import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../../src/defaults.js";
 import { FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
 import { tempDir } from "./tmp.js";
 
@@ -111,13 +112,13 @@ export function removeScratch(): void {
 export type ConvertOptions = PlanPhaseOptions & ExecuteOptions;
 
 export const CONVERT_DEFAULTS: ConvertOptions = {
-  groups: 1,
+  groups: DEFAULT_PLAN_GROUPS,
   paramsOnly: false,
   allowUncommitted: false,
   force: false,
   dryRun: false,
-  concurrency: 16,
-  memoryBytes: 256 << 20,
+  concurrency: DEFAULT_CONCURRENCY,
+  memoryBytes: mibToBytes(DEFAULT_MEMORY_MIB),
 };
 
 /** `convert()` with the CLI's defaults. */
