@@ -1,17 +1,24 @@
 import { createHash } from "node:crypto";
 import type { ExecutionsClient, protos } from "@google-cloud/workflows";
+import { rfc3339 } from "./timestamp.js";
 
 /**
  * Workflows executions of the conversion workflow, as the trigger function (and `orbax2reg cloud`) need
  * them: start one, and find the ones already started for a step.
  */
 
-/** The workflow's documented argument (workflows/convert.yaml). */
+/**
+ * The workflow's documented argument as it is sent (workflows/convert.yaml); the plan job checks it and
+ * fills in the rest (src/cloud/job/workflow-argument.ts, CheckedArgument).
+ */
 export interface WorkflowArgument {
   readonly source: string;
   readonly destination: string;
   readonly step: number;
   readonly groups: number;
+  readonly tasks_per_group?: number;
+  /** Seconds the workflow waits for one job execution. */
+  readonly job_timeout?: number;
   /** params_only keeps only the model/ leaves; force replaces an already committed step. */
   readonly options?: { readonly params_only?: boolean; readonly force?: boolean };
 }
@@ -183,11 +190,13 @@ async function list(
 
 /** Only what the BASIC view carries, so that nothing can read a field the API did not send. */
 function summary(e: IExecution): ExecutionSummary {
+  const startTime = rfc3339(e.startTime);
+  const endTime = rfc3339(e.endTime);
   return {
     name: e.name ?? "",
     state: String(e.state ?? "STATE_UNSPECIFIED"),
-    ...(e.startTime ? { startTime: timestamp(e.startTime) } : {}),
-    ...(e.endTime ? { endTime: timestamp(e.endTime) } : {}),
+    ...(startTime !== null ? { startTime } : {}),
+    ...(endTime !== null ? { endTime } : {}),
   };
 }
 
@@ -209,14 +218,6 @@ function ref(e: IExecution): ExecutionRef {
 export function isPermanentApiError(e: unknown): boolean {
   const code = (e as { code?: unknown }).code;
   return code === 3 || code === 5 || code === 9 || code === 400 || code === 404;
-}
-
-function timestamp(t: { seconds?: unknown; nanos?: unknown } | string | null | undefined): string {
-  if (typeof t === "string") return t;
-  if (t && t.seconds !== undefined && t.seconds !== null) {
-    return new Date(Number(t.seconds) * 1000 + Math.floor(Number(t.nanos ?? 0) / 1e6)).toISOString();
-  }
-  return new Date(0).toISOString();
 }
 
 /**

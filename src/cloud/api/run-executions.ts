@@ -1,5 +1,6 @@
 import type { ExecutionsClient, protos } from "@google-cloud/run";
 import { emulatorClientOptions } from "./executions.js";
+import { rfc3339 } from "./timestamp.js";
 
 /**
  * Cloud Run job executions, as `orbax2reg cloud status|cancel` need them: how many tasks of an execution run,
@@ -120,7 +121,7 @@ export function runJobExecutions(client: ExecutionsClient): JobExecutions {
  * that are zero are absent in proto3 JSON, hence the defaults.
  */
 function status(e: protos.google.cloud.run.v2.IExecution): JobExecutionStatus {
-  const completionTime = timestamp(e.completionTime);
+  const completionTime = rfc3339(e.completionTime);
   return {
     name: e.name ?? "",
     taskCount: e.taskCount ?? 0,
@@ -130,17 +131,9 @@ function status(e: protos.google.cloud.run.v2.IExecution): JobExecutionStatus {
     cancelled: e.cancelledCount ?? 0,
     done: completionTime !== null,
     logUri: e.logUri || null,
-    createTime: timestamp(e.createTime),
+    createTime: rfc3339(e.createTime),
     completionTime,
   };
-}
-
-/** A protobuf Timestamp ({seconds, nanos}; seconds may be a Long or a string) as RFC 3339, or null when unset. */
-function timestamp(t: { seconds?: unknown; nanos?: unknown } | string | null | undefined): string | null {
-  if (typeof t === "string") return t || null;
-  if (!t || t.seconds === undefined || t.seconds === null) return null;
-  const ms = Number(String(t.seconds)) * 1000 + Math.floor(Number(t.nanos ?? 0) / 1e6);
-  return Number.isFinite(ms) ? new Date(ms).toISOString() : null;
 }
 
 /**

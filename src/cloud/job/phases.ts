@@ -20,7 +20,7 @@ import { stopIfCancelled } from "./cancelled.js";
 import type { Progress } from "./progress.js";
 import { type JobPhase, type PlanSummary, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, type RunPlan, SUMMARY_KEY } from "./reports.js";
 import { pruneAfterFinalize, retentionFromEnv } from "./retention.js";
-import { jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix, type WorkflowArgument } from "./workflow-argument.js";
+import { type CheckedArgument, jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix } from "./workflow-argument.js";
 
 /**
  * What each Cloud Run job phase does (src/cloud/job/run.ts runs one and reports how it ended): read its settings from
@@ -143,7 +143,7 @@ async function planJob(
   const execution = fromEnv.optionalString(env, "ORBAX2REG_EXECUTION", "");
   const destinationStore = await openStore(destination);
   const runStore = run === "" ? undefined : await openStore(run);
-  let argument: WorkflowArgument | undefined;
+  let argument: CheckedArgument | undefined;
   if (argumentText !== "") {
     // The deployment's default (the workflow passes its ORBAX2REG_GROUPS setting).
     argument = parseWorkflowArgumentText(

@@ -16,9 +16,11 @@ import { joinKey } from "../../store/store.js";
  *    "options": {"params_only": false, "force": false}}
  *
  * Only source and destination are required; a field given as null counts as absent. Whole numbers may be
- * JSON integers or strings of digits (the console makes it easy to type either).
+ * JSON integers or strings of digits (the console makes it easy to type either). CheckedArgument is the
+ * argument once checked: every field present, defaults applied, the step directory derived; the JSON as sent
+ * is src/cloud/api/executions.ts's WorkflowArgument.
  */
-export interface WorkflowArgument {
+export interface CheckedArgument {
   /** The Orbax step, gs://BUCKET/PATH, trailing slashes removed. */
   readonly source: string;
   /** The regular checkpoint root, gs://BUCKET[/PATH], trailing slashes removed. */
@@ -78,7 +80,7 @@ function option(options: Record<string, unknown>, name: string): boolean {
  * Validates the argument (the execution's argument JSON, already parsed) and fills in the defaults.
  * `defaultGroups` is the deployment's setting (ORBAX2REG_GROUPS on the workflow).
  */
-export function parseWorkflowArgument(args: unknown, defaultGroups: number): WorkflowArgument {
+export function parseWorkflowArgument(args: unknown, defaultGroups: number): CheckedArgument {
   if (args === null || args === undefined) throw new UsageError(`no argument: pass ${USAGE}`);
   if (!isMap(args) || given(args, "source") === undefined || given(args, "destination") === undefined)
     throw new UsageError(
@@ -120,7 +122,7 @@ export function parseWorkflowArgument(args: unknown, defaultGroups: number): Wor
 }
 
 /** The execution's argument as the workflow passes it to the plan job: JSON text (json.encode_to_string). */
-export function parseWorkflowArgumentText(text: string, defaultGroups: number): WorkflowArgument {
+export function parseWorkflowArgumentText(text: string, defaultGroups: number): CheckedArgument {
   let args: unknown;
   try {
     args = JSON.parse(text);
@@ -141,7 +143,7 @@ export interface EnvVar {
  * adds ORBAX2REG_GROUP and ORBAX2REG_ATTEMPT. `execution` is the workflow execution's full name, for the
  * logs and `orbax2reg cloud cancel`.
  */
-export function jobEnvironment(a: WorkflowArgument, execution: string | undefined): EnvVar[] {
+export function jobEnvironment(a: CheckedArgument, execution: string | undefined): EnvVar[] {
   return [
     { name: "ORBAX2REG_SOURCE", value: a.source },
     { name: "ORBAX2REG_DESTINATION", value: a.destination },
@@ -158,7 +160,7 @@ export function jobEnvironment(a: WorkflowArgument, execution: string | undefine
  * (`run/regular/step_00001000/.orbax2reg/`): where the convert-group and finalize jobs leave their failure
  * reports for the workflow to list.
  */
-export function stepWorkPrefix(a: WorkflowArgument): string {
+export function stepWorkPrefix(a: CheckedArgument): string {
   const at = parseLocation(a.destination);
   if (at.kind !== "gcs") throw new UsageError(`destination must be gs://BUCKET[/PATH], got ${a.destination}`);
   return `${joinKey(at.prefix, a.stepDir, WORK_DIR)}/`;

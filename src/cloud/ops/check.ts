@@ -30,7 +30,7 @@ export interface CheckReport {
   readonly stages: Stage[];
 }
 
-export interface CheckOptions {
+export interface CloudCheckOptions {
   readonly bucket: string;
   /** A watched prefix (one of checkpoint_prefixes); "" for the whole bucket. */
   readonly prefix: string;
@@ -79,7 +79,7 @@ const COMMIT_MARKER = "commit_success.txt";
 
 class StageFailed extends Error {}
 
-export async function postDeployCheck(o: CheckOptions, deps: CheckDeps): Promise<CheckReport> {
+export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Promise<CheckReport> {
   const now = deps.now ?? Date.now;
   const poll = o.pollMs ?? 2_000;
   const prefix = o.prefix.replace(/^\/+|\/+$/g, "");
