@@ -4,7 +4,7 @@ import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, mibToBytes } from "../convert/
 import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
-import { DestinationError, Orbax2RegError, UsageError } from "../errors.js";
+import { DestinationError, StorageIoError, UsageError } from "../errors.js";
 import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
 import { formatBytes } from "./format.js";
@@ -79,14 +79,13 @@ function choiceLine(chosen: RootStep): string {
 
 /**
  * A GCS "404" that no store turned into a missing object (a missing object is a NotFoundError): the
- * bucket itself does not exist. One line naming the path, exit 3, whatever form the error took (the
- * client library's `code`, or a storage error whose message carries the HTTP status). Typed errors pass.
+ * bucket itself does not exist. One line naming the path, exit 3. Other errors pass.
  */
 async function atDestination<T>(dest: string, run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (e) {
-    if (e instanceof Orbax2RegError || e instanceof DestinationError || !(e instanceof Error)) throw e;
+    if (!(e instanceof StorageIoError)) throw e;
     const status = (e as { code?: unknown }).code ?? (e.cause as { code?: unknown } | undefined)?.code;
     if (status === 404 || /\bHTTP 404\b/.test(e.message)) {
       const path = (e as { path?: unknown }).path;

@@ -1,4 +1,5 @@
-import { ConfigError, type Env, eventsTopic, integer, optionalString, requiredString } from "./env.js";
+import { ConfigError } from "../errors.js";
+import { type Env, eventsTopic, integer, optionalString, requiredString } from "./env.js";
 import type { TriggerConfig } from "./trigger.js";
 
 /** Everything the trigger function is configured with (terraform/modules/orbax2reg/function.tf). */

@@ -6,8 +6,8 @@ import { startOnce } from "./start.js";
 import { classify } from "./trigger.js";
 import { deliveryDeadlineMs, type TriggerHandlerConfig } from "./trigger-config.js";
 
+export { ClaimBusyError, DeadlineError } from "../errors.js";
 export type { WorkflowArgument } from "./executions.js";
-export { ClaimBusyError, DeadlineError } from "./start.js";
 
 /** The outside world, injected so the cloud function stays thin and the logic testable. */
 export interface TriggerDeps {

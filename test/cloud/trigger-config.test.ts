@@ -1,6 +1,6 @@
 import { describe, expect, test } from "vitest";
-import { ConfigError } from "../../src/cloud/env.js";
 import { DEFAULT_CLAIM_LEASE_SECONDS, triggerConfigFromEnv } from "../../src/cloud/trigger-config.js";
+import { ConfigError } from "../../src/errors.js";
 
 // The function's environment as terraform/modules/orbax2reg/function.tf sets it for the module's defaults.
 const DEPLOYED = {
