@@ -51,8 +51,8 @@ cloudEvent("onCheckpointFinalized", async (event: CloudEvent<unknown>) => {
     await handleFinalized({ id: event.id, data: event.data }, await realDeps(config));
   } catch (e) {
     // Failed: the platform redelivers the event. One line saying what failed and whether a retry can help.
-    const { kind, retryable, line } = classify(e);
-    log.error(line, { eventId: event.id ?? null, kind, retryable });
+    const { kind: errorKind, retryable, line } = classify(e);
+    log.error(line, { eventId: event.id ?? null, errorKind, retryable });
     throw e;
   }
 });

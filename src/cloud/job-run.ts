@@ -68,9 +68,9 @@ export async function runJob(
     // What the error's class says (src/errors.ts): a fault no retry can help is permanent (exit 2); anything
     // else may be transient (exit 1). A job's exit code is only that verdict, which is what the workflow reads.
     const err = e as Error;
-    const { retryable, line, kind } = classify(e);
+    const { retryable, line, kind: errorKind } = classify(e);
     const permanent = !retryable;
-    log.error(line, { phase, permanent, errorType: err.name, kind, seconds: (Date.now() - started) / 1000, storageRetries: retryStats() });
+    log.error(line, { phase, permanent, errorType: err.name, errorKind, seconds: (Date.now() - started) / 1000, storageRetries: retryStats() });
     // Side by side, each within its own short deadline (job-reports.ts, RECORD_RETRY_DEADLINE_MS).
     await Promise.all([isPhase(phase) ? reportFailure(env, phase, err, permanent, log) : undefined, progress?.finish("failed", err)]);
     return permanent ? EXIT_BAD_INPUT : EXIT_FAILURE;

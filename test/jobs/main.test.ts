@@ -135,7 +135,7 @@ describe("the job entry point", () => {
       message: `${join(destination, tiny.stepDir, SUMMARY_KEY)}: is a directory, not a file`,
       permanent: false,
       errorType: "DestinationError",
-      kind: "DESTINATION",
+      errorKind: "DESTINATION",
     });
   });
 
@@ -144,7 +144,7 @@ describe("the job entry point", () => {
     expect(lines.find((l) => l.severity === "ERROR")).toMatchObject({
       message: expect.stringMatching(/^gs:\/\/orbax2reg-no-such-bucket-5b3a\/regular\/\S+: no such bucket \(HTTP 404/),
       permanent: false,
-      kind: "DESTINATION",
+      errorKind: "DESTINATION",
     });
   });
 
