@@ -2,12 +2,12 @@
 // from the environment (set by terraform/modules/orbax2reg/function.tf), the decisions are in
 // src/cloud/trigger/handler.ts.
 import { type CloudEvent, cloudEvent } from "@google-cloud/functions-framework";
-import { ConfigError } from "../src/cloud/api/env.js";
 import { pubsubPublisher } from "../src/cloud/api/events.js";
 import { executionsClient, workflowsExecutions } from "../src/cloud/api/executions.js";
 import { jsonLogger } from "../src/cloud/api/log.js";
 import { triggerConfigFromEnv } from "../src/cloud/trigger/config.js";
 import { handleFinalized, type TriggerDeps } from "../src/cloud/trigger/handler.js";
+import { ConfigError, classify } from "../src/errors.js";
 import { openStore } from "../src/store/open.js";
 
 const log = jsonLogger({ component: "orbax2reg-trigger" });
@@ -47,5 +47,12 @@ cloudEvent("onCheckpointFinalized", async (event: CloudEvent<unknown>) => {
     }
     return;
   }
-  await handleFinalized({ id: event.id, data: event.data }, await realDeps(config));
+  try {
+    await handleFinalized({ id: event.id, data: event.data }, await realDeps(config));
+  } catch (e) {
+    // Failed: the platform redelivers the event. One line saying what failed and whether a retry can help.
+    const { kind: errorKind, retryable, line } = classify(e);
+    log.error(line, { eventId: event.id ?? null, errorKind, retryable });
+    throw e;
+  }
 });

@@ -4,7 +4,7 @@ import type { ExecuteOptions } from "../convert/execute.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../defaults.js";
-import { DestinationError, Orbax2RegError, UsageError } from "../errors.js";
+import { UsageError } from "../errors.js";
 import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
 import { formatBytes } from "./format.js";
@@ -77,31 +77,7 @@ function choiceLine(chosen: RootStep): string {
   return `step ${chosen.step} (${chosen.name}): ${how}${chosen.note === undefined ? "" : `; ${chosen.note}`}`;
 }
 
-/**
- * A GCS "404" that no store turned into a missing object (a missing object is a NotFoundError): the
- * bucket itself does not exist. One line naming the path, exit 3, whatever form the error took (the
- * client library's `code`, or a storage error whose message carries the HTTP status). Typed errors pass.
- */
-async function atDestination<T>(dest: string, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (e) {
-    if (e instanceof Orbax2RegError || e instanceof DestinationError || !(e instanceof Error)) throw e;
-    const status = (e as { code?: unknown }).code ?? (e.cause as { code?: unknown } | undefined)?.code;
-    if (status === 404 || /\bHTTP 404\b/.test(e.message)) {
-      const path = (e as { path?: unknown }).path;
-      const detail = e.message.slice(e.message.lastIndexOf(": ") + 2);
-      throw new DestinationError(`no such bucket (${detail})`, { path: typeof path === "string" ? path : dest }, { cause: e });
-    }
-    throw e;
-  }
-}
-
-export function runConvert(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
-  return atDestination(dest, () => convertCommand(source, dest, o, out));
-}
-
-async function convertCommand(source: string, dest: string, given: ConvertCliOptions, out: Output): Promise<number> {
+export async function runConvert(source: string, dest: string, given: ConvertCliOptions, out: Output): Promise<number> {
   const started = Date.now();
   const { options: o, chosen } = await chooseStep(source, given);
   const common = planOptions(o);
@@ -159,8 +135,8 @@ async function convertCommand(source: string, dest: string, given: ConvertCliOpt
 }
 
 export async function runPlan(source: string, dest: string, given: ConvertCliOptions, out: Output): Promise<number> {
-  const { options: o, chosen } = await atDestination(dest, () => chooseStep(source, given));
-  const { plan, reused } = await atDestination(dest, () => planPhase(source, dest, planOptions(o)));
+  const { options: o, chosen } = await chooseStep(source, given);
+  const { plan, reused } = await planPhase(source, dest, planOptions(o));
   const summary = { ...planSummary(plan), ...choiceFields(chosen), reused };
   if (o.json) out.stdout(JSON.stringify(summary, null, 2));
   else {
@@ -186,7 +162,7 @@ export async function runConvertGroup(
   const task = o.taskIndex !== undefined && o.taskCount !== undefined ? undefined : cloudRunTask(process.env);
   const taskIndex = o.taskIndex ?? task?.index;
   const taskCount = o.taskCount ?? task?.count;
-  const report = await atDestination(dest, () => groupPhase(dest, step, o.group, { ...executeOptions(o, progress), taskIndex, taskCount }));
+  const report = await groupPhase(dest, step, o.group, { ...executeOptions(o, progress), taskIndex, taskCount });
   progress.stop();
   if (o.json) out.stdout(JSON.stringify(report, null, 2));
   else
@@ -197,7 +173,7 @@ export async function runConvertGroup(
 }
 
 export async function runFinalize(dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
-  const report = await atDestination(dest, () => finalizePhase(dest, requireStep(o.step)));
+  const report = await finalizePhase(dest, requireStep(o.step));
   const { plan, ...rest } = report;
   if (o.json)
     out.stdout(JSON.stringify({ step: plan.step, destination: `${plan.destination.root}/${plan.destination.stepDir}`, ...rest }, null, 2));

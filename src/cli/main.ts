@@ -1,7 +1,6 @@
 import { Command, CommanderError } from "commander";
 import { DEFAULT_DESTINATION_TEMPLATE } from "../defaults.js";
-import { DestinationError, Orbax2RegError, StorageIoError } from "../errors.js";
-import { ioCause } from "../store/store.js";
+import { classify, EXIT_BAD_INPUT, UNEXPECTED } from "../errors.js";
 import { commanderOption, type Flags, type OptionUse } from "./options.js";
 import { type Output, processOutput } from "./output.js";
 
@@ -10,13 +9,8 @@ import { type Output, processOutput } from "./output.js";
 const convertCommands = () => import("./convert.js");
 const cloudFleet = () => import("./cloud-fleet.js");
 
-/**
- * Exit codes: 0 success, 1 unexpected failure (a bug or an I/O fault), 2 bad input, usage or a refusal
- * (e.g. another conversion holds the destination), 3 the destination cannot be written (not a directory,
- * a directory where a file goes, no permission, read-only, full, no such bucket).
- */
-export const EXIT_BAD_INPUT = 2;
-export const EXIT_DESTINATION = 3;
+// Exit codes: 0 success, else what the error's class says (src/errors.ts: 1, 2 or 3).
+export { EXIT_BAD_INPUT, EXIT_DESTINATION } from "../errors.js";
 
 const LOCATION = "local path, file:// or gs:// URL";
 
@@ -260,27 +254,9 @@ export async function main(argv: string[], out: Output = processOutput()): Promi
     return code;
   } catch (e) {
     if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : EXIT_BAD_INPUT;
-    if (e instanceof DestinationError) {
-      out.writeErr(`orbax2reg: ${e.message}\n`);
-      return EXIT_DESTINATION;
-    }
-    if (e instanceof Orbax2RegError) {
-      out.writeErr(`orbax2reg: ${e.message}\n`);
-      return EXIT_BAD_INPUT;
-    }
-    if (e instanceof StorageIoError) {
-      // Storage kept failing past every retry: one line naming the object and the cause; a re-run resumes.
-      out.writeErr(`orbax2reg: ${e.message}\n`);
-      return 1;
-    }
-    // An OS error a store did not translate, that the user fixes at that path: still one line.
-    const cause = ioCause(e);
-    const path = (e as NodeJS.ErrnoException).path;
-    if (cause !== undefined && path !== undefined) {
-      out.writeErr(`orbax2reg: ${path}: ${cause}\n`);
-      return EXIT_DESTINATION;
-    }
-    out.writeErr(`orbax2reg: unexpected error: ${(e as Error).stack ?? String(e)}\n`);
-    return 1;
+    // One line naming what failed where; only an error nobody expected gets its stack, for the bug report.
+    const { kind, exitCode, line } = classify(e);
+    out.writeErr(`orbax2reg: ${kind === UNEXPECTED ? `unexpected error: ${(e as Error | undefined)?.stack ?? String(e)}` : line}\n`);
+    return exitCode;
   }
 }

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { Orbax2RegError } from "../errors.js";
+import { isPermanent } from "../errors.js";
 import { chunkKeyPattern, listArrays, type StoredArray } from "../orbax/arrays.js";
 import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
 import { parseIndex, structureStrings } from "../regular/index-file.js";
@@ -52,7 +52,8 @@ export async function verify(
       const problem = await run();
       checks.push(problem === undefined ? { name, ok: true } : { name, ok: false, detail: problem });
     } catch (e) {
-      if (!(e instanceof Orbax2RegError)) throw e;
+      // A fault of the data fails the check; one of the storage (retryable) fails the verification.
+      if (!isPermanent(e)) throw e;
       checks.push({ name, ok: false, detail: e.message });
     }
   };

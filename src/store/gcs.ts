@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { Storage } from "@google-cloud/storage";
 import { crc32c } from "../codecs/crc32c.js";
-import { FormatError, NotFoundError, StorageIoError } from "../errors.js";
+import { DestinationError, FormatError, NotFoundError, StorageIoError } from "../errors.js";
 import { type ChunkSource, memoryChunks, streamChunks } from "./chunks.js";
 import { type Answer, defaultTimeouts, Http, type Timeouts } from "./http.js";
 import { replayable, replayOf } from "./replay.js";
@@ -237,7 +237,9 @@ export class GcsStore implements Store {
     const path = describe(this, what);
     for (const r = new Attempts("listing", path, this.retry); ; ) {
       try {
-        return await (await this.http.send("GET", `${this.objects}?${q}`, { accept: [200], path })).json();
+        const a = await this.http.send("GET", `${this.objects}?${q}`, { accept: [200, 404], path });
+        if (a.status === 404) return await noSuchBucket(a, path);
+        return await a.json();
       } catch (e) {
         await r.failed(e);
       }
@@ -325,9 +327,10 @@ export class GcsStore implements Store {
           body: (async function* () {
             yield* parts;
           })(),
-          accept: [200, 400, 412],
+          accept: [200, 400, 404, 412],
           path,
         });
+        if (a.status === 404) return await noSuchBucket(a, path);
         if (a.status === 400) throw await refused(a, path);
         if (a.status === 412) {
           // The storage-testbench refuses a CRC-32C mismatch with 412 where GCS says 400: damaged on the way
@@ -420,7 +423,6 @@ export class GcsStore implements Store {
         ask = false;
         if (a.status === 404 || a.status === 410) {
           await a.discard();
-          // Not "HTTP 404": that would read as a missing bucket (cli/convert.ts).
           return { restart: new TransientError(`the upload session is gone (${a.status})`, `http-${a.status}`) };
         }
         if (a.status === 308) {
@@ -461,9 +463,10 @@ export class GcsStore implements Store {
         const a = await this.http.send("POST", `${this.uploads}?uploadType=resumable`, {
           headers: { "content-type": "application/json; charset=UTF-8" },
           body: Buffer.from(JSON.stringify({ name })),
-          accept: [200, 201],
+          accept: [200, 201, 404],
           path,
         });
+        if (a.status === 404) return await noSuchBucket(a, path);
         await a.discard();
         const uri = a.headers.get("location");
         if (!uri) throw new TransientError("GCS opened an upload session without a Location", "bad-answer");
@@ -567,6 +570,23 @@ export class GcsStore implements Store {
 async function notFound(a: Answer, path: string): Promise<never> {
   await a.discard();
   throw new NotFoundError("no such object", { path });
+}
+
+/**
+ * A 404 to a request on the bucket itself (a listing, an upload's start): the bucket does not exist, which
+ * the user fixes at the destination. Named with GCS's own words, as any other refused request is.
+ */
+async function noSuchBucket(a: Answer, path: string): Promise<never> {
+  const text = new TextDecoder().decode(await a.bytes().catch(() => new Uint8Array()));
+  let message = text.slice(0, 300);
+  try {
+    const m = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
+    if (m !== undefined && m !== null) message = typeof m === "string" ? m : JSON.stringify(m);
+  } catch {
+    // not JSON: keep the text
+  }
+  message = message.replace(/\s+/g, " ").trim();
+  throw new DestinationError(`no such bucket (HTTP 404${message ? ` (${message})` : ""})`, { path });
 }
 
 function shortRead(path: string, offset: number, length: number, got?: number): FormatError {

@@ -2,9 +2,9 @@ import type { Dirent, Stats } from "node:fs";
 import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
-import { DestinationError, FormatError, NotFoundError, Orbax2RegError } from "../errors.js";
+import { DestinationError, FormatError, ioCause, NotFoundError, Orbax2RegError } from "../errors.js";
 import { Budget, forEachLimited } from "../util/budget.js";
-import { checkKey, type DirListing, describe, ioCause, type ObjectInfo, type RangeCopy, type Store, type WriteResult } from "./store.js";
+import { checkKey, type DirListing, describe, type ObjectInfo, type RangeCopy, type Store, type WriteResult } from "./store.js";
 
 const READ_PIECE = 1 << 30;
 /** The pieces of a readStream: each is read through a descriptor of its own, held only while it is read. */
@@ -483,7 +483,7 @@ export class LocalStore implements Store {
   /** An OS error the user fixes at the destination (ENOTDIR, EACCES, ENOSPC...) as one line naming `key`. */
   private destinationError(e: unknown, key: string): unknown {
     const cause = ioCause(e);
-    if (e instanceof Orbax2RegError || e instanceof DestinationError || cause === undefined) return e;
+    if (e instanceof Orbax2RegError || cause === undefined) return e;
     return new DestinationError(cause, { path: describe(this, key) }, { cause: e });
   }
 }

@@ -2,7 +2,10 @@
 // (https://cloud.google.com/storage/docs/retry-strategy): retry HTTP 408, 429 and 5xx, socket timeouts and
 // TCP disconnects, with truncated exponential backoff and jitter, and only idempotent requests (every write
 // here is: same name, same bytes; conditional writes check what a lost answer left, see gcs.ts).
-import { StorageIoError } from "../errors.js";
+import { StorageIoError, TransientError } from "../errors.js";
+
+// Where the stores take it from (the class itself is in src/errors.ts, with every other).
+export { TransientError };
 
 export interface RetryPolicy {
   /**
@@ -24,19 +27,6 @@ const envMs = (name: string, fallback: number): number => {
 /** The defaults; ORBAX2REG_GCS_RETRY_DEADLINE_MS shortens the deadline (the tests do). */
 export function defaultRetryPolicy(): RetryPolicy {
   return { firstDelayMs: 25, maxDelayMs: 8_000, deadlineMs: envMs("ORBAX2REG_GCS_RETRY_DEADLINE_MS", 120_000) };
-}
-
-/** A failure that a later attempt may not see: `cause` names its kind in the retry counters. */
-export class TransientError extends Error {
-  override readonly name = "TransientError";
-  constructor(
-    message: string,
-    readonly kind: string,
-    /** What the server asked for (Retry-After), if anything. */
-    readonly retryAfterMs?: number,
-  ) {
-    super(message);
-  }
 }
 
 export interface RetryStats {
@@ -119,11 +109,11 @@ export class Attempts {
     }
     this.retries++;
     stats.retries++;
-    stats.byKind[e.kind] = (stats.byKind[e.kind] ?? 0) + 1;
+    stats.byKind[e.retryKind] = (stats.byKind[e.retryKind] ?? 0) + 1;
     const notice = {
       what: this.what,
       path: this.path,
-      kind: e.kind,
+      kind: e.retryKind,
       message: e.message,
       retry: this.retries,
       delayMs: Math.round(delay),

@@ -191,22 +191,3 @@ export function joinKey(...parts: string[]): string {
     .filter((p) => p !== "")
     .join("/");
 }
-
-/** Why an OS error code means the destination cannot be written, in words (none: not a destination problem). */
-const IO_CAUSES: Readonly<Record<string, string>> = {
-  ENOTDIR: "a parent of this path is a file, not a directory",
-  EEXIST: "a file is in the way of a directory",
-  EISDIR: "is a directory, not a file",
-  ENOTEMPTY: "is a directory, not a file",
-  EACCES: "permission denied",
-  EPERM: "operation not permitted",
-  EROFS: "read-only file system",
-  ENOSPC: "no space left on device",
-  EDQUOT: "disk quota exceeded",
-};
-
-/** The cause of an OS error that the user can fix at the destination, or undefined for anything else. */
-export function ioCause(e: unknown): string | undefined {
-  const code = (e as NodeJS.ErrnoException | undefined)?.code;
-  return typeof code === "string" ? IO_CAUSES[code] : undefined;
-}

@@ -93,4 +93,14 @@ describe("a gs:// destination in a bucket that does not exist", () => {
     const r = await runCli(["convert", tiny.location, "gs://orbax2reg-no-such-bucket-4d2c/regular"]);
     expectOneLine(r, /^orbax2reg: gs:\/\/orbax2reg-no-such-bucket-4d2c\/regular\S*: no such bucket/m);
   });
+
+  test("plan, too: exit 3, one line", async () => {
+    const r = await runCli(["plan", tiny.location, "gs://orbax2reg-no-such-bucket-4d2c/regular"]);
+    expectOneLine(r, /^orbax2reg: gs:\/\/orbax2reg-no-such-bucket-4d2c\/regular\S*: no such bucket \(HTTP 404/m);
+  });
+
+  test("a source in a bucket that does not exist is said the same way by inspect: exit 3, one line", async () => {
+    const r = await runCli(["inspect", "gs://orbax2reg-no-such-bucket-4d2c/run/step_00000100"]);
+    expectOneLine(r, /^orbax2reg: gs:\/\/orbax2reg-no-such-bucket-4d2c\/run\S*: no such bucket \(HTTP 404/m);
+  });
 });

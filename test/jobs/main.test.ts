@@ -128,6 +128,26 @@ describe("the job entry point", () => {
     });
   });
 
+  test("a destination the job cannot write (a directory in the way) is transient, logged as one line naming it", async () => {
+    mkdirSync(join(destination, tiny.stepDir, SUMMARY_KEY, "blocker"), { recursive: true });
+    expect(await runJob("plan", env(), log())).toBe(1);
+    expect(lines.find((l) => l.severity === "ERROR")).toMatchObject({
+      message: `${join(destination, tiny.stepDir, SUMMARY_KEY)}: is a directory, not a file`,
+      permanent: false,
+      errorType: "DestinationError",
+      errorKind: "DESTINATION",
+    });
+  });
+
+  test("a destination bucket that does not exist is transient too (retried, boundedly), logged as such", async () => {
+    expect(await runJob("plan", env({ ORBAX2REG_DESTINATION: "gs://orbax2reg-no-such-bucket-5b3a/regular" }), log())).toBe(1);
+    expect(lines.find((l) => l.severity === "ERROR")).toMatchObject({
+      message: expect.stringMatching(/^gs:\/\/orbax2reg-no-such-bucket-5b3a\/regular\/\S+: no such bucket \(HTTP 404/),
+      permanent: false,
+      errorKind: "DESTINATION",
+    });
+  });
+
   test("without the workflow's attempt id the report is keyed by Cloud Run's execution name", async () => {
     expect(await runJob("finalize", env({ CLOUD_RUN_EXECUTION: "orbax2reg-finalize-abc12", CLOUD_RUN_TASK_ATTEMPT: "2" }), log())).toBe(2);
     expect(reportsOf("orbax2reg-finalize-abc12")).toEqual(["permanent.task-0.attempt-2.json"]);

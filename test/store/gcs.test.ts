@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, test } from "vitest";
-import { NotFoundError } from "../../src/errors.js";
+import { DestinationError, NotFoundError } from "../../src/errors.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { openStore } from "../../src/store/open.js";
 import { emulatorStorage, newBucket } from "../helpers/gcs.js";
@@ -54,5 +54,29 @@ describe("GcsStore on fake-gcs-server", () => {
     const s = await openStore(`gs://${bucket}/root/dir/`);
     expect(s).toBeInstanceOf(GcsStore);
     expect(await s.read("obj")).toEqual(bytes);
+  });
+});
+
+describe("a bucket that does not exist", () => {
+  const missing = "orbax2reg-no-such-bucket-7e1f";
+  const store = () => new GcsStore(missing, "root", undefined, emulatorStorage(), { chunkBytes: 256 * 1024 });
+
+  test("a listing is a DestinationError saying so, naming the listed prefix", async () => {
+    const listing = (async () => {
+      for await (const _ of store().list("x/")) break;
+    })();
+    await expect(listing).rejects.toThrow(DestinationError);
+    await expect(store().listDir("x")).rejects.toThrow(new RegExp(`^gs://${missing}/root/x\\S*: no such bucket \\(HTTP 404`));
+  });
+
+  test("an upload, multipart or resumable, is a DestinationError saying so, naming the object", async () => {
+    await expect(store().write("small", new Uint8Array(3))).rejects.toThrow(`gs://${missing}/root/small: no such bucket (HTTP 404`);
+    await expect(store().write("large", new Uint8Array(600 * 1024))).rejects.toThrow(
+      `gs://${missing}/root/large: no such bucket (HTTP 404`,
+    );
+  });
+
+  test("a read is a missing object, as GCS answers it", async () => {
+    await expect(store().read("obj")).rejects.toThrow(NotFoundError);
   });
 });

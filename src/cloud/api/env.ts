@@ -1,23 +1,11 @@
-import { Orbax2RegError } from "../../errors.js";
+import { ConfigError } from "../../errors.js";
 
 /**
  * Reading deployment settings from environment variables: the one reader for the trigger function (set by
  * terraform), the Cloud Run jobs (set by the workflow and by Cloud Run itself) and the CLI (a user may run
- * it as a Cloud Run job). A bad value is a ConfigError naming the variable and what it holds: redelivering
- * an event or retrying a job cannot fix it, only a redeploy can. It is an Orbax2RegError, so a job treats it
- * as permanent (exit 2) and the CLI prints it as one line; the function catches it by its own class.
+ * it as a Cloud Run job). A bad value is a ConfigError (src/errors.ts) naming the variable and what it holds:
+ * redelivering an event or retrying a job cannot fix it, only a redeploy can.
  */
-export class ConfigError extends Orbax2RegError {
-  readonly code = "CONFIG";
-  override readonly name = "ConfigError";
-  constructor(
-    readonly variable: string,
-    readonly value: string | undefined,
-    readonly why: string,
-  ) {
-    super(`environment variable ${variable}${value === undefined ? " is not set" : `=${JSON.stringify(value)}`}: ${why}`);
-  }
-}
 
 export type Env = Readonly<Record<string, string | undefined>>;
 

@@ -1,4 +1,5 @@
 import type { ExecutionsClient, protos } from "@google-cloud/run";
+import { RunApiError } from "../../errors.js";
 import { emulatorClientOptions } from "./executions.js";
 import { rfc3339 } from "./timestamp.js";
 
@@ -27,19 +28,6 @@ export interface JobExecutions {
   get(name: string): Promise<JobExecutionStatus | undefined>;
   /** Cancels a running execution; resolves (no error) when it had already finished or is gone. */
   cancel(name: string): Promise<void>;
-}
-
-/** A call to the Run Admin API that failed; `code` is the gRPC status code (the REST fallback maps HTTP onto it). */
-export class RunApiError extends Error {
-  override readonly name = "RunApiError";
-  constructor(
-    readonly method: "get" | "cancel",
-    readonly execution: string,
-    readonly code: number | undefined,
-    cause: unknown,
-  ) {
-    super(`Cloud Run executions.${method} ${execution}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
-  }
 }
 
 /**

@@ -1,4 +1,5 @@
 import { PLAN_KEY } from "../../convert/plan-format.js";
+import { EXIT_FAILURE, Orbax2RegError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
 import { deleteSeen, describe, joinKey, type ObjectInfo, type Store } from "../../store/store.js";
 import { mapLimited } from "../../util/budget.js";
@@ -76,8 +77,10 @@ export interface PrunedStep {
 }
 
 /** Some steps chosen for pruning could not be deleted (the others were); the next conversion tries again. */
-export class RetentionError extends Error {
-  override readonly name = "RetentionError";
+export class RetentionError extends Orbax2RegError {
+  readonly kind = "RETENTION";
+  readonly exitCode = EXIT_FAILURE;
+  readonly retryable = true;
   constructor(
     readonly failures: readonly { readonly step: number; readonly error: string }[],
     readonly pruned: readonly PrunedStep[],

@@ -1,4 +1,4 @@
-import { Orbax2RegError, UsageError } from "../../errors.js";
+import { classify, EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_STOPPED, StoppedError, UsageError } from "../../errors.js";
 import { observeRetries, type RetryNotice, retryStats } from "../../store/retry.js";
 import type * as fromEnv from "../api/env.js";
 import { jsonLogger, type Logger } from "../api/log.js";
@@ -16,20 +16,12 @@ import { type JobPhase, reportFailure } from "./reports.js";
 const PHASES: readonly JobPhase[] = ["plan", "convert-group", "finalize"];
 const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as JobPhase);
 
-/** 128 + SIGTERM's 15: what a process ended by SIGTERM exits with. */
-export const EXIT_STOPPED = 143;
-
 /**
  * How long a stopped task gives its progress record to land. Cloud Run sends SIGTERM when a job execution is
  * cancelled or a task runs past its timeout, and SIGKILL 10 s later
  * (https://cloud.google.com/run/docs/container-contract): the exit must come well before that.
  */
 export const STOP_RECORD_MS = 5_000;
-
-/** The task was told to stop: SIGTERM (its job execution was cancelled, or it ran past its task timeout). */
-export class StoppedError extends Error {
-  override readonly name = "StoppedError";
-}
 
 export interface RunOptions extends JobOptions {
   /**
@@ -73,13 +65,22 @@ export async function runJob(
       await within(STOP_RECORD_MS, progress?.finish("stopped", reason));
       return EXIT_STOPPED;
     }
-    // Bad input is permanent (exit 2: retrying cannot help); anything else may be transient (exit 1).
+    // What the error's class says (src/errors.ts): a fault no retry can help is permanent (exit 2); anything
+    // else may be transient (exit 1). A job's exit code is only that verdict, which is what the workflow reads.
     const err = e as Error;
-    const permanent = e instanceof Orbax2RegError;
-    log.error(err.message, { phase, permanent, errorType: err.name, seconds: (Date.now() - started) / 1000, storageRetries: retryStats() });
+    const { retryable, line, kind: errorKind } = classify(e);
+    const permanent = !retryable;
+    log.error(line, {
+      phase,
+      permanent,
+      errorType: err.name,
+      errorKind,
+      seconds: (Date.now() - started) / 1000,
+      storageRetries: retryStats(),
+    });
     // Side by side, each within its own short deadline (reports.ts, RECORD_RETRY_DEADLINE_MS).
     await Promise.all([isPhase(phase) ? reportFailure(env, phase, err, permanent, log) : undefined, progress?.finish("failed", err)]);
-    return permanent ? 2 : 1;
+    return permanent ? EXIT_BAD_INPUT : EXIT_FAILURE;
   } finally {
     unobserve();
   }

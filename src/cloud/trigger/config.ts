@@ -6,7 +6,8 @@ import {
   LONGEST_CLAIM_LEASE_SECONDS,
   MAX_GROUPS,
 } from "../../defaults.js";
-import { ConfigError, type Env, eventsTopic, integer, optionalString, requiredString } from "../api/env.js";
+import { ConfigError } from "../../errors.js";
+import { type Env, eventsTopic, integer, optionalString, requiredString } from "../api/env.js";
 import type { TriggerConfig } from "./classify.js";
 
 /** Everything the trigger function is configured with (terraform/modules/orbax2reg/function.tf). */

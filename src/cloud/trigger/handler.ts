@@ -6,8 +6,8 @@ import { classify } from "./classify.js";
 import { deliveryDeadlineMs, type TriggerHandlerConfig } from "./config.js";
 import { startOnce } from "./start.js";
 
+export { ClaimBusyError, DeadlineError } from "../../errors.js";
 export type { WorkflowArgument } from "../api/executions.js";
-export { ClaimBusyError, DeadlineError } from "./start.js";
 
 /** The outside world, injected so the cloud function stays thin and the logic testable. */
 export interface TriggerDeps {

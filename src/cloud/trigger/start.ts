@@ -1,4 +1,4 @@
-import { ConflictError } from "../../errors.js";
+import { ClaimBusyError, ConflictError, DeadlineError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
 import type { Store } from "../../store/store.js";
 import {
@@ -61,11 +61,6 @@ export interface StartDeps {
 export type StartOutcome =
   | { readonly kind: "duplicate" | "adopted" | "started"; readonly execution: string }
   | { readonly kind: "refused"; readonly message: string };
-
-/** A fresh claim held by another caller that has not recorded an execution yet: retry later. */
-export class ClaimBusyError extends Error {
-  override readonly name = "ClaimBusyError";
-}
 
 /** Executions created this long before a claim's time still count as that claim's (clock skew between instances). */
 const CLOCK_SKEW_MS = 60_000;
@@ -265,11 +260,6 @@ async function settleAfterLoss(claim: StepClaim, mine: ClaimRecord, deps: StartD
   }
   log.error("the claim keeps changing; the execution runs all the same", { claim: claim.url, execution });
   return { kind: "started", execution };
-}
-
-/** The caller's deadline passed before it could start an execution: retry later. */
-export class DeadlineError extends Error {
-  override readonly name = "DeadlineError";
 }
 
 /** The request never reached the server (refused connection, unknown host): nothing can have been created. */

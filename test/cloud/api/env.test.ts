@@ -1,6 +1,5 @@
 import { describe, expect, test } from "vitest";
 import {
-  ConfigError,
   cloudRunTask,
   eventsTopic,
   flag,
@@ -10,7 +9,7 @@ import {
   optionalString,
   requiredString,
 } from "../../../src/cloud/api/env.js";
-import { Orbax2RegError } from "../../../src/errors.js";
+import { ConfigError, Orbax2RegError } from "../../../src/errors.js";
 
 // The one reader of environment variables for the trigger function, the Cloud Run jobs and the CLI.
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "vitest";
-import { ConfigError } from "../../../src/cloud/api/env.js";
 import { triggerConfigFromEnv } from "../../../src/cloud/trigger/config.js";
 import { LONGEST_CLAIM_LEASE_SECONDS } from "../../../src/defaults.js";
+import { ConfigError } from "../../../src/errors.js";
 
 // The function's environment as terraform/modules/orbax2reg/function.tf sets it for the module's defaults.
 const DEPLOYED = {
