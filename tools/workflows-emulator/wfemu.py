@@ -33,7 +33,8 @@ requirements.txt) and adds what that package lacks for this project:
 Usage:
   wfemu.py --host 127.0.0.1 --port 8787 --workflows-dir DIR --project P --location L \
            [--connector-hooks hooks.yaml] [--env KEY=VALUE ...] [--backoff-scale 0] [--fast-clock]
-Prints "workflows-emulator listening on http://HOST:PORT" when ready.
+Prints "workflows-emulator listening on http://HOST:PORT" when ready. Exits 1 with one line on stderr when the
+installed workflows-emulator is not the pinned version, or an internal it patches has changed (wfemu_lib/pinned.py).
 
 The code is in wfemu_lib/ beside this file, a module per concern (wfemu_lib/__init__.py lists them).
 """
@@ -43,8 +44,12 @@ import sys
 # wfemu_lib sits beside this file (on sys.path when run as a script; also when imported from elsewhere).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from wfemu_lib import patches, server  # noqa: E402
-
+try:
+    from wfemu_lib import patches, server  # noqa: E402  (checks the package first: wfemu_lib/pinned.py)
+except ImportError as err:
+    if type(err).__name__ != "Mismatch":
+        raise
+    sys.exit(f"wfemu: {err}")
 patches.install()
 
 if __name__ == "__main__":

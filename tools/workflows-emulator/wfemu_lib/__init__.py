@@ -1,6 +1,7 @@
 """The parts of wfemu.py, the local Cloud Workflows emulator (its docstring says what it adds to the PyPI
 workflows-emulator package), one concern per module:
 
+  pinned       the package version and internals this is written against, checked before anything is patched
   patches      installs every replacement into the package
   runtime      per-execution state: GOOGLE_CLOUD_* variables, cancellation, the execution's clock
   limits       Google's step budget and frame size limit (ResourceLimitError)
@@ -11,3 +12,7 @@ workflows-emulator package), one concern per module:
   server       the Executions REST API over HTTP and the command line
   settings     the command line's values
 """
+from . import pinned
+
+# Before any module here reads the package's internals, and before anything is patched.
+pinned.check()
