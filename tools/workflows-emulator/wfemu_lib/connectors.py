@@ -127,7 +127,7 @@ def run_connector(rendered_step):
     except ValueError:
         pass
     if not isinstance(err, dict):
-        err = {"message": f"{name}: hook exited {proc.returncode}: {(out or proc.stderr)[-500:]}",
+        err = {"message": f"{name}: hook exited {proc.returncode}: {(out or stderr)[-500:]}",
                "tags": ["SystemError"]}
     err.setdefault("message", f"{name} failed")
     err.setdefault("tags", ["SystemError"])
