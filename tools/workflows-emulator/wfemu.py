@@ -36,7 +36,8 @@ Usage:
 Prints "workflows-emulator listening on http://HOST:PORT" when ready. Exits 1 with one line on stderr when the
 installed workflows-emulator is not the pinned version, or an internal it patches has changed (wfemu_lib/pinned.py).
 
-The code is in wfemu_lib/ beside this file, a module per concern (wfemu_lib/__init__.py lists them).
+The code is in wfemu_lib/ beside this file, a module per concern (wfemu_lib/__init__.py lists them); its tests
+are in tests/ (python -m unittest discover -s tools/workflows-emulator/tests).
 """
 import os
 import sys
