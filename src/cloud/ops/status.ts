@@ -244,9 +244,13 @@ async function running(destination: Store, stepDir: string, execution: Execution
 async function failed(destination: Store, stepDir: string, execution: ExecutionRef, deps: FleetDeps): Promise<StepStatus> {
   const payload = parseJson<WorkflowError>(execution.error);
   const records = await progressOf(destination, stepDir, execution);
-  const culprit = records
-    .filter((r) => r.state === "failed")
-    .reduce<ProgressRecord | undefined>((a, r) => (a === undefined || r.updatedAt > a.updatedAt ? r : a), undefined);
+  // The newest task that failed; else the newest one told to stop (its job execution was cancelled or ran
+  // past its task timeout, and the workflow gave up on it), which says more than the workflow's own error.
+  const newestOf = (state: ProgressRecord["state"]) =>
+    records
+      .filter((r) => r.state === state)
+      .reduce<ProgressRecord | undefined>((a, r) => (a === undefined || r.updatedAt > a.updatedAt ? r : a), undefined);
+  const culprit = newestOf("failed") ?? newestOf("stopped");
   const job = culprit?.execution && deps.jobs ? await deps.jobs.get(culprit.execution).catch(() => undefined) : undefined;
   return {
     state: "failed",
@@ -254,10 +258,16 @@ async function failed(destination: Store, stepDir: string, execution: ExecutionR
     finishedAt: execution.endTime ?? null,
     phase: culprit?.phase ?? null,
     group: culprit?.group ?? null,
-    error: firstLine(culprit?.error ?? payload?.message ?? execution.error ?? "unknown error"),
+    error: culprit?.state === "stopped" ? stoppedLine(culprit) : firstLine(culprit?.error ?? payload?.message ?? execution.error ?? "unknown error"),
     retryable: retryCanHelp(payload),
     logUri: job?.logUri ?? null,
   };
+}
+
+/** A stopped task's record as one line: who stopped and what that means (Cloud Run's SIGTERM). */
+function stoppedLine(r: ProgressRecord): string {
+  const task = r.group === null ? r.phase : `group ${r.group} task ${r.task}`;
+  return `${task} ${firstLine(r.error ?? "stopped")}: its job execution was cancelled or ran past its task timeout`;
 }
 
 /** The error a failed execution ends with (workflows/convert.yaml raises the connector's or its own). */

@@ -33,41 +33,51 @@ describe("whether running a failed conversion again may help", () => {
   });
 });
 
+const WORKFLOW = "projects/p/locations/l/workflows/orbax2reg-convert";
+const ROOT = "gs://b/runs/exp";
+const name = (n: number) => `${WORKFLOW}/executions/e${n}`;
+
+/** Executions in memory, newest created first, counting the requests made of them. */
+function fakeExecutions(all: ExecutionRef[]): Executions & { calls: Record<string, number> } {
+  const calls = { start: 0, find: 0, findFull: 0, get: 0, cancel: 0 };
+  return {
+    calls,
+    start: async () => {
+      calls.start++;
+      throw new Error("not here");
+    },
+    find: async () => {
+      calls.find++;
+      return all.map(({ name, state, startTime }) => ({ name, state, ...(startTime ? { startTime } : {}) }));
+    },
+    findFull: async () => {
+      calls.findFull++;
+      return all;
+    },
+    get: async (n) => {
+      calls.get++;
+      const e = all.find((x) => x.name === n);
+      if (!e) throw new Error("5 NOT_FOUND");
+      return e;
+    },
+    cancel: async () => {
+      calls.cancel++;
+      throw new Error("not here");
+    },
+  };
+}
+
+const execution = (n: number, step: number, state: string, extra: Partial<ExecutionRef> = {}): ExecutionRef => ({
+  name: name(n),
+  state,
+  startTime: new Date(Date.UTC(2026, 10, 1) + n * 1000).toISOString(),
+  argument: JSON.stringify({ source: `${ROOT}/${stepDirName(step)}`, destination: `${ROOT}/regular`, step }),
+  labels: { step: String(step), source: rootLabel(ROOT) },
+  ...extra,
+});
+
 describe("cloud status over a root with many steps", () => {
   const STEPS = 1_000;
-  const WORKFLOW = "projects/p/locations/l/workflows/orbax2reg-convert";
-  const ROOT = "gs://b/runs/exp";
-  const name = (n: number) => `${WORKFLOW}/executions/e${n}`;
-
-  /** Executions in memory, newest created first, counting the requests made of them. */
-  function fakeExecutions(all: ExecutionRef[]): Executions & { calls: Record<string, number> } {
-    const calls = { start: 0, find: 0, findFull: 0, get: 0, cancel: 0 };
-    return {
-      calls,
-      start: async () => {
-        calls.start++;
-        throw new Error("not here");
-      },
-      find: async () => {
-        calls.find++;
-        return all.map(({ name, state, startTime }) => ({ name, state, ...(startTime ? { startTime } : {}) }));
-      },
-      findFull: async () => {
-        calls.findFull++;
-        return all;
-      },
-      get: async (n) => {
-        calls.get++;
-        const e = all.find((x) => x.name === n);
-        if (!e) throw new Error("5 NOT_FOUND");
-        return e;
-      },
-      cancel: async () => {
-        calls.cancel++;
-        throw new Error("not here");
-      },
-    };
-  }
 
   /** A local root of `STEPS` committed steps, and a destination where the first ten are converted. */
   function roots(): { source: string; destination: string } {
@@ -84,15 +94,6 @@ describe("cloud status over a root with many steps", () => {
     }
     return { source, destination };
   }
-
-  const execution = (n: number, step: number, state: string, extra: Partial<ExecutionRef> = {}): ExecutionRef => ({
-    name: name(n),
-    state,
-    startTime: new Date(Date.UTC(2026, 10, 1) + n * 1000).toISOString(),
-    argument: JSON.stringify({ source: `${ROOT}/${stepDirName(step)}`, destination: `${ROOT}/regular`, step }),
-    labels: { step: String(step), source: rootLabel(ROOT) },
-    ...extra,
-  });
 
   test("lists the root's executions once, page by page, and asks nothing per step of the Workflows API", async () => {
     const { source, destination } = roots();
@@ -139,5 +140,49 @@ describe("cloud status over a root with many steps", () => {
     expect(rows[999]?.status).toMatchObject({ state: "running", executionState: "QUEUED", startedAt: null, elapsedSeconds: 0 });
     expect(most).toBeGreaterThan(1);
     expect(most).toBeLessThanOrEqual(16);
+  });
+});
+
+describe("cloud status of a failed step", () => {
+  test("names the task that was stopped (SIGTERM) when no task failed", async () => {
+    const base = tempDir("status-stopped");
+    const source = join(base, "runs/exp");
+    const step = 7;
+    mkdirSync(join(source, stepDirName(step)), { recursive: true });
+    writeFileSync(join(source, stepDirName(step), "commit_success.txt"), "");
+    const progress = join(source, "regular", stepDirName(step), ".orbax2reg/progress");
+    mkdirSync(progress, { recursive: true });
+    const failedRun = execution(1, step, "FAILED", { error: '{"message":"group 1 failed after 3 attempts"}' });
+    const record = {
+      phase: "convert-group",
+      group: 1,
+      task: 0,
+      taskCount: 1,
+      attempt: "a1",
+      workflowExecution: failedRun.name,
+      execution: null,
+      state: "stopped",
+      objects: 10,
+      objectsDone: 4,
+      bytes: 100,
+      bytesDone: 40,
+      startedAt: failedRun.startTime,
+      updatedAt: new Date(Date.parse(failedRun.startTime as string) + 60_000).toISOString(),
+      error: "stopped by SIGTERM",
+    };
+    writeFileSync(join(progress, "group-1.task-0.json"), JSON.stringify(record));
+    const rows = await stepStatuses(ROOT, step, {
+      executions: fakeExecutions([failedRun]),
+      workflow: WORKFLOW,
+      destinationTemplate: "gs://{bucket}/{root}/regular",
+      claimLeaseMs: 600_000,
+      openStore: (location) => openStore(location.replace(/^gs:\/\/b\/runs\/exp/, source)),
+    });
+    expect(rows[0]?.status).toMatchObject({
+      state: "failed",
+      phase: "convert-group",
+      group: 1,
+      error: "group 1 task 0 stopped by SIGTERM: its job execution was cancelled or ran past its task timeout",
+    });
   });
 });
