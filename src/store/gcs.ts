@@ -2,9 +2,9 @@ import { randomBytes } from "node:crypto";
 import { Storage } from "@google-cloud/storage";
 import { crc32c } from "../codecs/crc32c.js";
 import { FormatError, NotFoundError, StorageIoError } from "../errors.js";
-import { type ChunkSource, memoryChunks, streamChunks } from "./chunks.js";
+import { type ChunkSource, type CrcPoint, memoryChunks, RangeReader, streamChunks } from "./chunks.js";
 import { type Answer, defaultTimeouts, Http, type Timeouts } from "./http.js";
-import { replayable, replayOf } from "./replay.js";
+import { rangedOf, replayable, replayOf } from "./replay.js";
 import { Attempts, defaultRetryPolicy, type RetryPolicy, TransientError } from "./retry.js";
 import {
   checkKey,
@@ -48,6 +48,7 @@ function defaultChunk(): number {
   const v = process.env.ORBAX2REG_GCS_CHUNK_MIB;
   return v !== undefined && /^\d+$/.test(v) && Number(v) > 0 ? Number(v) * 2 ** 20 : DEFAULT_CHUNK;
 }
+const START: CrcPoint = { at: 0, crc: 0 };
 /** Besides its chunk, a streamed write holds the source's next piece (a local read's is 1 MiB). */
 const PIECE_SLACK = 1 << 20;
 
@@ -175,7 +176,10 @@ export class GcsStore implements Store {
    * delivered, so a reset costs a retry, not the object; and the stream can be replayed (see replay.ts).
    */
   readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
-    return replayable(() => this.streamRange(key, offset, length));
+    return replayable(() => this.streamRange(key, offset, length), {
+      length,
+      from: (skip) => this.streamRange(key, offset + skip, length - skip),
+    });
   }
 
   private async *streamRange(key: string, offset: number, length: number): AsyncGenerator<Uint8Array> {
@@ -260,6 +264,18 @@ export class GcsStore implements Store {
     if (data instanceof Uint8Array) {
       if (data.length <= chunk) return this.put(key, name, data);
       return this.resumable(key, name, chunk, () => memoryChunks(data));
+    }
+    // A source readable from any offset (another store's ranged download) is streamed, nothing buffered.
+    const ranged = rangedOf(data);
+    if (ranged !== undefined) {
+      const reader = new RangeReader(ranged, (got) => shortRead(describe(this, key), 0, ranged.length, got));
+      try {
+        return ranged.length <= this.chunk
+          ? await this.streamedPut(key, name, reader)
+          : await this.streamedResumable(key, name, this.chunk, reader);
+      } finally {
+        await reader.close();
+      }
     }
     // Read the first chunk into the one buffer the upload uses: all of a small stream (one multipart upload of
     // it), or the start of a larger one, uploaded chunk by chunk as it is read.
@@ -470,6 +486,133 @@ export class GcsStore implements Store {
         return uri;
       } catch (e) {
         await r.failed(e);
+      }
+    }
+  }
+
+  /**
+   * One multipart upload streamed from a ranged source. Its CRC-32C is known only once the bytes are sent,
+   * so it is compared with the one GCS stored (https://cloud.google.com/storage/docs/data-validation): a
+   * mismatch, like any transient failure, uploads the object again from its first byte (unconditional, so
+   * the good bytes replace the bad).
+   */
+  private async streamedPut(key: string, name: string, reader: RangeReader): Promise<WriteResult> {
+    const path = describe(this, key);
+    const size = reader.source.length;
+    const boundary = randomBytes(12).toString("hex");
+    const head = multipartHead(boundary, { name });
+    const tail = multipartTail(boundary);
+    for (const r = this.attempts("upload", key); ; ) {
+      try {
+        await reader.seek(START, 0);
+        const a = await this.http.send("POST", `${this.uploads}?uploadType=multipart`, {
+          headers: {
+            "content-type": `multipart/related; boundary=${boundary}`,
+            "content-length": String(head.length + size + tail.length),
+          },
+          body: (async function* () {
+            yield head;
+            yield* reader.pieces(size);
+            yield tail;
+          })(),
+          accept: [200, 400],
+          path,
+        });
+        if (a.status === 400) throw await refused(a, path);
+        const stored = await a.json<ObjectResource>();
+        const sent = reader.position;
+        if (sent?.at !== size) throw new TransientError("GCS answered an upload before its last byte", "bad-answer");
+        const written = { size, crc32c: sent.crc };
+        checkStored(stored, name, written);
+        return written;
+      } catch (e) {
+        await r.failed(e);
+      }
+    }
+  }
+
+  /**
+   * A resumable upload streamed from a ranged source: as resumable(), but each chunk is read from the source as
+   * it is sent (nothing held in memory), and after a failure the source is reopened where GCS says it has the
+   * bytes (from the last confirmed chunk, hashing up to there). The size is known, so every chunk says it.
+   */
+  private async streamedResumable(key: string, name: string, chunk: number, reader: RangeReader): Promise<WriteResult> {
+    const path = describe(this, key);
+    const size = reader.source.length;
+    for (const restarts = this.attempts("resumable upload", key); ; ) {
+      const outcome = await this.streamedSession(key, name, chunk, reader, path, size);
+      if ("written" in outcome) return outcome.written;
+      await restarts.failed(outcome.restart);
+    }
+  }
+
+  private async streamedSession(
+    key: string,
+    name: string,
+    chunk: number,
+    reader: RangeReader,
+    path: string,
+    size: number,
+  ): Promise<{ written: WriteResult } | { restart: TransientError }> {
+    const uri = await this.startSession(key, name, path);
+    let known: CrcPoint = START; // the CRC-32C of the bytes GCS confirmed, as far as it was taken
+    let kept = 0; // bytes GCS confirmed
+    let ask = false; // the last request failed: ask GCS what it has before sending more
+    for (let r = this.attempts("resumable upload", key); ; ) {
+      try {
+        let a: Answer;
+        const asked = ask;
+        if (ask) {
+          a = await this.http.send("PUT", uri, {
+            headers: { "content-range": `bytes */${size}` },
+            accept: [200, 201, 308, 404, 410],
+            path,
+          });
+        } else {
+          await reader.seek(known, kept);
+          const n = Math.min(chunk, size - kept);
+          a = await this.http.send("PUT", uri, {
+            headers: { "content-range": `bytes ${kept}-${kept + n - 1}/${size}`, "content-length": String(n) },
+            body: reader.pieces(n),
+            accept: [200, 201, 308, 404, 410],
+            path,
+          });
+        }
+        ask = false;
+        if (a.status === 404 || a.status === 410) {
+          await a.discard();
+          return { restart: new TransientError(`the upload session is gone (${a.status})`, `http-${a.status}`) };
+        }
+        if (a.status === 308) {
+          await a.discard();
+          const now = keptBytes(a.headers);
+          if (now < kept || now > size) {
+            return { restart: new TransientError(`GCS says it has ${now} bytes of the upload, after ${kept}`, "bad-answer") };
+          }
+          if (now === kept) {
+            if (asked) continue; // nothing of the failed request arrived: send it again
+            throw new TransientError(`GCS kept none of the chunk sent at ${kept}`, "no-progress");
+          }
+          kept = now;
+          const at = reader.position;
+          if (at?.at === kept) known = at; // the whole chunk: its CRC-32C is known; otherwise re-hashed from `known`
+          r = this.attempts("resumable upload", key); // progress: the deadline counts from here
+          continue;
+        }
+        const stored = await a.json<ObjectResource>();
+        // The whole object's CRC-32C: already taken if the last chunk's bytes all went through the reader.
+        await reader.seek(known, size);
+        const written = { size, crc32c: (reader.position as CrcPoint).crc };
+        try {
+          checkStored(stored, name, written);
+        } catch (e) {
+          await this.deleteIf(key, String(stored.generation));
+          return { restart: e as TransientError };
+        }
+        return { written };
+      } catch (e) {
+        await r.failed(e);
+        ask = true;
       }
     }
   }

@@ -126,13 +126,16 @@ describe.skipIf(missing !== undefined)("resumable uploads on the testbench", () 
     return crc;
   };
 
-  // The fourth upload request: the session's POST, then the third chunk (at 4 MiB) of a 24 MiB object.
+  // The fourth upload request: the session's POST, then the third chunk (at 4 MiB) of a 24 MiB object, streamed
+  // from a generator (held one chunk at a time) or from another object's download (re-read from the offset).
   test.each([
-    ["return-503-after-256K", "http-503"],
-    ["return-reset-connection", "reset"],
+    ["return-503-after-256K", "http-503", "a stream"],
+    ["return-reset-connection", "reset", "a stream"],
+    ["return-503-after-256K", "http-503", "another object's download"],
+    ["return-reset-connection", "reset", "another object's download"],
   ])(
-    "a chunk failed mid-upload by %s is resumed from the persisted offset, re-sending at most that chunk",
-    async (instruction, kind) => {
+    "a chunk failed mid-upload by %s (a %s) resumes from the persisted offset, re-sending at most that chunk, streamed from %s",
+    async (instruction, kind, from) => {
       await proxy?.close();
       proxy = await startInstructionProxy({
         upstream: testbenchEndpoint() as string,
@@ -147,17 +150,22 @@ describe.skipIf(missing !== undefined)("resumable uploads on the testbench", () 
         timeouts: { stallMs: 5_000 },
         chunkBytes: CHUNK,
       });
+      const ranged = from !== "a stream";
+      const name = `${instruction}${ranged ? "-ranged" : ""}`;
+      if (ranged) await new GcsStore(bucket, "up", undefined, testbenchStorage()).write("source", pattern(SIZE));
       resetRetryStats();
-      const w = await s.write(instruction, pattern(SIZE));
+      const before = proxy.stats.uploadBytes;
+      const w = await s.write(name, ranged ? s.readStream("source", 0, SIZE) : pattern(SIZE));
       const crc = await expected();
       expect(w).toEqual({ size: SIZE, crc32c: crc });
       expect(proxy.stats.instructed).toEqual({ [instruction]: 1 });
       expect(retryStats().byKind).toEqual({ [kind]: 1 });
       // The object once, plus at most the failed chunk (and the session's few bytes of metadata).
-      expect(proxy.stats.uploadBytes).toBeGreaterThanOrEqual(SIZE);
-      expect(proxy.stats.uploadBytes - SIZE).toBeLessThanOrEqual(CHUNK + 1024);
-      expect(await s.stat(instruction)).toMatchObject({ size: SIZE, crc32c: crc });
-      const back = await s.read(instruction);
+      const received = proxy.stats.uploadBytes - before;
+      expect(received).toBeGreaterThanOrEqual(SIZE);
+      expect(received - SIZE).toBeLessThanOrEqual(CHUNK + 1024);
+      expect(await s.stat(name)).toMatchObject({ size: SIZE, crc32c: crc });
+      const back = await s.read(name);
       let at = 0;
       for await (const p of pattern(SIZE)) {
         expect(Buffer.from(back.subarray(at, at + p.length)).equals(p)).toBe(true);
