@@ -1,5 +1,4 @@
 import { randomBytes } from "node:crypto";
-import { Storage } from "@google-cloud/storage";
 import { crc32c } from "../codecs/crc32c.js";
 import { FormatError, NotFoundError, StorageIoError } from "../errors.js";
 import { type ChunkSource, type CrcPoint, memoryChunks, RangeReader, streamChunks } from "./chunks.js";
@@ -19,20 +18,50 @@ import {
   type WriteResult,
 } from "./store.js";
 
-let sharedClient: Storage | undefined;
+/**
+ * What GcsStore takes from a client: the endpoint and the credentials (a @google-cloud/storage `Storage` is
+ * one, as the tests pass it). Requests go through http.ts, retried by retry.ts, not through a client library.
+ */
+export interface GcsClient {
+  readonly apiEndpoint: string;
+  /** An emulator: no credentials are sent (as in the client library, unless told otherwise). */
+  readonly customEndpoint: boolean;
+  readonly authClient: { getRequestHeaders(): Promise<unknown> };
+}
+
+let sharedClient: GcsClient | undefined;
 
 /**
  * One client per process. ORBAX2REG_GCS_ENDPOINT (e.g. http://127.0.0.1:4443) points it at a GCS emulator
- * such as fake-gcs-server; the client library's own STORAGE_EMULATOR_HOST does not route every call there.
- * GcsStore takes only the endpoint and the credentials from it: requests go through http.ts, retried by
- * retry.ts, because the library's retries depend on state its File.save() switches off for the whole process.
+ * such as fake-gcs-server (STORAGE_EMULATOR_HOST, the client library's variable, too). Otherwise the JSON
+ * API at https://storage.googleapis.com, with Application Default Credentials from google-auth-library,
+ * loaded only then: @google-cloud/storage itself, ~30 MiB resident, is not loaded at all.
  */
-export function storageClient(): Storage {
-  const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT;
+export function storageClient(): GcsClient {
+  const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT || process.env.STORAGE_EMULATOR_HOST;
   sharedClient ??= endpoint
-    ? new Storage({ apiEndpoint: endpoint, projectId: process.env.GOOGLE_CLOUD_PROJECT ?? "local" })
-    : new Storage();
+    ? { apiEndpoint: sanitizeEndpoint(endpoint), customEndpoint: true, authClient: { getRequestHeaders: async () => ({}) } }
+    : { apiEndpoint: "https://storage.googleapis.com", customEndpoint: false, authClient: lazyAuth() };
   return sharedClient;
+}
+
+/** As the client library takes an endpoint: https:// unless it names a scheme, no trailing slash. */
+const sanitizeEndpoint = (url: string) => (/^\w+:\/\//.test(url) ? url : `https://${url}`).replace(/\/+$/, "");
+
+/** Application Default Credentials, google-auth-library loaded on the first request that needs them. */
+function lazyAuth(): GcsClient["authClient"] {
+  let auth: Promise<{ getRequestHeaders(): Promise<unknown> }> | undefined;
+  return {
+    getRequestHeaders: async () => {
+      auth ??= import("google-auth-library").then(
+        ({ GoogleAuth }) =>
+          new GoogleAuth({
+            scopes: ["https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/devstorage.full_control"],
+          }),
+      );
+      return (await auth).getRequestHeaders();
+    },
+  };
 }
 
 /**
@@ -80,7 +109,7 @@ export class GcsStore implements Store {
     readonly bucketName: string,
     readonly prefix: string,
     readonly url: string = `gs://${bucketName}/${prefix}`,
-    client: Storage = storageClient(),
+    client: GcsClient = storageClient(),
     options: GcsOptions = {},
   ) {
     const endpoint = client.apiEndpoint.replace(/\/+$/, "");
@@ -772,8 +801,8 @@ function hashHeader(headers: Headers): number | undefined {
 }
 
 /**
- * google-auth-library 9 (what @google-cloud/storage 7 bundles) returns request headers as a plain object,
- * version 10 as a fetch `Headers`: accept both, so an upgrade cannot silently drop the Authorization header.
+ * google-auth-library 9 (what @google-cloud/storage 7 bundles, in the tests' clients) returns request headers
+ * as a plain object, version 10 (ours) as a fetch `Headers`: accept both, so an upgrade cannot silently drop the Authorization header.
  */
 function headerRecord(h: unknown): Record<string, string> {
   const out: Record<string, string> = {};
