@@ -58,7 +58,7 @@ export class Http {
     let window = 0;
     const check = () => {
       const left = deadline - Date.now();
-      if (left > 0) timer = setTimeout(check, left);
+      if (left > 0) timer = setTimeout(check, Math.min(left, window));
       else controller.abort(new TransientError(`no progress for ${(window / 1000).toFixed(1)} s`, "timeout"));
     };
     const arm = (ms: number) => {
@@ -69,6 +69,10 @@ export class Http {
     const disarm = () => {
       clearTimeout(timer);
       timer = undefined;
+    };
+    /** While the consumer holds a piece, the clock stops: its time is not the server's. */
+    const hold = () => {
+      deadline = Number.POSITIVE_INFINITY;
     };
     arm(stallMs + (init.body instanceof Uint8Array ? init.body.length / MIN_UPLOAD_RATE : 0));
 
@@ -85,7 +89,7 @@ export class Http {
     }
     disarm();
 
-    const answer = bodyOf(wire, controller, arm, disarm, stallMs, init.path);
+    const answer = bodyOf(wire, controller, { arm, disarm, hold }, stallMs, init.path);
     if (init.accept.includes(wire.status)) return answer;
     const text = await answer
       .bytes()
@@ -193,11 +197,11 @@ function drained(req: ClientRequest): Promise<void> {
 function bodyOf(
   res: Wire,
   controller: AbortController,
-  arm: (ms: number) => void,
-  disarm: () => void,
+  clock: { arm: (ms: number) => void; disarm: () => void; hold: () => void },
   stallMs: number,
   path: string,
 ): Answer {
+  const { arm, disarm, hold } = clock;
   const declared = res.headers.get("content-length");
   const expected = declared !== null && !res.headers.get("content-encoding") ? Number(declared) : undefined;
   async function* body(): AsyncGenerator<Uint8Array> {
@@ -206,10 +210,13 @@ function bodyOf(
       if (res.pieces === null) return;
       arm(stallMs);
       // Leaving this loop early (the consumer stopped) cancels the response stream, closing the request.
+      // The stall clock runs only while we wait for the server: a consumer that takes a while with a piece (an
+      // upload streaming it, waiting for its chunk's answer) is not a stalled download.
       for await (const piece of res.pieces) {
-        arm(stallMs);
         seen += piece.length;
+        hold();
         yield piece;
+        arm(stallMs);
       }
     } catch (e) {
       throw classify(e, controller.signal, path);
