@@ -63,6 +63,12 @@ export interface InstructionProxyOptions {
   readonly rawErrors?: boolean;
   /** At most this many instructions in all. */
   readonly limit?: number;
+  /**
+   * Rewrite resumable upload session URIs to this proxy, so that chunks get instructions too (otherwise they go
+   * to the testbench directly). Off for the seeded conversions: relayed, some seeds' uploads see dozens of
+   * 1 s stall timeouts (seed 3: 62), not yet explained.
+   */
+  readonly relayUploads?: boolean;
   /** Pass over the first this many requests an instruction would be given to (to fault the middle of an upload). */
   readonly skip?: number;
 }
@@ -138,9 +144,10 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
       () => {
         const up = request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers }, (answer) => {
           if (!o.rawErrors && instruction?.via === "retry-test" && (answer.statusCode ?? 0) >= 400) return flattened(answer, res);
-          // A resumable upload's session URI names the testbench: its chunks must come through here too.
+          // A resumable upload's session URI names the testbench: relayUploads makes its chunks come through here.
           const location = answer.headers.location;
-          if (location?.startsWith(upstream.origin)) answer.headers.location = self + location.slice(upstream.origin.length);
+          if (o.relayUploads && location?.startsWith(upstream.origin))
+            answer.headers.location = self + location.slice(upstream.origin.length);
           res.writeHead(answer.statusCode ?? 502, answer.headers);
           answer.pipe(res);
           // The testbench cut the connection mid-answer: so does the proxy, so the client sees a reset too.

@@ -144,6 +144,7 @@ describe.skipIf(missing !== undefined)("resumable uploads on the testbench", () 
         limit: 1,
         skip: 3,
         only: [instruction],
+        relayUploads: true,
       });
       const s = new GcsStore(bucket, "up", undefined, new Storage({ apiEndpoint: proxy.url, projectId: "test-project" }), {
         retry: { firstDelayMs: 5, maxDelayMs: 50, deadlineMs: 20_000 },
