@@ -3,6 +3,7 @@
 // A stream is read into one buffer of a chunk's size, reused for the whole upload, so that a failed chunk is
 // sent again from memory and the source is read once; bytes in memory already are handed out as views.
 import { crc32c } from "../codecs/crc32c.js";
+import type { Ranged } from "./replay.js";
 
 export interface Chunk {
   /** The bytes from the offset asked for (a view, valid until the next take). */
@@ -103,4 +104,80 @@ export function streamChunks(head: Uint8Array[], rest: AsyncIterator<Uint8Array>
       ended = true;
     },
   };
+}
+
+/** What a RangeReader knows: the CRC-32C of the source's first `at` bytes. */
+export interface CrcPoint {
+  readonly at: number;
+  readonly crc: number;
+}
+
+/**
+ * A ranged source read forward, its CRC-32C taken on the way, handed out in pieces as they arrive (no buffer):
+ * a chunk of a resumable upload is streamed from it, and after a failure it is reopened from a point whose
+ * CRC-32C is known, the bytes up to where the server resumes hashed but not sent (at most one chunk).
+ */
+export class RangeReader {
+  private it: AsyncIterator<Uint8Array> | undefined;
+  private carry: Uint8Array | undefined;
+  /** Where the reader is, and the CRC-32C of everything before; undefined when it must be reopened. */
+  private point: CrcPoint | undefined;
+
+  constructor(
+    readonly source: Ranged,
+    private readonly tooShort: (got: number) => Error,
+  ) {}
+
+  /** Where the reader is, if it is in a known state. */
+  get position(): CrcPoint | undefined {
+    return this.point;
+  }
+
+  /** Positions the reader at `to`, reopening the source at `known` (at or before `to`) unless it is there. */
+  async seek(known: CrcPoint, to: number): Promise<void> {
+    if (this.point?.at === to) return;
+    await this.close();
+    this.it = this.source.from(known.at)[Symbol.asyncIterator]();
+    this.point = known;
+    for await (const _ of this.pieces(to - known.at)) {
+      // hashed, not sent
+    }
+  }
+
+  /**
+   * The next `n` bytes as pieces. Leaving early (a failed request) leaves the reader in no known state, so the
+   * next seek reopens it.
+   */
+  async *pieces(n: number): AsyncGenerator<Uint8Array> {
+    const p = this.point;
+    if (p === undefined || this.it === undefined) throw new RangeError("RangeReader read before seek");
+    this.point = undefined;
+    let { at, crc } = p;
+    const end = at + n;
+    while (at < end) {
+      let piece = this.carry;
+      this.carry = undefined;
+      if (piece === undefined) {
+        const r = await this.it.next();
+        if (r.done) throw this.tooShort(at);
+        piece = r.value;
+      }
+      if (piece.length > end - at) {
+        this.carry = piece.subarray(end - at);
+        piece = piece.subarray(0, end - at);
+      }
+      crc = crc32c(piece, crc);
+      at += piece.length;
+      yield piece;
+    }
+    this.point = { at, crc };
+  }
+
+  async close(): Promise<void> {
+    const it = this.it;
+    this.it = undefined;
+    this.carry = undefined;
+    this.point = undefined;
+    await it?.return?.(undefined);
+  }
 }

@@ -1,10 +1,9 @@
 import { randomBytes } from "node:crypto";
-import { Storage } from "@google-cloud/storage";
 import { crc32c } from "../codecs/crc32c.js";
 import { DestinationError, FormatError, NotFoundError, StorageIoError } from "../errors.js";
-import { type ChunkSource, memoryChunks, streamChunks } from "./chunks.js";
+import { type ChunkSource, type CrcPoint, memoryChunks, RangeReader, streamChunks } from "./chunks.js";
 import { type Answer, defaultTimeouts, Http, type Timeouts } from "./http.js";
-import { replayable, replayOf } from "./replay.js";
+import { rangedOf, replayable, replayOf } from "./replay.js";
 import { Attempts, defaultRetryPolicy, type RetryPolicy, TransientError } from "./retry.js";
 import {
   checkKey,
@@ -19,20 +18,50 @@ import {
   type WriteResult,
 } from "./store.js";
 
-let sharedClient: Storage | undefined;
+/**
+ * What GcsStore takes from a client: the endpoint and the credentials (a @google-cloud/storage `Storage` is
+ * one, as the tests pass it). Requests go through http.ts, retried by retry.ts, not through a client library.
+ */
+export interface GcsClient {
+  readonly apiEndpoint: string;
+  /** An emulator: no credentials are sent (as in the client library, unless told otherwise). */
+  readonly customEndpoint: boolean;
+  readonly authClient: { getRequestHeaders(): Promise<unknown> };
+}
+
+let sharedClient: GcsClient | undefined;
 
 /**
  * One client per process. ORBAX2REG_GCS_ENDPOINT (e.g. http://127.0.0.1:4443) points it at a GCS emulator
- * such as fake-gcs-server; the client library's own STORAGE_EMULATOR_HOST does not route every call there.
- * GcsStore takes only the endpoint and the credentials from it: requests go through http.ts, retried by
- * retry.ts, because the library's retries depend on state its File.save() switches off for the whole process.
+ * such as fake-gcs-server (STORAGE_EMULATOR_HOST, the client library's variable, too). Otherwise the JSON
+ * API at https://storage.googleapis.com, with Application Default Credentials from google-auth-library,
+ * loaded only then: @google-cloud/storage itself, ~30 MiB resident, is not loaded at all.
  */
-export function storageClient(): Storage {
-  const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT;
+export function storageClient(): GcsClient {
+  const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT || process.env.STORAGE_EMULATOR_HOST;
   sharedClient ??= endpoint
-    ? new Storage({ apiEndpoint: endpoint, projectId: process.env.GOOGLE_CLOUD_PROJECT ?? "local" })
-    : new Storage();
+    ? { apiEndpoint: sanitizeEndpoint(endpoint), customEndpoint: true, authClient: { getRequestHeaders: async () => ({}) } }
+    : { apiEndpoint: "https://storage.googleapis.com", customEndpoint: false, authClient: lazyAuth() };
   return sharedClient;
+}
+
+/** As the client library takes an endpoint: https:// unless it names a scheme, no trailing slash. */
+const sanitizeEndpoint = (url: string) => (/^\w+:\/\//.test(url) ? url : `https://${url}`).replace(/\/+$/, "");
+
+/** Application Default Credentials, google-auth-library loaded on the first request that needs them. */
+function lazyAuth(): GcsClient["authClient"] {
+  let auth: Promise<{ getRequestHeaders(): Promise<unknown> }> | undefined;
+  return {
+    getRequestHeaders: async () => {
+      auth ??= import("google-auth-library").then(
+        ({ GoogleAuth }) =>
+          new GoogleAuth({
+            scopes: ["https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/devstorage.full_control"],
+          }),
+      );
+      return (await auth).getRequestHeaders();
+    },
+  };
 }
 
 /**
@@ -48,6 +77,7 @@ function defaultChunk(): number {
   const v = process.env.ORBAX2REG_GCS_CHUNK_MIB;
   return v !== undefined && /^\d+$/.test(v) && Number(v) > 0 ? Number(v) * 2 ** 20 : DEFAULT_CHUNK;
 }
+const START: CrcPoint = { at: 0, crc: 0 };
 /** Besides its chunk, a streamed write holds the source's next piece (a local read's is 1 MiB). */
 const PIECE_SLACK = 1 << 20;
 
@@ -79,7 +109,7 @@ export class GcsStore implements Store {
     readonly bucketName: string,
     readonly prefix: string,
     readonly url: string = `gs://${bucketName}/${prefix}`,
-    client: Storage = storageClient(),
+    client: GcsClient = storageClient(),
     options: GcsOptions = {},
   ) {
     const endpoint = client.apiEndpoint.replace(/\/+$/, "");
@@ -175,7 +205,10 @@ export class GcsStore implements Store {
    * delivered, so a reset costs a retry, not the object; and the stream can be replayed (see replay.ts).
    */
   readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
-    return replayable(() => this.streamRange(key, offset, length));
+    return replayable(() => this.streamRange(key, offset, length), {
+      length,
+      from: (skip) => this.streamRange(key, offset + skip, length - skip),
+    });
   }
 
   private async *streamRange(key: string, offset: number, length: number): AsyncGenerator<Uint8Array> {
@@ -262,6 +295,18 @@ export class GcsStore implements Store {
     if (data instanceof Uint8Array) {
       if (data.length <= chunk) return this.put(key, name, data);
       return this.resumable(key, name, chunk, () => memoryChunks(data));
+    }
+    // A source readable from any offset (another store's ranged download) is streamed, nothing buffered.
+    const ranged = rangedOf(data);
+    if (ranged !== undefined) {
+      const reader = new RangeReader(ranged, (got) => shortRead(describe(this, key), 0, ranged.length, got));
+      try {
+        return ranged.length <= this.chunk
+          ? await this.streamedPut(key, name, reader)
+          : await this.streamedResumable(key, name, this.chunk, reader);
+      } finally {
+        await reader.close();
+      }
     }
     // Read the first chunk into the one buffer the upload uses: all of a small stream (one multipart upload of
     // it), or the start of a larger one, uploaded chunk by chunk as it is read.
@@ -477,6 +522,133 @@ export class GcsStore implements Store {
     }
   }
 
+  /**
+   * One multipart upload streamed from a ranged source. Its CRC-32C is known only once the bytes are sent,
+   * so it is compared with the one GCS stored (https://cloud.google.com/storage/docs/data-validation): a
+   * mismatch, like any transient failure, uploads the object again from its first byte (unconditional, so
+   * the good bytes replace the bad).
+   */
+  private async streamedPut(key: string, name: string, reader: RangeReader): Promise<WriteResult> {
+    const path = describe(this, key);
+    const size = reader.source.length;
+    const boundary = randomBytes(12).toString("hex");
+    const head = multipartHead(boundary, { name });
+    const tail = multipartTail(boundary);
+    for (const r = this.attempts("upload", key); ; ) {
+      try {
+        await reader.seek(START, 0);
+        const a = await this.http.send("POST", `${this.uploads}?uploadType=multipart`, {
+          headers: {
+            "content-type": `multipart/related; boundary=${boundary}`,
+            "content-length": String(head.length + size + tail.length),
+          },
+          body: (async function* () {
+            yield head;
+            yield* reader.pieces(size);
+            yield tail;
+          })(),
+          accept: [200, 400],
+          path,
+        });
+        if (a.status === 400) throw await refused(a, path);
+        const stored = await a.json<ObjectResource>();
+        const sent = reader.position;
+        if (sent?.at !== size) throw new TransientError("GCS answered an upload before its last byte", "bad-answer");
+        const written = { size, crc32c: sent.crc };
+        checkStored(stored, name, written);
+        return written;
+      } catch (e) {
+        await r.failed(e);
+      }
+    }
+  }
+
+  /**
+   * A resumable upload streamed from a ranged source: as resumable(), but each chunk is read from the source as
+   * it is sent (nothing held in memory), and after a failure the source is reopened where GCS says it has the
+   * bytes (from the last confirmed chunk, hashing up to there). The size is known, so every chunk says it.
+   */
+  private async streamedResumable(key: string, name: string, chunk: number, reader: RangeReader): Promise<WriteResult> {
+    const path = describe(this, key);
+    const size = reader.source.length;
+    for (const restarts = this.attempts("resumable upload", key); ; ) {
+      const outcome = await this.streamedSession(key, name, chunk, reader, path, size);
+      if ("written" in outcome) return outcome.written;
+      await restarts.failed(outcome.restart);
+    }
+  }
+
+  private async streamedSession(
+    key: string,
+    name: string,
+    chunk: number,
+    reader: RangeReader,
+    path: string,
+    size: number,
+  ): Promise<{ written: WriteResult } | { restart: TransientError }> {
+    const uri = await this.startSession(key, name, path);
+    let known: CrcPoint = START; // the CRC-32C of the bytes GCS confirmed, as far as it was taken
+    let kept = 0; // bytes GCS confirmed
+    let ask = false; // the last request failed: ask GCS what it has before sending more
+    for (let r = this.attempts("resumable upload", key); ; ) {
+      try {
+        let a: Answer;
+        const asked = ask;
+        if (ask) {
+          a = await this.http.send("PUT", uri, {
+            headers: { "content-range": `bytes */${size}` },
+            accept: [200, 201, 308, 404, 410],
+            path,
+          });
+        } else {
+          await reader.seek(known, kept);
+          const n = Math.min(chunk, size - kept);
+          a = await this.http.send("PUT", uri, {
+            headers: { "content-range": `bytes ${kept}-${kept + n - 1}/${size}`, "content-length": String(n) },
+            body: reader.pieces(n),
+            accept: [200, 201, 308, 404, 410],
+            path,
+          });
+        }
+        ask = false;
+        if (a.status === 404 || a.status === 410) {
+          await a.discard();
+          return { restart: new TransientError(`the upload session is gone (${a.status})`, `http-${a.status}`) };
+        }
+        if (a.status === 308) {
+          await a.discard();
+          const now = keptBytes(a.headers);
+          if (now < kept || now > size) {
+            return { restart: new TransientError(`GCS says it has ${now} bytes of the upload, after ${kept}`, "bad-answer") };
+          }
+          if (now === kept) {
+            if (asked) continue; // nothing of the failed request arrived: send it again
+            throw new TransientError(`GCS kept none of the chunk sent at ${kept}`, "no-progress");
+          }
+          kept = now;
+          const at = reader.position;
+          if (at?.at === kept) known = at; // the whole chunk: its CRC-32C is known; otherwise re-hashed from `known`
+          r = this.attempts("resumable upload", key); // progress: the deadline counts from here
+          continue;
+        }
+        const stored = await a.json<ObjectResource>();
+        // The whole object's CRC-32C: already taken if the last chunk's bytes all went through the reader.
+        await reader.seek(known, size);
+        const written = { size, crc32c: (reader.position as CrcPoint).crc };
+        try {
+          checkStored(stored, name, written);
+        } catch (e) {
+          await this.deleteIf(key, String(stored.generation));
+          return { restart: e as TransientError };
+        }
+        return { written };
+      } catch (e) {
+        await r.failed(e);
+        ask = true;
+      }
+    }
+  }
+
   async createExclusive(key: string, data: Uint8Array): Promise<boolean> {
     // Generation 0 means "no live object": GCS refuses the upload (412) if the name exists.
     return (await this.upload(key, this.name(key), data, 0)) !== undefined;
@@ -649,8 +821,8 @@ function hashHeader(headers: Headers): number | undefined {
 }
 
 /**
- * google-auth-library 9 (what @google-cloud/storage 7 bundles) returns request headers as a plain object,
- * version 10 as a fetch `Headers`: accept both, so an upgrade cannot silently drop the Authorization header.
+ * google-auth-library 9 (what @google-cloud/storage 7 bundles, in the tests' clients) returns request headers
+ * as a plain object, version 10 (ours) as a fetch `Headers`: accept both, so an upgrade cannot silently drop the Authorization header.
  */
 function headerRecord(h: unknown): Record<string, string> {
   const out: Record<string, string> = {};

@@ -1,4 +1,4 @@
-// The one place storage requests go over the wire (Node's fetch, node:http for requests with a body), so that every request has a deadline, every
+// The one place storage requests go over the wire (node:http), so that every request has a deadline, every
 // body a stall timeout and a length check, and every failure is classified once: transient (retry.ts retries
 // it) or not. Nothing here retries, and nothing can be left pending: every path aborts or drains the request.
 import { type ClientRequest, Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
@@ -51,12 +51,29 @@ export class Http {
   async send(method: string, url: string, init: SendInit): Promise<Answer> {
     const { stallMs } = this.timeouts;
     const controller = new AbortController();
+    // The stall deadline moves on with every piece of a body; one timer per stall period checks it (a timer
+    // per 64 KiB piece cost more CPU than the piece's own handling).
     let timer: NodeJS.Timeout | undefined;
-    const arm = (ms: number) => {
-      clearTimeout(timer);
-      timer = setTimeout(() => controller.abort(new TransientError(`no progress for ${(ms / 1000).toFixed(1)} s`, "timeout")), ms);
+    let deadline = 0;
+    let window = 0;
+    const check = () => {
+      const left = deadline - Date.now();
+      if (left > 0) timer = setTimeout(check, Math.min(left, window));
+      else controller.abort(new TransientError(`no progress for ${(window / 1000).toFixed(1)} s`, "timeout"));
     };
-    const disarm = () => clearTimeout(timer);
+    const arm = (ms: number) => {
+      deadline = Date.now() + ms;
+      window = ms;
+      if (timer === undefined) timer = setTimeout(check, ms);
+    };
+    const disarm = () => {
+      clearTimeout(timer);
+      timer = undefined;
+    };
+    /** While the consumer holds a piece, the clock stops: its time is not the server's. */
+    const hold = () => {
+      deadline = Number.POSITIVE_INFINITY;
+    };
     arm(stallMs + (init.body instanceof Uint8Array ? init.body.length / MIN_UPLOAD_RATE : 0));
 
     // An error of a streamed body's source is the caller's, not ours: rethrown as it is.
@@ -64,9 +81,7 @@ export class Http {
     let wire: Wire;
     try {
       const headers = { ...(await this.authHeaders()), ...init.headers };
-      wire = await (init.body === undefined
-        ? viaFetch(method, url, headers, controller.signal)
-        : viaNode(method, url, headers, init.body, controller.signal, () => arm(stallMs), source));
+      wire = await viaNode(method, url, headers, init.body, controller.signal, () => arm(stallMs), source);
     } catch (e) {
       disarm();
       if (source.error) throw source.error.error;
@@ -74,7 +89,7 @@ export class Http {
     }
     disarm();
 
-    const answer = bodyOf(wire, controller, arm, disarm, stallMs, init.path);
+    const answer = bodyOf(wire, controller, { arm, disarm, hold }, stallMs, init.path);
     if (init.accept.includes(wire.status)) return answer;
     const text = await answer
       .bytes()
@@ -94,32 +109,30 @@ interface Wire {
   cancel(): Promise<void>;
 }
 
-/** Requests without a body go through Node's fetch. */
-async function viaFetch(method: string, url: string, headers: Record<string, string>, signal: AbortSignal): Promise<Wire> {
-  const res = await fetch(url, { method, headers, signal });
-  return {
-    status: res.status,
-    headers: res.headers,
-    pieces: res.body as unknown as AsyncIterable<Uint8Array> | null,
-    cancel: async () => {
-      await res.body?.cancel().catch(() => {});
-    },
-  };
-}
-
-const agents = { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) };
+/**
+ * Kept-alive connections, at most this many per host: above what `--concurrency 32` uses at once (a download
+ * and an upload per object, and metadata requests), below what an emulator or a NAT would choke on. A request
+ * beyond it waits for a socket, within its stall deadline.
+ */
+const MAX_SOCKETS = 96;
+const agents = {
+  http: new HttpAgent({ keepAlive: true, maxSockets: MAX_SOCKETS }),
+  https: new HttpsAgent({ keepAlive: true, maxSockets: MAX_SOCKETS }),
+};
 
 /**
- * Requests with a body go through node:http. Node 20's fetch copies a Uint8Array body and, to be able to
- * follow a redirect, tees a streamed one and keeps the unread branch until the request ends: the whole upload
- * stays in memory (https://github.com/nodejs/undici/issues/4058). Here a body is written as it is pulled, one
- * piece at a time, waiting for the socket to drain: what is buffered is what the kernel has not yet taken.
+ * Every request goes through node:http, not Node's fetch. Node 20's fetch copies a Uint8Array body and, to be
+ * able to follow a redirect, tees a streamed one and keeps the unread branch until the request ends: the whole
+ * upload stays in memory (https://github.com/nodejs/undici/issues/4058); and it hands a response body over
+ * through a web byte stream, a promise and a fresh buffer per piece, which cost more CPU than the bytes' own
+ * handling. Here a request body is written as it is pulled, one piece at a time, waiting for the socket to
+ * drain (what is buffered is what the kernel has not yet taken), and a response body is the IncomingMessage's.
  */
 function viaNode(
   method: string,
   url: string,
   headers: Record<string, string>,
-  body: Uint8Array | AsyncIterable<Uint8Array>,
+  body: Uint8Array | AsyncIterable<Uint8Array> | undefined,
   signal: AbortSignal,
   progress: () => void,
   source: { error?: { error: unknown } },
@@ -148,7 +161,7 @@ function viaNode(
         },
       });
     });
-    if (body instanceof Uint8Array) {
+    if (body === undefined || body instanceof Uint8Array) {
       req.end(body);
       return;
     }
@@ -184,11 +197,11 @@ function drained(req: ClientRequest): Promise<void> {
 function bodyOf(
   res: Wire,
   controller: AbortController,
-  arm: (ms: number) => void,
-  disarm: () => void,
+  clock: { arm: (ms: number) => void; disarm: () => void; hold: () => void },
   stallMs: number,
   path: string,
 ): Answer {
+  const { arm, disarm, hold } = clock;
   const declared = res.headers.get("content-length");
   const expected = declared !== null && !res.headers.get("content-encoding") ? Number(declared) : undefined;
   async function* body(): AsyncGenerator<Uint8Array> {
@@ -197,10 +210,13 @@ function bodyOf(
       if (res.pieces === null) return;
       arm(stallMs);
       // Leaving this loop early (the consumer stopped) cancels the response stream, closing the request.
+      // The stall clock runs only while we wait for the server: a consumer that takes a while with a piece (an
+      // upload streaming it, waiting for its chunk's answer) is not a stalled download.
       for await (const piece of res.pieces) {
-        arm(stallMs);
         seen += piece.length;
+        hold();
         yield piece;
+        arm(stallMs);
       }
     } catch (e) {
       throw classify(e, controller.signal, path);
@@ -211,10 +227,21 @@ function bodyOf(
       throw new TransientError(`response body ended after ${seen} of ${expected} bytes`, "short-body");
     }
   }
+  // Into one buffer of the announced size, each byte copied once (more than announced fails in body()).
   const bytes = async () => {
+    if (expected !== undefined) {
+      const out = Buffer.allocUnsafe(expected);
+      let at = 0;
+      for await (const p of body()) {
+        if (at + p.length > expected) throw new TransientError(`response body longer than its ${expected} bytes`, "short-body");
+        out.set(p, at);
+        at += p.length;
+      }
+      return plain(out);
+    }
     const pieces: Uint8Array[] = [];
     for await (const p of body()) pieces.push(p);
-    return pieces.length === 1 ? (pieces[0] as Uint8Array) : new Uint8Array(Buffer.concat(pieces));
+    return plain(pieces.length === 1 ? (pieces[0] as Uint8Array) : Buffer.concat(pieces));
   };
   return {
     status: res.status,
@@ -236,6 +263,9 @@ function bodyOf(
     },
   };
 }
+
+/** A Buffer's bytes as a plain Uint8Array (a view, no copy), as every store returns them. */
+const plain = (b: Uint8Array): Uint8Array => (b.constructor === Uint8Array ? b : new Uint8Array(b.buffer, b.byteOffset, b.length));
 
 /** Whether a failed fetch or body read is worth another attempt; the cause, in words, for the message. */
 function classify(e: unknown, signal: AbortSignal, path: string): unknown {

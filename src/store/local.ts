@@ -4,6 +4,7 @@ import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
 import { DestinationError, FormatError, ioCause, NotFoundError, Orbax2RegError } from "../errors.js";
 import { Budget, forEachLimited } from "../util/budget.js";
+import { replayable } from "./replay.js";
 import { checkKey, type DirListing, describe, type ObjectInfo, type RangeCopy, type Store, type WriteResult } from "./store.js";
 
 const READ_PIECE = 1 << 30;
@@ -167,7 +168,15 @@ export class LocalStore implements Store {
   }
 
   /** Piece by piece, each through a descriptor of its own: a slow consumer holds none (see READS). */
-  async *readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+  /** Readable again from any offset (see replay.ts): a GCS upload of it streams, holding no chunk in memory. */
+  readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+    return replayable(() => this.streamPieces(key, offset, length), {
+      length,
+      from: (skip) => this.streamPieces(key, offset + skip, length - skip),
+    });
+  }
+
+  private async *streamPieces(key: string, offset: number, length: number): AsyncGenerator<Uint8Array> {
     for (let done = 0; done < length; ) {
       const piece = await this.readPiece(key, offset + done, Math.min(STREAM_PIECE, length - done), offset, length);
       done += piece.length;

@@ -62,8 +62,8 @@ describe("the job image", () => {
     const r = spawnSync(process.execPath, ["scripts/image-deps.mjs"], { encoding: "utf8" });
     expect(r.status).toBe(0);
     const kept = r.stdout.trim().split("\n");
-    expect(kept).toEqual(expect.arrayContaining(["@google-cloud/storage", "zstd-napi", "fzstd", "@node-rs/crc32"]));
-    for (const other of ["@google-cloud/functions-framework", "commander", "cli-progress", "@google-cloud/run"])
+    expect(kept).toEqual(expect.arrayContaining(["google-auth-library", "zstd-napi", "fzstd", "@node-rs/crc32"]));
+    for (const other of ["@google-cloud/storage", "@google-cloud/functions-framework", "commander", "cli-progress", "@google-cloud/run"])
       expect(kept).not.toContain(other);
     expect(kept.every((p) => p in pkg.dependencies)).toBe(true);
     // The list replaces package.json's dependencies before the prune, which then removes the rest.

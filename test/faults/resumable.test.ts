@@ -104,6 +104,51 @@ describe("resumable uploads", () => {
     expect(stored).toMatchObject({ size, crc32c: w.crc32c });
   }, 120_000);
 
+  test("an object streamed from another GCS object goes chunk by chunk straight from its download; after a reset mid-chunk the source is re-read from the persisted offset", async () => {
+    const size = 20 * MiB + 4321;
+    const chunk = 2 * MiB;
+    const s = store({ chunkBytes: chunk });
+    await s.write("ranged-source", pattern(size));
+    const crc = await crcOf(pattern(size));
+    resetRetryStats();
+    proxy.configure({ rules: [{ fault: "reset-mid-upload", match: nth(4, isChunk), times: 1 }] });
+    const before = proxy.stats.uploadBytes;
+    const from = proxy.log.length;
+    const w = await s.write("ranged-copy", s.readStream("ranged-source", 0, size));
+    expect(w).toEqual({ size, crc32c: crc });
+    expect(retryStats().retries).toBe(1);
+    expect(sessions(from)).toBe(1);
+    const log = proxy.log.slice(from);
+    // Every chunk says the size, known from the start.
+    expect(
+      log.filter((r) => isChunk(r.method, r.url) && r.contentRange !== undefined).every((r) => r.contentRange?.endsWith(`/${size}`)),
+    ).toBe(true);
+    // One download for the object, and one more from where the failed chunk began (at 6 MiB).
+    expect(log.filter((r) => r.method === "GET" && /alt=media/.test(r.url)).map((r) => r.range)).toEqual([
+      `bytes=0-${size - 1}`,
+      `bytes=${6 * MiB}-${size - 1}`,
+    ]);
+    const received = proxy.stats.uploadBytes - before;
+    expect(received - size).toBeLessThanOrEqual(chunk + 1024);
+    expect(await s.stat("ranged-copy")).toMatchObject({ size, crc32c: crc });
+  });
+
+  test("a small object streamed from another GCS object is one multipart request, checked against the stored CRC-32C", async () => {
+    const size = MiB + 7;
+    const s = store({ chunkBytes: 2 * MiB });
+    await s.write("ranged-small", pattern(size));
+    const from = proxy.log.length;
+    const w = await s.write("ranged-small-copy", s.readStream("ranged-small", 0, size));
+    expect(w).toEqual({ size, crc32c: await crcOf(pattern(size)) });
+    expect(
+      proxy.log
+        .slice(from)
+        .filter((r) => isUpload(r.method, r.url))
+        .map((r) => r.method + (/uploadType=multipart/.test(r.url) ? " multipart" : "")),
+    ).toEqual(["POST multipart"]);
+    expect((await s.stat("ranged-small-copy"))?.crc32c).toBe(w.crc32c);
+  });
+
   test("an upload session that expired (410) restarts the object from its first byte in a new session", async () => {
     const size = 3 * MiB;
     resetRetryStats();

@@ -5,6 +5,7 @@
 import { spawnSync } from "node:child_process";
 import { Storage } from "@google-cloud/storage";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { crc32c } from "../../src/codecs/crc32c.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { resetRetryStats, retryStats } from "../../src/store/retry.js";
 import { runBinAsync } from "../helpers/cli.js";
@@ -96,6 +97,84 @@ describe.skipIf(missing !== undefined)("GcsStore on the testbench's own faults",
     expect(retryStats().byKind).toEqual({ checksum: 1 });
     expect(Buffer.from(await s.read("damaged-once")).equals(data)).toBe(true);
   });
+});
+
+// Resumable uploads as Google's own emulator implements them: a chunk that fails part-way is resumed from the
+// offset the testbench says it persisted (Content-Range: bytes */*), in the same session, not started over.
+describe.skipIf(missing !== undefined)("resumable uploads on the testbench", () => {
+  const MiB = 1 << 20;
+  const SIZE = 24 * MiB + 12_345;
+  const CHUNK = 2 * MiB;
+  let bucket: string;
+  let proxy: InstructionProxy | undefined;
+  beforeAll(async () => {
+    bucket = await newTestbenchBucket("resumable");
+  });
+  afterAll(() => proxy?.close());
+
+  /** `size` bytes of a fixed pattern, in pieces of 1 MiB (never in memory whole). */
+  async function* pattern(size: number): AsyncGenerator<Uint8Array> {
+    for (let at = 0; at < size; at += MiB) {
+      const piece = new Uint8Array(Math.min(MiB, size - at));
+      for (let i = 0; i < piece.length; i++) piece[i] = ((at + i) * 31 + ((at + i) >>> 13)) & 0xff;
+      yield piece;
+    }
+  }
+  const expected = async () => {
+    let crc = 0;
+    for await (const p of pattern(SIZE)) crc = crc32c(p, crc);
+    return crc;
+  };
+
+  // The fourth upload request: the session's POST, then the third chunk (at 4 MiB) of a 24 MiB object, streamed
+  // from a generator (held one chunk at a time) or from another object's download (re-read from the offset).
+  test.each([
+    ["return-503-after-256K", "http-503", "a stream"],
+    ["return-reset-connection", "reset", "a stream"],
+    ["return-503-after-256K", "http-503", "another object's download"],
+    ["return-reset-connection", "reset", "another object's download"],
+  ])(
+    "a chunk failed mid-upload by %s (a %s) resumes from the persisted offset, re-sending at most that chunk, streamed from %s",
+    async (instruction, kind, from) => {
+      await proxy?.close();
+      proxy = await startInstructionProxy({
+        upstream: testbenchEndpoint() as string,
+        seed: 1,
+        rate: 1,
+        limit: 1,
+        skip: 3,
+        only: [instruction],
+        relayUploads: true,
+      });
+      const s = new GcsStore(bucket, "up", undefined, new Storage({ apiEndpoint: proxy.url, projectId: "test-project" }), {
+        retry: { firstDelayMs: 5, maxDelayMs: 50, deadlineMs: 20_000 },
+        timeouts: { stallMs: 5_000 },
+        chunkBytes: CHUNK,
+      });
+      const ranged = from !== "a stream";
+      const name = `${instruction}${ranged ? "-ranged" : ""}`;
+      if (ranged) await new GcsStore(bucket, "up", undefined, testbenchStorage()).write("source", pattern(SIZE));
+      resetRetryStats();
+      const before = proxy.stats.uploadBytes;
+      const w = await s.write(name, ranged ? s.readStream("source", 0, SIZE) : pattern(SIZE));
+      const crc = await expected();
+      expect(w).toEqual({ size: SIZE, crc32c: crc });
+      expect(proxy.stats.instructed).toEqual({ [instruction]: 1 });
+      expect(retryStats().byKind).toEqual({ [kind]: 1 });
+      // The object once, plus at most the failed chunk (and the session's few bytes of metadata).
+      const received = proxy.stats.uploadBytes - before;
+      expect(received).toBeGreaterThanOrEqual(SIZE);
+      expect(received - SIZE).toBeLessThanOrEqual(CHUNK + 1024);
+      expect(await s.stat(name)).toMatchObject({ size: SIZE, crc32c: crc });
+      const back = await s.read(name);
+      let at = 0;
+      for await (const p of pattern(SIZE)) {
+        expect(Buffer.from(back.subarray(at, at + p.length)).equals(p)).toBe(true);
+        at += p.length;
+      }
+    },
+    120_000,
+  );
 });
 
 test.skipIf(missing === undefined)(missing ?? "storage-testbench is installed", () => {});

@@ -2,6 +2,7 @@ import { beforeAll, describe, expect, test } from "vitest";
 import { DestinationError, NotFoundError } from "../../src/errors.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { openStore } from "../../src/store/open.js";
+import { resetRetryStats, retryStats } from "../../src/store/retry.js";
 import { emulatorStorage, newBucket } from "../helpers/gcs.js";
 
 // Against the real GCS emulator (fake-gcs-server) on loopback, started by the global setup. The
@@ -18,6 +19,20 @@ describe("GcsStore on fake-gcs-server", () => {
     store = new GcsStore(bucket, "root/dir", undefined, emulatorStorage());
     await store.write("obj", bytes);
     for (const k of ["a/1", "a/0/z", "a.b", "ab", "b/2"]) await store.write(`tree/${k}`, new Uint8Array(3));
+  });
+
+  test("a download whose reader holds each piece longer than the stall timeout is not a stall", async () => {
+    const slow = new GcsStore(bucket, "root/dir", undefined, emulatorStorage(), { timeouts: { stallMs: 100 } });
+    const data = Uint8Array.from({ length: 1 << 20 }, (_, i) => (i * 7) & 0xff);
+    await slow.write("held", data);
+    resetRetryStats();
+    const pieces: Uint8Array[] = [];
+    for await (const p of slow.readStream("held", 0, data.length)) {
+      if (pieces.length < 3) await new Promise((r) => setTimeout(r, 250)); // an upload waiting for its chunk's answer
+      pieces.push(p);
+    }
+    expect(Buffer.concat(pieces).equals(data)).toBe(true);
+    expect(retryStats().retries).toBe(0);
   });
 
   test("a missing object is a NotFoundError naming its gs:// URL", async () => {
