@@ -51,6 +51,24 @@ describe("Budget", () => {
     expect(await resolved(b.acquire(1))).toBe(false);
   });
 
+  test("thousands of waiters, queued while others are served, are served in the order they came", async () => {
+    const b = new Budget(1);
+    const order: number[] = [];
+    const all: Promise<void>[] = [];
+    const queue = (i: number) =>
+      all.push(
+        b.acquire().then((release) => {
+          order.push(i);
+          if (i < 3000) queue(i + 5000); // joins the queue while its served prefix is being dropped
+          release();
+        }),
+      );
+    for (let i = 0; i < 5000; i++) queue(i);
+    while (order.length < 8000) await Promise.all(all.slice());
+    expect(order.slice(0, 5000)).toEqual(Array.from({ length: 5000 }, (_, i) => i));
+    expect(order.slice(5000)).toEqual(Array.from({ length: 3000 }, (_, i) => i + 5000));
+  });
+
   test("waiters are served first in, first out: a large head is not overtaken by smaller ones", async () => {
     const b = new Budget(10);
     const first = await b.acquire(6);
