@@ -66,9 +66,11 @@ export async function executeObjects(
     if ("done" in v) writer.skipped(o, v.done, v.recorded);
     else todo.push(o);
   });
-  const tasks: Promise<void>[] = [];
-  for (const item of coalesce(todo)) tasks.push("objects" in item ? writer.batch(item) : writer.one(item));
-  const report = await writer.finish(tasks);
+  // Started one slot at a time: in flight and in memory are `concurrency` tasks, not one per object.
+  for (const item of coalesce(todo)) {
+    if (!(await writer.start("objects" in item ? () => writer.batch(item) : () => writer.one(item)))) break;
+  }
+  const report = await writer.finish();
   report.seconds = (Date.now() - started) / 1000;
   return report;
 }
@@ -85,6 +87,9 @@ class Writer {
   private readonly metas = new Map<number, ZarrArrayMeta>();
   private readonly wrote: string[] = [];
   private failed = false;
+  /** Tasks started and not yet settled; the first failure among all of them. */
+  private readonly running = new Set<Promise<void>>();
+  private failure: { reason: unknown } | undefined;
   readonly groupOf: (o: PlannedObject) => number;
 
   constructor(
@@ -138,16 +143,37 @@ class Writer {
   }
 
   /**
-   * Waits for every task to settle; the first failure is the error the caller sees. What was written until
-   * then is recorded either way, so a re-run resumes from it; after a takeover, what we wrote is removed.
+   * Starts `task` once one of the `concurrency` slots is free; false once a task has failed (nothing more
+   * is started: the run is going to fail anyway).
    */
-  async finish(tasks: Promise<void>[]): Promise<ExecuteReport> {
-    const results = await Promise.allSettled(tasks);
-    const failure = results.find((r) => r.status === "rejected");
+  async start(task: () => Promise<void>): Promise<boolean> {
+    const releaseSlot = await this.slots.acquire();
+    if (this.failure !== undefined) {
+      releaseSlot();
+      return false;
+    }
+    const running: Promise<void> = task()
+      .catch((e) => {
+        this.failure ??= { reason: e };
+      })
+      .finally(() => {
+        releaseSlot();
+        this.running.delete(running);
+      });
+    this.running.add(running);
+    return true;
+  }
+
+  /**
+   * Waits for every started task to settle; the first failure is the error the caller sees. What was written
+   * until then is recorded either way, so a re-run resumes from it; after a takeover, what we wrote is removed.
+   */
+  async finish(): Promise<ExecuteReport> {
+    while (this.running.size > 0) await Promise.all([...this.running]);
     const closed = this.log.close();
-    if (failure) {
+    if (this.failure !== undefined) {
       await closed.catch(() => undefined);
-      const reason = (failure as PromiseRejectedResult).reason;
+      const reason = this.failure.reason;
       if (reason instanceof ConflictError) await retreat(this.destination, this.stepDir, this.wrote);
       throw reason;
     }
@@ -155,8 +181,8 @@ class Writer {
     return this.report;
   }
 
+  /** Runs `work` (the caller holds a slot) once `weight` bytes of the memory budget are free. */
   private async withBudget(weight: number, work: () => Promise<void>): Promise<void> {
-    const releaseSlot = await this.slots.acquire();
     const releaseMemory = await this.memory.acquire(weight);
     try {
       // After the first failure, queued objects are not started: the run is going to fail anyway. Nor
@@ -171,7 +197,6 @@ class Writer {
           });
     } finally {
       releaseMemory();
-      releaseSlot();
     }
   }
 

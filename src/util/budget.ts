@@ -52,19 +52,27 @@ export class Budget {
 
 /**
  * `fn` over every item, at most `limit` running at once (started in order), results in the order of `items`.
+ * `limit` workers take the items in turn: memory for the results and `limit` calls, not a promise and a
+ * queued waiter per item (a caller may pass every object of a step). Rejects with the first failure, and
+ * starts nothing more after it.
  */
 export function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
-  const slots = new Budget(limit);
-  return Promise.all(
-    items.map(async (item, index) => {
-      const release = await slots.acquire();
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  let failed = false;
+  const worker = async (): Promise<void> => {
+    while (!failed && next < items.length) {
+      const index = next++;
       try {
-        return await fn(item, index);
-      } finally {
-        release();
+        results[index] = await fn(items[index] as T, index);
+      } catch (e) {
+        failed = true;
+        throw e;
       }
-    }),
-  );
+    }
+  };
+  const workers = Array.from({ length: Math.min(Math.max(limit, 1), items.length) }, worker);
+  return Promise.all(workers).then(() => results);
 }
 
 /**
