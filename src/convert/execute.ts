@@ -1,6 +1,6 @@
 import { ConflictError, FormatError } from "../errors.js";
 import { joinKey, type Store } from "../store/store.js";
-import { Budget } from "../util/budget.js";
+import { Budget, mapLimited } from "../util/budget.js";
 import { parseZarrMetadata, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { type Batch, coalesce, sliceOf } from "./coalesce.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "./defaults.js";
@@ -25,6 +25,13 @@ export interface ExecuteOptions {
   /** The plan group each object belongs to (its record goes there, and only those groups' are read); 0 by default. */
   readonly groupOf?: (o: PlannedObject) => number;
 }
+
+/**
+ * Writes of batched small objects in flight per object slot: enough to keep a local disk's many small writes
+ * overlapping (as before this bound, when the local store's own pool of 128 was the only one), few enough
+ * that GCS sees at most `concurrency` times this many connections.
+ */
+const WRITES_PER_SLOT = 8;
 
 export const DEFAULT_EXECUTE: ExecuteOptions = { concurrency: DEFAULT_CONCURRENCY, memoryBytes: DEFAULT_MEMORY_MIB << 20 };
 
@@ -83,6 +90,8 @@ class Writer {
   private readonly owner: OwnerWatch;
   private readonly slots: Budget;
   private readonly memory: Budget;
+  /** Writes of batched objects in flight, across all batches. */
+  private readonly writes: Budget;
   private readonly run: Run;
   private readonly metas = new Map<number, ZarrArrayMeta>();
   private readonly wrote: string[] = [];
@@ -104,6 +113,7 @@ class Writer {
     this.owner = new OwnerWatch(destination, plan);
     this.slots = new Budget(options.concurrency);
     this.memory = new Budget(options.memoryBytes);
+    this.writes = new Budget(options.concurrency * WRITES_PER_SLOT);
     this.report = { objects, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
     this.groupOf = options.groupOf ?? (() => 0);
     this.run = {
@@ -138,7 +148,11 @@ class Writer {
   batch(batch: Batch): Promise<void> {
     return this.withBudget(batch.span, async () => {
       const bytes = await this.run.source.readRange(batch.key, batch.offset, batch.span);
-      await Promise.all(batch.objects.map((o) => this.put(o, sliceOf(batch, bytes, o), dataLength(o.data))));
+      // A batch may hold thousands of objects: their writes share the writer's bound (a write to GCS is a
+      // connection; unbounded, one batch of 2 KiB chunks opened thousands).
+      await mapLimited(batch.objects, this.options.concurrency, (o) =>
+        this.writes.acquire().then((release) => this.put(o, sliceOf(batch, bytes, o), dataLength(o.data)).finally(release)),
+      );
     });
   }
 
