@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { Budget } from "../../src/util/budget.js";
+import { Budget, mapLimited } from "../../src/util/budget.js";
 
 /** Whether `p` has resolved once pending callbacks have run. */
 async function resolved(p: Promise<unknown>): Promise<boolean> {
@@ -131,5 +131,33 @@ describe("Budget", () => {
     hold();
     expect(await resolved(waiting)).toBe(true);
     expect(await resolved(zero)).toBe(true);
+  });
+});
+
+describe("mapLimited", () => {
+  test("runs at most `limit` calls at once and gives the results in the order of the items", async () => {
+    let running = 0;
+    let most = 0;
+    const out = await mapLimited([5, 1, 4, 2, 3], 2, async (x, i) => {
+      most = Math.max(most, ++running);
+      await new Promise((r) => setTimeout(r, x));
+      running--;
+      return x * 10 + i;
+    });
+    expect(out).toEqual([50, 11, 42, 23, 34]);
+    expect(most).toBe(2);
+  });
+
+  test("rejects with the first failure and starts nothing after it", async () => {
+    const started: number[] = [];
+    const run = mapLimited([0, 1, 2, 3, 4, 5], 2, async (x) => {
+      started.push(x);
+      await new Promise((r) => setImmediate(r));
+      if (x === 1) throw new Error("item 1");
+      return x;
+    });
+    await expect(run).rejects.toThrow("item 1");
+    await new Promise((r) => setTimeout(r, 10));
+    expect(started).toEqual([0, 1, 2]);
   });
 });
