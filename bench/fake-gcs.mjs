@@ -36,6 +36,7 @@ export async function startEmulator(root) {
   const url = `http://127.0.0.1:${port}`;
   const stop = () => child.exitCode === null && child.kill("SIGTERM");
   process.on("exit", stop);
+  for (const signal of ["SIGINT", "SIGTERM"]) process.once(signal, () => process.exit(1)); // exit stops it
   for (let i = 0; i < 300; i++) {
     try {
       if ((await fetch(`${url}/storage/v1/b`)).ok) return { url, stop };

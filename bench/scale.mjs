@@ -12,7 +12,7 @@
 // file and without it, beside the same root holding one step.
 //
 // Steps are generated once and cached under bench/.generated/scale/; destinations are written under
-// bench/.generated/scale-out/ and removed afterwards. Warm page cache (each source is read by inspect first).
+// bench/.generated/scale-out-<pid>/ and removed afterwards. Warm page cache (each source is read by inspect first).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
@@ -23,7 +23,8 @@ const ROOT = resolve(fileURLToPath(import.meta.url), "../..");
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const CLI = "bin/orbax2reg.js";
-const OUT = resolve("bench/.generated/scale-out");
+// Per process: two runs at once must not remove each other's destinations.
+const OUT = resolve(`bench/.generated/scale-out-${process.pid}`);
 
 const args = process.argv.slice(2);
 const opt = (name, fallback) => {
