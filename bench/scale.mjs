@@ -4,20 +4,27 @@
 // as a user runs it: inspect, plan --groups 8, convert (local), verify, and one convert-group of a 256-group
 // plan; each with its wall time and peak RSS, beside TensorStore reading the same chunks (per chunk).
 //
-//   npm run bench:scale [-- --shapes 300x64,1000x64,2000x64 --runs N]
+//   npm run bench:scale [-- --shapes 300x64,1000x64,2000x64 --runs N --gcs 2000x64|none --root-steps 1000]
+//
+// Then, on fake-gcs-server (bench/fake-gcs.mjs): the --gcs step converted gs:// -> gs:// and verified, beside
+// TensorStore's C++ GCS client moving the same chunks (bench/tensorstore_gcs_route.py); and `convert ROOT`
+// of a root of --root-steps copies of the tiny fixture step (commit markers included), with AXLearn's tracker
+// file and without it, beside the same root holding one step.
 //
 // Steps are generated once and cached under bench/.generated/scale/; destinations are written under
-// bench/.generated/scale-out/ and removed afterwards. Warm page cache (each source is read by inspect first).
+// bench/.generated/scale-out-<pid>/ and removed afterwards. Warm page cache (each source is read by inspect first).
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { copyObject, createBucket, deleteObject, each, FAKE_GCS, listObjects, startEmulator, upload } from "./fake-gcs.mjs";
 
 const ROOT = resolve(fileURLToPath(import.meta.url), "../..");
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const CLI = "bin/orbax2reg.js";
-const OUT = resolve("bench/.generated/scale-out");
+// Per process: two runs at once must not remove each other's destinations.
+const OUT = resolve(`bench/.generated/scale-out-${process.pid}`);
 
 const args = process.argv.slice(2);
 const opt = (name, fallback) => {
@@ -26,10 +33,14 @@ const opt = (name, fallback) => {
 };
 const SHAPES = opt("--shapes", "300x64,1000x64,2000x64")
   .split(",")
+  .filter((x) => x !== "none")
   .map((s) => s.split("x").map(Number));
 const RUNS = Number(opt("--runs", "1"));
 /** Steps (by object count) above which convert and verify are not run: `--convert-max N`. */
 const CONVERT_MAX = Number(opt("--convert-max", "Infinity"));
+/** The step converted through GCS (`none`: skip the GCS part), and the number of steps in the GCS root. */
+const GCS_SHAPE = opt("--gcs", "2000x64");
+const ROOT_STEPS = Number(opt("--root-steps", "1000"));
 
 if (!existsSync("dist/src/cli/main.js")) {
   console.error("dist/ is missing: build first (npm run bench:scale builds)");
@@ -39,8 +50,12 @@ if (!existsSync("dist/src/cli/main.js")) {
 const say = (line = "") => console.log(line);
 
 /** Runs a command under /usr/bin/time: wall seconds and peak RSS (MB); throws on failure. */
-function timed(cmd, argv) {
-  const r = spawnSync("/usr/bin/time", ["-f", "@@ %e %M", cmd, ...argv], { encoding: "utf8", maxBuffer: 1 << 28 });
+function timed(cmd, argv, env = {}) {
+  const r = spawnSync("/usr/bin/time", ["-f", "@@ %e %M", cmd, ...argv], {
+    encoding: "utf8",
+    maxBuffer: 1 << 28,
+    env: { ...process.env, ...env },
+  });
   const m = /@@ ([\d.]+) (\d+)\s*$/.exec(r.stderr ?? "");
   if (r.status !== 0 || m === null) throw new Error(`${cmd} ${argv.join(" ")} failed (${r.status}):\n${(r.stderr ?? "").slice(-2000)}`);
   return { seconds: Number(m[1]), rssMB: (Number(m[2]) * 1024) / 1e6, stdout: r.stdout };
@@ -161,4 +176,130 @@ for (const r of rows) {
     `| ${r.arrays.toLocaleString("en")} × ${r.chunks} (${(r.objects / 1000).toFixed(1)}k objects) | ${s(r.inspect)} | ${s(r.plan)}, plan ${(r.planBytes / 1e6).toFixed(1)} MB | ${s(r.convert)} | ${s(r.verify)} | ${s(r.group)} | ${mine.toFixed(3)} ms | ${read.toFixed(3)} / ${copy.toFixed(3)} ms | ${(mine / copy).toFixed(2)}x |`,
   );
 }
+
+if (GCS_SHAPE !== "none" || ROOT_STEPS > 0) await gcsPart();
 rmSync(OUT, { recursive: true, force: true });
+
+/** Files under `dir`, recursively. */
+function filesUnder(dir) {
+  const out = [];
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) if (e.isFile()) out.push(join(e.parentPath, e.name));
+  return out;
+}
+
+async function gcsPart() {
+  if (!existsSync(FAKE_GCS)) {
+    say(`\n${FAKE_GCS} is missing (npm run setup builds it): no GCS figures`);
+    return;
+  }
+  const { url: gcs, stop } = await startEmulator(); // memory backend (see startEmulator)
+  const env = { ORBAX2REG_GCS_ENDPOINT: gcs };
+  const gnode = (...argv) => timed(process.execPath, [CLI, ...argv], env);
+  try {
+    await createBucket(gcs, "src");
+    await createBucket(gcs, "dst");
+    if (GCS_SHAPE !== "none") await gcsStep(gcs, gnode);
+    if (ROOT_STEPS > 0) await rootPart(gcs, gnode);
+  } finally {
+    stop();
+  }
+}
+
+/** The GCS_SHAPE step converted gs:// -> gs:// and verified, beside TensorStore moving the same chunks. */
+async function gcsStep(gcs, gnode) {
+  const [arrays, chunks] = GCS_SHAPE.split("x").map(Number);
+  const gen = spawnSync(PYTHON, ["bench/gen_scale.py", String(arrays), String(chunks)], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (gen.status !== 0) throw new Error(`generating ${GCS_SHAPE} failed`);
+  const info = JSON.parse(gen.stdout.trim().split("\n").pop());
+  {
+    const stepName = info.step_dir.split("/").pop();
+    const src = `ckpt/${stepName}`;
+    await each(filesUnder(info.step_dir), 8, (f) => upload(gcs, "src", `${src}/${relative(info.step_dir, f)}`, f));
+    say(`\n${arrays} × ${chunks} (${info.objects} objects) through gs:// on fake-gcs-server (memory backend, loopback):`);
+    const clear = async (prefix) => each(await listObjects(gcs, "dst", prefix), 16, (o) => deleteObject(gcs, "dst", o.name));
+    const rows = { convert: [], ts: [] };
+    for (let i = 0; i < RUNS; i++) {
+      // Interleaved: each route's destination emptied before its run.
+      await clear("o2r/");
+      rows.convert.push(best(() => gnode("convert", `gs://src/${src}`, "gs://dst/o2r", "--json")));
+      await clear("ts/");
+      const t = timed(PYTHON, ["bench/tensorstore_gcs_route.py", "src", src, "dst", `ts/${stepName}`], {
+        TENSORSTORE_GCS_HTTP_URL: gcs,
+        TENSORSTORE_GCS_HTTP_VERSION: "1.1",
+        GOOGLE_AUTH_TOKEN_FOR_TESTING: "bench",
+      });
+      rows.ts.push(t);
+    }
+    const pick = (xs) => xs.reduce((a, b) => (b.failed || (!a.failed && a.seconds <= b.seconds) ? a : b));
+    const convert = pick(rows.convert);
+    const ts = pick(rows.ts);
+    const verify = convert.failed
+      ? { failed: "no destination" }
+      : best(() => gnode("verify", `gs://src/${src}`, `gs://dst/o2r/${stepName}`, "--json"));
+    if (verify.stdout !== undefined && JSON.parse(verify.stdout).failed !== 0)
+      throw new Error(`verify through GCS failed:\n${verify.stdout.slice(-2000)}`);
+    const per = (r) => ((r.seconds * 1000) / info.objects).toFixed(3);
+    say(`  convert gs:// -> gs://: ${s(convert)}${convert.failed ? "" : ` (${per(convert)} ms per object)`}`);
+    say(`  TensorStore read + write, gs:// -> gs:// (same chunks, raw): ${s(ts)} (${per(ts)} ms per object)`);
+    if (!convert.failed)
+      say(
+        `  convert ÷ TensorStore: ${(convert.seconds / ts.seconds).toFixed(2)}x wall, ${(convert.rssMB / ts.rssMB).toFixed(2)}x peak RSS`,
+      );
+    say(`  verify through gs://: ${s(verify)}`);
+    await clear("");
+  }
+}
+
+/**
+ * `convert ROOT` of a root of ROOT_STEPS steps: the tiny fixture step uploaded once, then copied server-side
+ * under step_%08d names (its index names step 100: the newest copy gets an index naming its own step, the
+ * one that is converted), with and without the tracker file; beside the same conversion of a one-step root.
+ */
+async function rootPart(gcs, gnode) {
+  const tiny = resolve("test/fixtures/orbax-axlearn/tiny/step_00000100");
+  const files = filesUnder(tiny).map((f) => relative(tiny, f));
+  const name = (n) => `step_${String(n).padStart(8, "0")}`;
+  const last = ROOT_STEPS - 1;
+  const indexFor = (n) => Buffer.from(readFileSync(join(tiny, "index/index"), "utf8").replace(/^\[\["step", 100\]/, `[["step", ${n}]`));
+  const put = async (root, n, copyFrom) => {
+    await each(files, 8, (f) =>
+      f === "index/index"
+        ? upload(gcs, "src", `${root}/${name(n)}/${f}`, indexFor(n))
+        : copyFrom === undefined
+          ? upload(gcs, "src", `${root}/${name(n)}/${f}`, join(tiny, f))
+          : copyObject(gcs, "src", `${copyFrom}/${f}`, `${root}/${name(n)}/${f}`),
+    );
+  };
+  const t0 = performance.now();
+  await put("one", last);
+  await put("many", 0);
+  await each(
+    Array.from({ length: ROOT_STEPS - 1 }, (_, i) => i + 1),
+    8,
+    (n) => put("many", n, `many/${name(0)}`),
+  );
+  say(
+    `\nconvert ROOT on fake-gcs-server: a root of ${ROOT_STEPS} copies of the tiny fixture step (made in ${((performance.now() - t0) / 1000).toFixed(0)} s):`,
+  );
+  const tracker = Buffer.from(String(last));
+  const run = (root, label) => {
+    const r = best(() => gnode("convert", `gs://src/${root}`, `gs://dst/${root}-${label}`, "--json"));
+    const j = r.failed ? {} : JSON.parse(r.stdout);
+    if (!r.failed && (j.step !== last || !j.committed)) throw new Error(`convert ${root} chose step ${j.step}, not ${last}`);
+    return { ...r, chosenBy: j.stepChosenBy };
+  };
+  await upload(gcs, "src", "one/latest_checkpointed_step.txt", tracker);
+  await upload(gcs, "src", "many/latest_checkpointed_step.txt", tracker);
+  const oneTracked = run("one", "t");
+  const manyTracked = run("many", "t");
+  await deleteObject(gcs, "src", "one/latest_checkpointed_step.txt");
+  await deleteObject(gcs, "src", "many/latest_checkpointed_step.txt");
+  const oneListed = run("one", "l");
+  const manyListed = run("many", "l");
+  const row = (label, many, one) => say(`  ${label}: ${ROOT_STEPS} steps ${s(many)} (step chosen by ${many.chosenBy}); 1 step ${s(one)}`);
+  row("with latest_checkpointed_step.txt", manyTracked, oneTracked);
+  row("without it (listing, commit markers checked)", manyListed, oneListed);
+}

@@ -1,7 +1,7 @@
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../defaults.js";
 import { ConflictError, FormatError } from "../errors.js";
 import { joinKey, type Store } from "../store/store.js";
-import { Budget } from "../util/budget.js";
+import { Budget, mapLimited } from "../util/budget.js";
 import { parseZarrMetadata, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { type Batch, coalesce, sliceOf } from "./coalesce.js";
 import { checkObjects, listTargets, type Verdict } from "./done.js";
@@ -25,6 +25,13 @@ export interface ExecuteOptions {
   /** The plan group each object belongs to (its record goes there, and only those groups' are read); 0 by default. */
   readonly groupOf?: (o: PlannedObject) => number;
 }
+
+/**
+ * Writes of batched small objects in flight per object slot: enough to keep a local disk's many small writes
+ * overlapping (as before this bound, when the local store's own pool of 128 was the only one), few enough
+ * that GCS sees at most `concurrency` times this many connections.
+ */
+const WRITES_PER_SLOT = 8;
 
 export const DEFAULT_EXECUTE: ExecuteOptions = { concurrency: DEFAULT_CONCURRENCY, memoryBytes: DEFAULT_MEMORY_MIB << 20 };
 
@@ -66,9 +73,11 @@ export async function executeObjects(
     if ("done" in v) writer.skipped(o, v.done, v.recorded);
     else todo.push(o);
   });
-  const tasks: Promise<void>[] = [];
-  for (const item of coalesce(todo)) tasks.push("objects" in item ? writer.batch(item) : writer.one(item));
-  const report = await writer.finish(tasks);
+  // Started one slot at a time: in flight and in memory are `concurrency` tasks, not one per object.
+  for (const item of coalesce(todo)) {
+    if (!(await writer.start("objects" in item ? () => writer.batch(item) : () => writer.one(item)))) break;
+  }
+  const report = await writer.finish();
   report.seconds = (Date.now() - started) / 1000;
   return report;
 }
@@ -81,10 +90,15 @@ class Writer {
   private readonly owner: OwnerWatch;
   private readonly slots: Budget;
   private readonly memory: Budget;
+  /** Writes of batched objects in flight, across all batches. */
+  private readonly writes: Budget;
   private readonly run: Run;
   private readonly metas = new Map<number, ZarrArrayMeta>();
   private readonly wrote: string[] = [];
   private failed = false;
+  /** Tasks started and not yet settled; the first failure among all of them. */
+  private readonly running = new Set<Promise<void>>();
+  private failure: { reason: unknown } | undefined;
   readonly groupOf: (o: PlannedObject) => number;
 
   constructor(
@@ -99,6 +113,7 @@ class Writer {
     this.owner = new OwnerWatch(destination, plan);
     this.slots = new Budget(options.concurrency);
     this.memory = new Budget(options.memoryBytes);
+    this.writes = new Budget(options.concurrency * WRITES_PER_SLOT);
     this.report = { objects, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
     this.groupOf = options.groupOf ?? (() => 0);
     this.run = {
@@ -133,21 +148,46 @@ class Writer {
   batch(batch: Batch): Promise<void> {
     return this.withBudget(batch.span, async () => {
       const bytes = await this.run.source.readRange(batch.key, batch.offset, batch.span);
-      await Promise.all(batch.objects.map((o) => this.put(o, sliceOf(batch, bytes, o), dataLength(o.data))));
+      // A batch may hold thousands of objects: their writes share the writer's bound (a write to GCS is a
+      // connection; unbounded, one batch of 2 KiB chunks opened thousands).
+      await mapLimited(batch.objects, this.options.concurrency, (o) =>
+        this.writes.acquire().then((release) => this.put(o, sliceOf(batch, bytes, o), dataLength(o.data)).finally(release)),
+      );
     });
   }
 
   /**
-   * Waits for every task to settle; the first failure is the error the caller sees. What was written until
-   * then is recorded either way, so a re-run resumes from it; after a takeover, what we wrote is removed.
+   * Starts `task` once one of the `concurrency` slots is free; false once a task has failed (nothing more
+   * is started: the run is going to fail anyway).
    */
-  async finish(tasks: Promise<void>[]): Promise<ExecuteReport> {
-    const results = await Promise.allSettled(tasks);
-    const failure = results.find((r) => r.status === "rejected");
+  async start(task: () => Promise<void>): Promise<boolean> {
+    const releaseSlot = await this.slots.acquire();
+    if (this.failure !== undefined) {
+      releaseSlot();
+      return false;
+    }
+    const running: Promise<void> = task()
+      .catch((e) => {
+        this.failure ??= { reason: e };
+      })
+      .finally(() => {
+        releaseSlot();
+        this.running.delete(running);
+      });
+    this.running.add(running);
+    return true;
+  }
+
+  /**
+   * Waits for every started task to settle; the first failure is the error the caller sees. What was written
+   * until then is recorded either way, so a re-run resumes from it; after a takeover, what we wrote is removed.
+   */
+  async finish(): Promise<ExecuteReport> {
+    while (this.running.size > 0) await Promise.all([...this.running]);
     const closed = this.log.close();
-    if (failure) {
+    if (this.failure !== undefined) {
       await closed.catch(() => undefined);
-      const reason = (failure as PromiseRejectedResult).reason;
+      const reason = this.failure.reason;
       if (reason instanceof ConflictError) await retreat(this.destination, this.stepDir, this.wrote);
       throw reason;
     }
@@ -155,8 +195,8 @@ class Writer {
     return this.report;
   }
 
+  /** Runs `work` (the caller holds a slot) once `weight` bytes of the memory budget are free. */
   private async withBudget(weight: number, work: () => Promise<void>): Promise<void> {
-    const releaseSlot = await this.slots.acquire();
     const releaseMemory = await this.memory.acquire(weight);
     try {
       // After the first failure, queued objects are not started: the run is going to fail anyway. Nor
@@ -171,7 +211,6 @@ class Writer {
           });
     } finally {
       releaseMemory();
-      releaseSlot();
     }
   }
 

@@ -43,19 +43,14 @@ export async function finalize(
   }
 
   // Local files are read back to compare checksums: a few at once keep the disk busy.
-  const inGroups = plan.groups.flatMap((g, group) => plan.objects.slice(g.start, g.end).map((o) => ({ o, group })));
-  const verdicts = await checkObjects(
-    plan,
-    inGroups.map((x) => x.o),
-    source,
-    destination,
-    existing,
-    { concurrency: CHECK_CONCURRENCY, mine: trusted },
-  );
+  // The groups' ranges cover plan.objects in order: an object's group follows from its index.
+  const verdicts = await checkObjects(plan, plan.objects, source, destination, existing, { concurrency: CHECK_CONCURRENCY, mine: trusted });
   const bad = new Map<number, { target: string; defect: Defect }[]>();
+  let group = 0;
   verdicts.forEach((v, i) => {
+    while (i >= (plan.groups[group]?.end ?? Number.POSITIVE_INFINITY)) group++;
     if (!("defect" in v)) return;
-    const { o, group } = inGroups[i] as { o: PlannedObject; group: number };
+    const o = plan.objects[i] as PlannedObject;
     const list = bad.get(group);
     if (list === undefined) bad.set(group, [{ target: o.target, defect: v.defect }]);
     else list.push({ target: o.target, defect: v.defect }); // in place: a copy per object is quadratic

@@ -80,17 +80,42 @@ export async function readPlan(destination: Store, head: PlanHead): Promise<Plan
  */
 async function writeParts(destination: Store, plan: Plan, id = plan.id): Promise<void> {
   const stepDir = plan.destination.stepDir;
-  const parts: { key: string; text: string }[] = [];
-  const flush = () =>
-    mapLimited(parts.splice(0), PART_CONCURRENCY, (p) => destination.write(joinKey(stepDir, p.key), encoder.encode(p.text)));
-  let commit: { key: string; text: string } | undefined;
+  const parts: { key: string; pieces: Iterable<string> }[] = [];
+  const write = async (p: { key: string; pieces: Iterable<string> }) => destination.write(joinKey(stepDir, p.key), await body(p.pieces));
+  const flush = () => mapLimited(parts.splice(0), PART_CONCURRENCY, write);
+  let commit: { key: string; pieces: Iterable<string> } | undefined;
   for (const p of planParts(id === plan.id ? plan : { ...plan, id })) {
     if (commit !== undefined) parts.push(commit);
     commit = p;
     if (parts.length >= PART_CONCURRENCY) await flush();
   }
   await flush();
-  if (commit !== undefined) await destination.write(joinKey(stepDir, commit.key), encoder.encode(commit.text));
+  if (commit !== undefined) await write(commit);
+}
+
+/** A part's text this large or more is streamed to the store, not encoded into one buffer. */
+const STREAM_PART_BYTES = 8 << 20;
+
+/**
+ * The body of a part from its text's pieces: one buffer when small (one simple upload to GCS), else a stream
+ * of its encoded pieces (a part of 520k objects is 105 MB).
+ */
+async function body(pieces: Iterable<string>): Promise<Uint8Array | AsyncIterable<Uint8Array>> {
+  const it = pieces[Symbol.iterator]();
+  const head: Uint8Array[] = [];
+  let size = 0;
+  for (let r = it.next(); !r.done; r = it.next()) {
+    const bytes = encoder.encode(r.value);
+    head.push(bytes);
+    size += bytes.length;
+    if (size >= STREAM_PART_BYTES) {
+      return (async function* () {
+        yield* head.splice(0);
+        for (let n = it.next(); !n.done; n = it.next()) yield encoder.encode(n.value);
+      })();
+    }
+  }
+  return head.length === 1 ? (head[0] as Uint8Array) : Buffer.concat(head);
 }
 
 /**

@@ -156,18 +156,36 @@ export function planHead(plan: Plan | PlanHead): PlanHead {
   return { format, version, id, createdAt, source, destination, step, options, groups, totals };
 }
 
-/** The parts of `plan` (keys relative to the destination step) and their text, one at a time. */
-export function* planParts(plan: Plan): Iterable<{ key: string; text: string }> {
+/** Objects per piece of a group part's text. */
+const OBJECTS_PER_PIECE = 1024;
+
+/**
+ * The parts of `plan` (keys relative to the destination step), one at a time, each as pieces of its JSON
+ * text made as they are consumed: a group of 520k objects is a 105 MB text, which should never be one string.
+ */
+export function* planParts(plan: Plan): Iterable<{ key: string; pieces: Iterable<string> }> {
   for (const [g, range] of plan.groups.entries()) {
-    const objects = plan.objects.slice(range.start, range.end);
-    const named = new Set<number>();
-    for (const o of objects) if (o.array !== undefined) named.add(o.array);
-    const arrays = [...named].sort((a, b) => a - b).map((i) => [i, plan.arrays[i] as PlannedArray] as const);
-    const part: GroupPart = { plan: plan.id, group: g, arrays, objects };
-    yield { key: groupPartKey(plan.id, g), text: JSON.stringify(part) };
+    yield { key: groupPartKey(plan.id, g), pieces: groupPartPieces(plan, g, range) };
   }
   const commit: CommitPart = { plan: plan.id, arrays: plan.arrays, files: plan.files, index: plan.index };
-  yield { key: commitPartKey(plan.id), text: JSON.stringify(commit) };
+  yield { key: commitPartKey(plan.id), pieces: [JSON.stringify(commit)] };
+}
+
+/** JSON.stringify of group `g`'s part ({plan, group, arrays, objects}), in pieces. */
+function* groupPartPieces(plan: Plan, g: number, range: PlanGroup): Iterable<string> {
+  const named = new Set<number>();
+  for (let i = range.start; i < range.end; i++) {
+    const a = (plan.objects[i] as PlannedObject).array;
+    if (a !== undefined) named.add(a);
+  }
+  const arrays = [...named].sort((a, b) => a - b).map((i) => [i, plan.arrays[i] as PlannedArray] as const);
+  yield `{"plan":${JSON.stringify(plan.id)},"group":${g},"arrays":${JSON.stringify(arrays)},"objects":[`;
+  for (let i = range.start; i < range.end; i += OBJECTS_PER_PIECE) {
+    const slice = plan.objects.slice(i, Math.min(i + OBJECTS_PER_PIECE, range.end));
+    const text = JSON.stringify(slice);
+    yield `${i === range.start ? "" : ","}${text.slice(1, -1)}`;
+  }
+  yield "]}";
 }
 
 function parseJson(text: string, path: string, what: string): unknown {

@@ -434,9 +434,10 @@ export class LocalStore implements Store {
     const top = key === "" ? this.root : this.file(key);
     const dirs = [dirname(top)];
     const under = await this.walk(top, key, dirs); // a directory joins `dirs`; an object's key lists nothing
-    const paths = dirs.length > 1 ? under.map((f) => this.file(f.key)) : (await stat(top).catch(() => undefined))?.isFile() ? [top] : [];
-    const all = [...paths.map((path) => ({ path, data: true })), ...dirs.map((d) => ({ path: d, data: false }))];
-    await forEachLimited(all, FLUSHES.capacity, (f) => holding(FLUSHES, 1, () => syncFile(f.path, f.data)));
+    // Paths made as they are synced: a step may hold millions of files.
+    const files = dirs.length > 1 ? under.map((f) => f.key) : (await stat(top).catch(() => undefined))?.isFile() ? [key] : [];
+    await forEachLimited(files, FLUSHES.capacity, (k) => holding(FLUSHES, 1, () => syncFile(this.file(k), true)));
+    await forEachLimited(dirs, FLUSHES.capacity, (d) => holding(FLUSHES, 1, () => syncFile(d, false)));
   }
 
   async removeAbandoned(prefix: string): Promise<number> {

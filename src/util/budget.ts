@@ -6,7 +6,12 @@
  */
 export class Budget {
   private available: number;
-  private readonly waiters: { weight: number; resolve: () => void }[] = [];
+  /**
+   * Waiters from `head` on: a queue that advances an index instead of shifting, since a caller may queue
+   * one waiter per object (hundreds of thousands) and each shift of an array that long copies the rest.
+   */
+  private waiters: { weight: number; resolve: () => void }[] = [];
+  private head = 0;
 
   constructor(readonly capacity: number) {
     this.available = capacity;
@@ -15,7 +20,7 @@ export class Budget {
   /** Resolves to a release function once `weight` units (capped at the capacity) are reserved. */
   async acquire(weight = 1): Promise<() => void> {
     const w = Math.min(Math.max(weight, 0), this.capacity);
-    if (this.waiters.length === 0 && w <= this.available) this.available -= w;
+    if (this.head === this.waiters.length && w <= this.available) this.available -= w;
     else await new Promise<void>((resolve) => this.waiters.push({ weight: w, resolve }));
     let released = false;
     return () => {
@@ -28,29 +33,46 @@ export class Budget {
 
   private wake(): void {
     // Strict FIFO: a large request at the head is not starved by smaller ones behind it.
-    while (this.waiters.length > 0 && (this.waiters[0] as { weight: number }).weight <= this.available) {
-      const next = this.waiters.shift() as { weight: number; resolve: () => void };
+    while (this.head < this.waiters.length && (this.waiters[this.head] as { weight: number }).weight <= this.available) {
+      const next = this.waiters[this.head] as { weight: number; resolve: () => void };
+      this.waiters[this.head++] = undefined as never; // let the resolved waiter go
       this.available -= next.weight;
       next.resolve();
+    }
+    // Drop the served prefix once it is most of the array: amortized constant time per waiter.
+    if (this.head === this.waiters.length) {
+      this.waiters = [];
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 > this.waiters.length) {
+      this.waiters = this.waiters.slice(this.head);
+      this.head = 0;
     }
   }
 }
 
 /**
  * `fn` over every item, at most `limit` running at once (started in order), results in the order of `items`.
+ * `limit` workers take the items in turn: memory for the results and `limit` calls, not a promise and a
+ * queued waiter per item (a caller may pass every object of a step). Rejects with the first failure, and
+ * starts nothing more after it.
  */
 export function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
-  const slots = new Budget(limit);
-  return Promise.all(
-    items.map(async (item, index) => {
-      const release = await slots.acquire();
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  let failed = false;
+  const worker = async (): Promise<void> => {
+    while (!failed && next < items.length) {
+      const index = next++;
       try {
-        return await fn(item, index);
-      } finally {
-        release();
+        results[index] = await fn(items[index] as T, index);
+      } catch (e) {
+        failed = true;
+        throw e;
       }
-    }),
-  );
+    }
+  };
+  const workers = Array.from({ length: Math.min(Math.max(limit, 1), items.length) }, worker);
+  return Promise.all(workers).then(() => results);
 }
 
 /**

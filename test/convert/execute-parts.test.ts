@@ -1,17 +1,17 @@
 // The parts executeObjects is made of: range coalescing, the stores' direct-copy capability (local to local
 // only, never through a wrapper), and renamesAtomically, the property behind Orbax's commit by rename.
-import { readFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { coalesce } from "../../src/convert/coalesce.js";
 import { planPhase } from "../../src/convert/convert.js";
 import { DEFAULT_EXECUTE, executeObjects } from "../../src/convert/execute.js";
-import type { PlannedObject } from "../../src/convert/plan-format.js";
+import { PLAN_FORMAT, PLAN_VERSION, type PlannedObject } from "../../src/convert/plan-format.js";
 import type { Recorded } from "../../src/convert/records.js";
 import { CountingStore } from "../../src/store/counting.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { LocalStore } from "../../src/store/local.js";
-import type { Store } from "../../src/store/store.js";
+import type { Store, WriteOptions } from "../../src/store/store.js";
 import { FIXTURES } from "../helpers/paths.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -77,5 +77,43 @@ describe("direct copies (Store.rangeCopyTo)", () => {
     const wrapped = await run(true);
     expect(wrapped.recorded).toEqual({ size: direct.recorded?.size, crc32c: expect.any(Number) });
     expect(wrapped.reads).toBe(1);
+  });
+
+  test("the writes of one batch of thousands of small copies are bounded (to GCS each is a connection)", async () => {
+    const root = tempDir("batch-writes");
+    mkdirSync(join(root, "src/d"), { recursive: true });
+    writeFileSync(join(root, "src/d/0"), Buffer.alloc(3000 * 100, 7));
+    const objects = Array.from({ length: 3000 }, (_, i) => copyAt(`gda/a/${i}`, "d/0", i * 100, 100));
+    expect([...coalesce(objects)]).toHaveLength(1);
+    let inFlight = 0;
+    let most = 0;
+    class Slow extends CountingStore {
+      override async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>, options?: WriteOptions) {
+        most = Math.max(most, ++inFlight);
+        await new Promise((r) => setTimeout(r, 1));
+        return super.write(key, data, options).finally(() => inFlight--);
+      }
+    }
+    const plan = {
+      id: "ab",
+      source: { root: join(root, "src"), stepDir: "", layout: "ocdbt", fingerprint: "" },
+      destination: { root: join(root, "dst"), stepDir: "step_00000001" },
+      arrays: [],
+    };
+    // The plan on record: a writer checks that it still owns the step.
+    mkdirSync(join(root, "dst/step_00000001/.orbax2reg"), { recursive: true });
+    const head = { format: PLAN_FORMAT, version: PLAN_VERSION, ...plan, groups: [], totals: {} };
+    writeFileSync(join(root, "dst/step_00000001/.orbax2reg/plan.json"), JSON.stringify(head));
+    const options = { ...DEFAULT_EXECUTE, concurrency: 4 };
+    const report = await executeObjects(
+      plan,
+      objects,
+      new LocalStore(plan.source.root),
+      new Slow(new LocalStore(plan.destination.root)),
+      options,
+    );
+    expect(report.written).toBe(3000);
+    expect(most).toBeGreaterThan(1);
+    expect(most).toBeLessThanOrEqual(4 * 8 + 1); // + the record segment written meanwhile
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { Budget } from "../../src/util/budget.js";
+import { Budget, mapLimited } from "../../src/util/budget.js";
 
 /** Whether `p` has resolved once pending callbacks have run. */
 async function resolved(p: Promise<unknown>): Promise<boolean> {
@@ -49,6 +49,24 @@ describe("Budget", () => {
     (await b.acquire(1000))();
     await b.acquire(10);
     expect(await resolved(b.acquire(1))).toBe(false);
+  });
+
+  test("thousands of waiters, queued while others are served, are served in the order they came", async () => {
+    const b = new Budget(1);
+    const order: number[] = [];
+    const all: Promise<void>[] = [];
+    const queue = (i: number) =>
+      all.push(
+        b.acquire().then((release) => {
+          order.push(i);
+          if (i < 3000) queue(i + 5000); // joins the queue while its served prefix is being dropped
+          release();
+        }),
+      );
+    for (let i = 0; i < 5000; i++) queue(i);
+    while (order.length < 8000) await Promise.all(all.slice());
+    expect(order.slice(0, 5000)).toEqual(Array.from({ length: 5000 }, (_, i) => i));
+    expect(order.slice(5000)).toEqual(Array.from({ length: 3000 }, (_, i) => i + 5000));
   });
 
   test("waiters are served first in, first out: a large head is not overtaken by smaller ones", async () => {
@@ -113,5 +131,33 @@ describe("Budget", () => {
     hold();
     expect(await resolved(waiting)).toBe(true);
     expect(await resolved(zero)).toBe(true);
+  });
+});
+
+describe("mapLimited", () => {
+  test("runs at most `limit` calls at once and gives the results in the order of the items", async () => {
+    let running = 0;
+    let most = 0;
+    const out = await mapLimited([5, 1, 4, 2, 3], 2, async (x, i) => {
+      most = Math.max(most, ++running);
+      await new Promise((r) => setTimeout(r, x));
+      running--;
+      return x * 10 + i;
+    });
+    expect(out).toEqual([50, 11, 42, 23, 34]);
+    expect(most).toBe(2);
+  });
+
+  test("rejects with the first failure and starts nothing after it", async () => {
+    const started: number[] = [];
+    const run = mapLimited([0, 1, 2, 3, 4, 5], 2, async (x) => {
+      started.push(x);
+      await new Promise((r) => setImmediate(r));
+      if (x === 1) throw new Error("item 1");
+      return x;
+    });
+    await expect(run).rejects.toThrow("item 1");
+    await new Promise((r) => setTimeout(r, 10));
+    expect(started).toEqual([0, 1, 2]);
   });
 });
