@@ -258,7 +258,10 @@ async function failed(destination: Store, stepDir: string, execution: ExecutionR
     finishedAt: execution.endTime ?? null,
     phase: culprit?.phase ?? null,
     group: culprit?.group ?? null,
-    error: culprit?.state === "stopped" ? stoppedLine(culprit) : firstLine(culprit?.error ?? payload?.message ?? execution.error ?? "unknown error"),
+    error:
+      culprit?.state === "stopped"
+        ? stoppedLine(culprit)
+        : firstLine(culprit?.error ?? payload?.message ?? execution.error ?? "unknown error"),
     retryable: retryCanHelp(payload),
     logUri: job?.logUri ?? null,
   };
