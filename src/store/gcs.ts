@@ -2,7 +2,7 @@ import { crc32c } from "../codecs/crc32c.js";
 import { FormatError } from "../errors.js";
 import { memoryChunks, RangeReader, streamChunks } from "./chunks.js";
 import { authHeaders, type GcsClient, storageClient } from "./gcs/auth.js";
-import { hashHeader, JsonApi, type ObjectResource, storedCrc } from "./gcs/json-api.js";
+import { type GcsRequest, hashHeader, JsonApi, type ObjectResource, storedCrc } from "./gcs/json-api.js";
 import { Uploads } from "./gcs/uploads.js";
 import { type Answer, defaultTimeouts, Http, type Timeouts } from "./http.js";
 import { rangedOf, replayable, replayOf } from "./replay.js";
@@ -76,7 +76,7 @@ export class GcsStore implements Store {
   async read(key: string): Promise<Uint8Array> {
     const name = this.name(key);
     const path = describe(this, key);
-    const req = { method: "GET", to: { object: name }, query: { alt: "media" }, accept: [200], missing: "object", path } as const;
+    const req: GcsRequest = { method: "GET", to: { object: name }, query: { alt: "media" }, accept: [200], missing: "object", path };
     return this.api.request("download", req, async (a) => {
       const data = await a.bytes();
       // A whole download can be checked against the object's own CRC-32C, which GCS sends along (of the
@@ -193,14 +193,14 @@ export class GcsStore implements Store {
     what: string,
     query: Record<string, string>,
   ): Promise<{ items?: ObjectResource[]; prefixes?: string[]; nextPageToken?: string }> {
-    const req = {
+    const req: GcsRequest = {
       method: "GET",
       to: "objects",
       query: { ...query, maxResults: "1000" },
       accept: [200],
       missing: "bucket",
       path: describe(this, what),
-    } as const;
+    };
     return this.api.request("listing", req, (a) => a.json());
   }
 
@@ -276,13 +276,13 @@ export class GcsStore implements Store {
       if (meta === undefined) return undefined;
       const version = String(meta.generation);
       // Read exactly the generation whose metadata we saw, so data and version always agree.
-      const req = {
+      const req: GcsRequest = {
         method: "GET",
         to: { object: this.name(key) },
         query: { alt: "media", generation: version },
         accept: [200, 404],
         path: describe(this, key),
-      } as const;
+      };
       return this.api.request("download", req, async (a) => {
         if (a.status === 404) return void (await a.discard());
         return { data: await a.bytes(), version };
@@ -295,7 +295,7 @@ export class GcsStore implements Store {
   };
 
   async delete(key: string): Promise<void> {
-    const req = { method: "DELETE", to: { object: this.name(key) }, accept: [200, 204, 404], path: describe(this, key) } as const;
+    const req: GcsRequest = { method: "DELETE", to: { object: this.name(key) }, accept: [200, 204, 404], path: describe(this, key) };
     return this.api.request("delete", req, (a) => a.discard());
   }
 
