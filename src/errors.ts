@@ -240,7 +240,7 @@ export class DeadlineError extends Orbax2RegError {
 }
 
 /**
- * A call to the Cloud Run Admin API that failed (src/cloud/run-executions.ts, after its own retries); `code`
+ * A call to the Cloud Run Admin API that failed (src/cloud/api/run-executions.ts, after its own retries); `code`
  * is the gRPC status code (the REST fallback maps HTTP onto it). Like a StorageIoError: exit 1, and the
  * command can be run again.
  */

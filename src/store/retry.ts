@@ -83,7 +83,7 @@ export function observeRetries(observer: (n: RetryNotice) => void): () => void {
  * object once the deadline would pass, and otherwise waits out the backoff.
  */
 export class Attempts {
-  private readonly started = Date.now();
+  private started = Date.now();
   private retries = 0;
 
   constructor(
@@ -126,5 +126,54 @@ export class Attempts {
   /** True after at least one failed attempt (a conditional write's answer may then be about our own). */
   get retried(): boolean {
     return this.retries > 0;
+  }
+
+  /** The operation made progress (an upload's chunk was kept): backoff and deadline count afresh from here. */
+  progressed(): void {
+    this.started = Date.now();
+    this.retries = 0;
+  }
+}
+
+/** What an attempt returns to be run again at once, without counting as a failure (see retrying). */
+export const AGAIN: unique symbol = Symbol("again");
+
+/**
+ * The one retry loop: runs `attempt` until it returns, retrying what it throws as Attempts.failed() decides;
+ * an attempt that returns AGAIN runs again with no wait (an upload that learnt where to go on from).
+ */
+export async function retrying<T>(
+  what: string,
+  path: string,
+  policy: RetryPolicy,
+  attempt: (r: Attempts) => Promise<T | typeof AGAIN>,
+): Promise<T> {
+  for (const r = new Attempts(what, path, policy); ; ) {
+    try {
+      const out = await attempt(r);
+      if (out !== AGAIN) return out;
+    } catch (e) {
+      await r.failed(e);
+    }
+  }
+}
+
+/**
+ * The same for a stream: the attempt's pieces are passed on as they come, and a failed attempt is retried
+ * (the attempt itself knows how much it delivered already, and goes on from there).
+ */
+export async function* retryingStream<T>(
+  what: string,
+  path: string,
+  policy: RetryPolicy,
+  attempt: (r: Attempts) => AsyncGenerator<T>,
+): AsyncGenerator<T> {
+  for (const r = new Attempts(what, path, policy); ; ) {
+    try {
+      yield* attempt(r);
+      return;
+    } catch (e) {
+      await r.failed(e);
+    }
   }
 }

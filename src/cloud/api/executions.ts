@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { ExecutionsClient, protos } from "@google-cloud/workflows";
+import { type CallRetry, isPermanent, retryCall } from "./grpc.js";
 import { rfc3339 } from "./timestamp.js";
 
 /**
@@ -118,6 +119,8 @@ const MAX_PAGES = 1000;
  */
 const START_TIMEOUT_MS = 20_000;
 const LIST_TIMEOUT_MS = 10_000;
+/** A list page: three tries, 0.5 s then 1 s apart, unless the request itself is wrong (see grpc.ts). */
+const LIST_RETRY: CallRetry = { tries: 3, delayMs: (n) => 500 * n, retryable: (e) => !isPermanent(e) };
 
 /** Executions through @google-cloud/workflows. */
 export function workflowsExecutions(client: ExecutionsClient): Executions {
@@ -170,17 +173,11 @@ async function list(
     view,
   };
   for (let page = 1; ; page++) {
-    let found: IExecution[] = [];
-    let next: typeof request | null = null;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        [found, next] = await client.listExecutions(request, { timeout: LIST_TIMEOUT_MS, autoPaginate: false });
-        break;
-      } catch (e) {
-        if (attempt >= 3 || isPermanentApiError(e)) throw e;
-        await new Promise((r) => setTimeout(r, 500 * attempt));
-      }
-    }
+    const asked = request;
+    const [found, next] = await retryCall(
+      () => client.listExecutions(asked, { timeout: LIST_TIMEOUT_MS, autoPaginate: false }),
+      LIST_RETRY,
+    );
     for (const e of found) if (e.name) out.push(view === "FULL" ? ref(e) : summary(e));
     if (!next?.pageToken) return out;
     if (page >= MAX_PAGES) throw new Error(`executions.list of ${workflow}: more than ${MAX_PAGES} pages`);
@@ -208,16 +205,6 @@ function ref(e: IExecution): ExecutionRef {
     ...(e.error?.payload ? { error: e.error.payload } : {}),
     ...(e.result ? { result: e.result } : {}),
   };
-}
-
-/**
- * Errors from the Workflows API that a retry cannot fix: the request itself is wrong (INVALID_ARGUMENT,
- * FAILED_PRECONDITION) or the workflow does not exist (NOT_FOUND). gRPC codes; the REST fallback maps
- * HTTP statuses onto them.
- */
-export function isPermanentApiError(e: unknown): boolean {
-  const code = (e as { code?: unknown }).code;
-  return code === 3 || code === 5 || code === 9 || code === 400 || code === 404;
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { ExecutionsClient, protos } from "@google-cloud/run";
 import { RunApiError } from "../../errors.js";
 import { emulatorClientOptions } from "./executions.js";
+import { type CallRetry, codeOf, isNotFound, isUnavailable, retryCall } from "./grpc.js";
 import { rfc3339 } from "./timestamp.js";
 
 /**
@@ -30,20 +31,11 @@ export interface JobExecutions {
   cancel(name: string): Promise<void>;
 }
 
-/**
- * gRPC status codes (https://github.com/googleapis/googleapis/blob/master/google/rpc/code.proto), and the HTTP
- * statuses that stand for them (https://cloud.google.com/apis/design/errors#handling_errors): over the REST
- * fallback an error may carry either, depending on whether the body could be parsed. They never overlap.
- */
-const isNotFound = (code: number | undefined) => code === 5 || code === 404;
-const isRetryable = (code: number | undefined) => code === 4 || code === 14 || code === 503 || code === 504;
-
 /** Per-call deadlines: a status or cancel command should answer in seconds, not the client's default minute. */
 const GET_TIMEOUT_MS = 10_000;
 const CANCEL_TIMEOUT_MS = 30_000;
-/** get: tries in all, and the first pause between them (doubling). */
-const GET_TRIES = 4;
-const GET_BACKOFF_MS = 250;
+/** get: four tries in all, 250 ms apart and doubling, while Cloud Run is unavailable or slow (see grpc.ts). */
+const GET_RETRY: CallRetry = { tries: 4, delayMs: (n) => 250 * 2 ** (n - 1), retryable: isUnavailable };
 /**
  * How long cancel waits for the execution to finish once Cloud Run has accepted the cancel: the operation
  * it returns completes when the tasks have stopped, which is not worth waiting for without bound.
@@ -51,26 +43,18 @@ const GET_BACKOFF_MS = 250;
 const CANCEL_WAIT_MS = 60_000;
 const CANCEL_POLL_MS = 1_000;
 
-const codeOf = (e: unknown): number | undefined => {
-  const code = (e as { code?: unknown } | null)?.code;
-  return typeof code === "number" ? code : undefined;
-};
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Job executions through @google-cloud/run's v2 ExecutionsClient. */
 export function runJobExecutions(client: ExecutionsClient): JobExecutions {
   async function get(name: string): Promise<JobExecutionStatus | undefined> {
     // executions.get is safe to repeat (the client's own config retries nothing: all methods non_idempotent).
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const [execution] = await client.getExecution({ name }, { timeout: GET_TIMEOUT_MS });
-        return status(execution);
-      } catch (e) {
-        const code = codeOf(e);
-        if (isNotFound(code)) return undefined;
-        if (!isRetryable(code) || attempt >= GET_TRIES) throw new RunApiError("get", name, code, e);
-        await sleep(GET_BACKOFF_MS * 2 ** (attempt - 1));
-      }
+    try {
+      const [execution] = await retryCall(() => client.getExecution({ name }, { timeout: GET_TIMEOUT_MS }), GET_RETRY);
+      return status(execution);
+    } catch (e) {
+      if (isNotFound(e)) return undefined;
+      throw new RunApiError("get", name, codeOf(e), e);
     }
   }
 
@@ -84,7 +68,7 @@ export function runJobExecutions(client: ExecutionsClient): JobExecutions {
       try {
         [operation] = await client.cancelExecution({ name }, { timeout: CANCEL_TIMEOUT_MS });
       } catch (e) {
-        if (isNotFound(codeOf(e))) return;
+        if (isNotFound(e)) return;
         // Already finished (Cloud Run refuses to cancel it), or the answer was lost: look again.
         const now = await get(name).catch(() => null);
         if (now === undefined || now?.done) return;

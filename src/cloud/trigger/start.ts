@@ -1,14 +1,8 @@
 import { ClaimBusyError, ConflictError, DeadlineError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
 import type { Store } from "../../store/store.js";
-import {
-  type ExecutionSummary,
-  type Executions,
-  executionLabels,
-  isLive,
-  isPermanentApiError,
-  type WorkflowArgument,
-} from "../api/executions.js";
+import { type ExecutionSummary, type Executions, executionLabels, isLive, type WorkflowArgument } from "../api/executions.js";
+import { isNotFound, isPermanent } from "../api/grpc.js";
 import type { Logger } from "../api/log.js";
 import { type ClaimRecord, type ClaimState, StepClaim } from "./claim.js";
 
@@ -201,7 +195,7 @@ export async function startOnce(request: StartRequest, deps: StartDeps): Promise
     }
     if (!found) {
       await claim.release(version);
-      if (isPermanentApiError(e)) return { kind: "refused", message: (e as Error).message };
+      if (isPermanent(e)) return { kind: "refused", message: (e as Error).message };
       throw e;
     }
     log.warn("starting reported an error, but the execution exists; keeping it", { error: (e as Error).message, execution: found.name });
@@ -285,7 +279,7 @@ export async function startByHand(request: ManualStart, deps: StartDeps): Promis
   const state = await claim.read();
   if (state.kind === "started") {
     const execution = await deps.executions.get(state.record.execution as string).catch((e) => {
-      if ((e as { code?: unknown }).code === 5 || (e as { code?: unknown }).code === 404) return undefined; // deleted: nothing runs
+      if (isNotFound(e)) return undefined; // deleted: nothing runs
       throw e;
     });
     if (execution && isLive(execution)) {
