@@ -3,8 +3,9 @@ import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
-import { cancelMarkerKey } from "../../src/cloud/job/cancelled.js";
+import { RECORD_RETRY_DEADLINE_MS, RECORD_STALL_MS, recordStoreOptions } from "../../src/cloud/job/reports.js";
 import {
+  cancelMarkerKey,
   type FailureReport,
   failureKey,
   failuresPrefix,
@@ -12,15 +13,12 @@ import {
   PROGRESS_PREFIX,
   type ProgressRecord,
   progressKey,
-  RECORD_RETRY_DEADLINE_MS,
-  RECORD_STALL_MS,
   RUN_ARGUMENT_KEY,
   RUN_PLAN_KEY,
   type RunPlan,
-  recordStoreOptions,
   runDirKey,
   SUMMARY_KEY,
-} from "../../src/cloud/job/reports.js";
+} from "../../src/convert/work-dir.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 

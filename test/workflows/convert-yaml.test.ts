@@ -2,8 +2,8 @@ import { readFileSync } from "node:fs";
 import { parse as parseHcl } from "@cdktf/hcl2json";
 import { describe, expect, test } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { failureKey, failuresPrefix, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, runDirKey, SUMMARY_KEY } from "../../src/cloud/job/reports.js";
 import { DEFAULT_JOB_TIMEOUT, jobEnvironment, parseWorkflowArgument, stepWorkPrefix } from "../../src/cloud/job/workflow-argument.js";
+import { failureKey, failuresPrefix, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, runDirKey, SUMMARY_KEY } from "../../src/convert/work-dir.js";
 
 // workflows/convert.yaml against the code around it: what terraform configures, what the jobs read and
 // write, Workflows' own rules, and the documented standard library (docs/workflows-reference.md). Its

@@ -1,16 +1,9 @@
+import { type JobPhase, type ProgressRecord, progressKey } from "../../convert/work-dir.js";
 import { openStore } from "../../store/open.js";
 import { joinKey, type Store } from "../../store/store.js";
 import { cloudRunTask, type Env } from "../api/env.js";
 import type { Logger } from "../api/log.js";
-import {
-  cloudRunExecutionName,
-  type JobPhase,
-  type ProgressRecord,
-  progressKey,
-  recordedGroup,
-  recordedStepDir,
-  recordStoreOptions,
-} from "./reports.js";
+import { cloudRunExecutionName, recordedGroup, recordedStepDir, recordStoreOptions } from "./reports.js";
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 

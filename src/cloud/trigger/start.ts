@@ -1,3 +1,4 @@
+import type { ClaimRecord } from "../../convert/work-dir.js";
 import { ClaimBusyError, ConflictError, DeadlineError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
 import type { Store } from "../../store/store.js";
@@ -10,7 +11,7 @@ import {
   type WorkflowArgument,
 } from "../api/executions.js";
 import type { Logger } from "../api/log.js";
-import { type ClaimRecord, type ClaimState, StepClaim } from "./claim.js";
+import { type ClaimState, StepClaim } from "./claim.js";
 
 /**
  * Starting exactly one Workflows execution for a step, whoever asks: the trigger function (for every
