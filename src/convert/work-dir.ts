@@ -4,7 +4,7 @@ import { joinKey } from "../store/store.js";
  * The work directory, `.orbax2reg/` inside a destination step (and in the destination root, for a workflow
  * execution's run directory): every key this tool and its cloud shell keep there, and the small records they
  * write, spelled once. The convert core, the Cloud Run jobs, the trigger and the operator commands import them
- * from here; workflows/convert.yaml builds some of the same keys itself (test/workflows/work-dir-yaml.test.ts
+ * from here; workflows/convert.yaml builds some of the same keys itself (test/workflows/convert-yaml.test.ts
  * checks its spellings against this module). Keys are relative to the step directory unless said otherwise.
  *
  * ```
