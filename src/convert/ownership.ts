@@ -59,7 +59,8 @@ export async function planIdentityOnRecord(destination: Store, stepDir: string):
   const info = await destination.stat(key);
   if (info === undefined) return undefined;
   if (info.size > MAX_PLAN_HEAD_BYTES) return { id: undefined, source: undefined };
-  return planIdentity(decoder.decode(await destination.read(key)));
+  // Ranged to the size seen, so a head replaced meanwhile by a larger object is still read bounded (and fails to parse).
+  return planIdentity(decoder.decode(await destination.readRange(key, 0, info.size)));
 }
 
 /** Group `group` of the plan whose head is `head`: reads only that group's part. */
