@@ -3,8 +3,9 @@ import { CancelledError } from "../../errors.js";
 import { describe, joinKey, type Store } from "../../store/store.js";
 
 /**
- * The marker `orbax2reg cloud cancel` (src/cloud/ops/cancel.ts) leaves before it cancels a workflow execution,
- * (its key: cancelMarkerKey in src/convert/work-dir.ts) and the check the jobs make against it. It lives with the jobs so the job image never loads operator code.
+ * The check the jobs make against the marker `orbax2reg cloud cancel` (src/cloud/ops/cancel.ts) leaves before
+ * it cancels a workflow execution (its key: cancelMarkerKey, src/convert/work-dir.ts). It lives with the jobs so
+ * the job image never loads operator code.
  */
 
 /**
