@@ -6,8 +6,9 @@ import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObject
 import { type FinalizeReport, finalize } from "./finalize.js";
 import { claimStep, readGroupPlan, readPlan, retreat } from "./ownership.js";
 import { buildPlan } from "./plan.js";
-import { type GroupPlan, PLAN_KEY, type Plan, type PlanHead, type PlannedObject, parsePlan, WORK_DIR } from "./plan-format.js";
+import { type GroupPlan, type Plan, type PlanHead, type PlannedObject, parsePlan } from "./plan-format.js";
 import type { Recorded } from "./records.js";
+import { groupReportKey, PLAN_KEY } from "./work-dir.js";
 
 export interface PlanPhaseOptions {
   readonly step?: number;
@@ -153,7 +154,7 @@ export async function writeGroup(
   const objects = plan.objects.slice(Math.floor((size * task) / count), Math.floor((size * (task + 1)) / count));
   const report = await executeObjects(plan, objects, source, destination, { ...options, groupOf: () => group });
   await destination.write(
-    joinKey(plan.destination.stepDir, WORK_DIR, "groups", count > 1 ? `${group}-${task}.json` : `${group}.json`),
+    joinKey(plan.destination.stepDir, groupReportKey(group, task, count)),
     new TextEncoder().encode(JSON.stringify({ group, task, ...report })),
   );
   return { group, ...report };

@@ -3,19 +3,18 @@ import { describe, joinKey, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
 import {
   assemblePlan,
-  CLAIM_KEY,
-  commitPartKey,
   type GroupPlan,
-  groupPartKey,
-  PLAN_KEY,
+  MAX_PLAN_HEAD_BYTES,
   type Plan,
   type PlanHead,
+  type PlanIdentity,
   parseGroupPart,
   parsePlan,
   planHead,
+  planIdentity,
   planParts,
-  planPartsDir,
 } from "./plan-format.js";
+import { CLAIM_KEY, commitPartKey, groupPartKey, PLAN_KEY, planPartsDir } from "./work-dir.js";
 
 /**
  * Who holds a destination step: the conversion whose plan is on record in `<step>/.orbax2reg/plan.json`.
@@ -48,6 +47,20 @@ export async function planOnRecord(destination: Store, stepDir: string): Promise
       path: describe(destination, key),
     });
   }
+}
+
+/**
+ * The id and source of the plan on record for the step (any version), or undefined when there is none: what
+ * ownership checks and retention compare. Reads the head only up to MAX_PLAN_HEAD_BYTES; a larger or
+ * unreadable one says nothing (both undefined).
+ */
+export async function planIdentityOnRecord(destination: Store, stepDir: string): Promise<PlanIdentity | undefined> {
+  const key = joinKey(stepDir, PLAN_KEY);
+  const info = await destination.stat(key);
+  if (info === undefined) return undefined;
+  if (info.size > MAX_PLAN_HEAD_BYTES) return { id: undefined, source: undefined };
+  // Ranged to the size seen, so a head replaced meanwhile by a larger object is still read bounded (and fails to parse).
+  return planIdentity(decoder.decode(await destination.readRange(key, 0, info.size)));
 }
 
 /** Group `group` of the plan whose head is `head`: reads only that group's part. */
@@ -206,7 +219,6 @@ export async function assertOwner(destination: Store, plan: Pick<PlanHead, "id" 
 
 /** How often a writer looks whether its plan is still the one on record. */
 const OWNER_CHECK_MS = 500;
-const ID_FIELD = /"id":"([0-9a-f]+)"/;
 
 /**
  * A writer's view of who holds the step, refreshed at most every OWNER_CHECK_MS: reads only the start of
@@ -233,9 +245,7 @@ export class OwnerWatch {
 
   private async look(): Promise<void> {
     const key = joinKey(this.plan.destination.stepDir, PLAN_KEY);
-    const info = await this.destination.stat(key);
-    const head = info === undefined ? "" : new TextDecoder().decode(await this.destination.readRange(key, 0, Math.min(info.size, 512)));
-    const id = ID_FIELD.exec(head)?.[1];
+    const id = (await planIdentityOnRecord(this.destination, this.plan.destination.stepDir))?.id;
     if (id !== this.plan.id) {
       throw new ConflictError(
         `the destination step was taken over by ${id === undefined ? "another conversion" : `plan ${id}`} (--force); this conversion (plan ${this.plan.id}) stopped`,

@@ -1,4 +1,5 @@
 import { MetadataError } from "../errors.js";
+import { commitPartKey, groupPartKey } from "./work-dir.js";
 
 /**
  * The plan: everything a convert-group job needs, written once by `plan` under the destination step's
@@ -9,7 +10,7 @@ import { MetadataError } from "../errors.js";
  * source, destination, the groups' ranges and totals: what ownership checks and `cloud status` read), each
  * group's objects are a part of their own, and what only finalize needs (iterator files, the index, every
  * array) is another; parts live under the plan's id (`plans/<id>/`), written by the plan's owner once its
- * head is on record, the commit part last (ownership.ts).
+ * head is on record, the commit part last (ownership.ts). The keys are in work-dir.ts.
  */
 export const PLAN_FORMAT = "orbax2reg-plan";
 /**
@@ -17,16 +18,6 @@ export const PLAN_FORMAT = "orbax2reg-plan";
  * 3: the plan is a head plus one part per group and a commit part; records are kept per group.
  */
 export const PLAN_VERSION = 3;
-/** Hidden prefix inside the destination step for the plan and per-group reports. */
-export const WORK_DIR = ".orbax2reg";
-export const PLAN_KEY = `${WORK_DIR}/plan.json`;
-/** The parts of plan `id`, relative to the destination step. */
-export const planPartsDir = (id: string) => `${WORK_DIR}/plans/${id}`;
-export const groupPartKey = (id: string, group: number) => `${planPartsDir(id)}/group-${String(group).padStart(5, "0")}.json`;
-export const commitPartKey = (id: string) => `${planPartsDir(id)}/commit.json`;
-/** The trigger function's once-per-step claim (src/cloud/trigger/handler.ts); deleting it allows a re-run. */
-export const CLAIM_KEY = `${WORK_DIR}/claim.json`;
-
 /** Bytes to read: a literal (inline OCDBT values, synthesized metadata) or a range of a source object. */
 export type DataRef =
   | { readonly kind: "inline"; readonly base64: string }
@@ -150,7 +141,7 @@ interface CommitPart {
   readonly index: string;
 }
 
-/** The head of `plan`, its fields in the order readers of its first bytes expect (id and source early). */
+/** The head of `plan`, its fields in a fixed order (id and source early, for a person reading it). */
 export function planHead(plan: Plan | PlanHead): PlanHead {
   const { format, version, id, createdAt, source, destination, step, options, groups, totals } = plan;
   return { format, version, id, createdAt, source, destination, step, options, groups, totals };
@@ -216,6 +207,35 @@ export function assemblePlan(head: PlanHead, commitText: string, commitPath: str
   const objects: PlannedObject[] = [];
   for (const g of groups) for (const o of g.objects) objects.push(o);
   return { ...head, arrays: c.arrays, objects, files: c.files, index: c.index };
+}
+
+/**
+ * A plan head larger than this is not one to peek at: a head holds a few hundred bytes plus ~60 a group (plans
+ * before version 3 held every object, many MB).
+ */
+export const MAX_PLAN_HEAD_BYTES = 1 << 20;
+
+/** Whose a plan is and what it converts: the id and source of a plan head of any version, when it says. */
+export interface PlanIdentity {
+  readonly id: string | undefined;
+  readonly source: { readonly root: string; readonly stepDir: string | undefined } | undefined;
+}
+
+/**
+ * The id and source of a plan head's text, read leniently: any version, and fields that are missing or not
+ * strings are undefined (ownership checks and retention only compare or report them; parsePlan is the strict read).
+ */
+export function planIdentity(text: string): PlanIdentity {
+  let p: unknown;
+  try {
+    p = JSON.parse(text);
+  } catch {
+    return { id: undefined, source: undefined };
+  }
+  const str = (v: unknown) => (typeof v === "string" ? v : undefined);
+  const head = (typeof p === "object" && p !== null ? p : {}) as { id?: unknown; source?: { root?: unknown; stepDir?: unknown } | null };
+  const root = str(head.source?.root);
+  return { id: str(head.id), source: root === undefined ? undefined : { root, stepDir: str(head.source?.stepDir) } };
 }
 
 /** Reads a plan head (`plan.json`). */

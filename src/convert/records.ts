@@ -3,7 +3,8 @@ import { crc32c } from "../codecs/crc32c.js";
 import { MetadataError } from "../errors.js";
 import { describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
-import { type PlannedObject, WORK_DIR } from "./plan-format.js";
+import type { PlannedObject } from "./plan-format.js";
+import { recordsDir } from "./work-dir.js";
 
 /**
  * What was written, under which plan. Every writer (a convert-group task, a convert) appends the size and
@@ -15,8 +16,6 @@ import { type PlannedObject, WORK_DIR } from "./plan-format.js";
  * Records are written in segments (many objects each, each written once), so writers never contend, and
  * kept per plan group (`<plan id>/<group>/`), so a group's writer reads only its own group's records.
  */
-export const RECORDS_DIR = `${WORK_DIR}/records`;
-
 /**
  * What a writer stored for one object: its size, and the CRC-32C of its bytes where the writer computed
  * one. A local-to-local verbatim copy does not (checksumming every byte would cost a third of the copy's
@@ -117,8 +116,7 @@ export class RecordLog {
   }
 }
 
-const recordsKey = (stepDir: string, planId: string, group: number, name: string) =>
-  joinKey(stepDir, RECORDS_DIR, planId, String(group), name);
+const recordsKey = (stepDir: string, planId: string, group: number, name: string) => joinKey(stepDir, recordsDir(planId, group), name);
 
 /**
  * Every record of plan `planId` in the destination step, or only those of plan groups `groups` (the last
@@ -130,8 +128,8 @@ export async function readRecords(
   planId: string,
   groups?: readonly number[],
 ): Promise<Map<string, Recorded>> {
-  const base = joinKey(stepDir, RECORDS_DIR, planId);
-  const prefixes = groups === undefined ? [`${base}/`] : groups.map((g) => `${joinKey(base, String(g))}/`);
+  const prefixes =
+    groups === undefined ? [`${joinKey(stepDir, recordsDir(planId))}/`] : groups.map((g) => `${joinKey(stepDir, recordsDir(planId, g))}/`);
   const out = new Map<string, Recorded>();
   for (const prefix of prefixes) {
     const keys: string[] = [];

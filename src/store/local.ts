@@ -88,6 +88,14 @@ async function writeAll(out: FileHandle, bytes: Uint8Array): Promise<void> {
   for (let done = 0; done < bytes.length; ) done += (await out.write(bytes, done, bytes.length - done)).bytesWritten;
 }
 
+/**
+ * The bytes [`offset`, `offset + length`) of the file at `path` are not all there: it ends at `end` (its size,
+ * or where a read found no more). The file is truncated or the reference to it is wrong: retrying cannot help.
+ */
+function shortRead(path: string, offset: number, length: number, end: number): FormatError {
+  return new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object ends at ${end}`, { path, offset });
+}
+
 /** A directory on the local filesystem. */
 export class LocalStore implements Store {
   readonly root: string;
@@ -140,10 +148,7 @@ export class LocalStore implements Store {
       try {
         const size = (await handle.stat()).size;
         if (whole + wholeLength > size) {
-          throw new FormatError(`short read: wanted ${wholeLength} bytes at offset ${whole}, the object has ${size}`, {
-            path: describe(this, key),
-            offset: whole,
-          });
+          throw shortRead(describe(this, key), whole, wholeLength, size);
         }
         const out = new Uint8Array(length);
         let done = 0;
@@ -151,10 +156,7 @@ export class LocalStore implements Store {
           // fs reads take an int32 length; read large ranges in pieces.
           const { bytesRead } = await handle.read(out, done, Math.min(length - done, READ_PIECE), offset + done);
           if (bytesRead === 0) {
-            throw new FormatError(`short read: wanted ${wholeLength} bytes at offset ${whole}, the object ends at ${offset + done}`, {
-              path: describe(this, key),
-              offset: whole,
-            });
+            throw shortRead(describe(this, key), whole, wholeLength, offset + done);
           }
           done += bytesRead;
         }
@@ -359,12 +361,8 @@ export class LocalStore implements Store {
       } catch (e) {
         throw this.translate(e, key);
       }
-      if (offset + length > (await input.stat()).size) {
-        throw new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object is shorter`, {
-          path: describe(this, key),
-          offset,
-        });
-      }
+      const size = (await input.stat()).size;
+      if (offset + length > size) throw shortRead(describe(this, key), offset, length, size);
       const from = input;
       await target.replaceAtomically(
         targetKey,
@@ -373,8 +371,7 @@ export class LocalStore implements Store {
             const { bytesRead } = await from
               .read(buffer, 0, Math.min(buffer.length, length - done), offset + done)
               .catch((e) => Promise.reject(new SourceFailure(this.translate(e, key))));
-            if (bytesRead === 0)
-              throw new SourceFailure(new FormatError(`short read at offset ${offset + done}`, { path: describe(this, key), offset }));
+            if (bytesRead === 0) throw new SourceFailure(shortRead(describe(this, key), offset, length, offset + done));
             await writeAll(out, buffer.subarray(0, bytesRead));
             done += bytesRead;
           }

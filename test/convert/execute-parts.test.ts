@@ -8,6 +8,7 @@ import { planPhase } from "../../src/convert/convert.js";
 import { DEFAULT_EXECUTE, executeObjects } from "../../src/convert/execute.js";
 import { PLAN_FORMAT, PLAN_VERSION, type PlannedObject } from "../../src/convert/plan-format.js";
 import type { Recorded } from "../../src/convert/records.js";
+import { PLAN_KEY, WORK_DIR } from "../../src/convert/work-dir.js";
 import { CountingStore } from "../../src/store/counting.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { LocalStore } from "../../src/store/local.js";
@@ -101,9 +102,9 @@ describe("direct copies (Store.rangeCopyTo)", () => {
       arrays: [],
     };
     // The plan on record: a writer checks that it still owns the step.
-    mkdirSync(join(root, "dst/step_00000001/.orbax2reg"), { recursive: true });
+    mkdirSync(join(root, "dst/step_00000001", WORK_DIR), { recursive: true });
     const head = { format: PLAN_FORMAT, version: PLAN_VERSION, ...plan, groups: [], totals: {} };
-    writeFileSync(join(root, "dst/step_00000001/.orbax2reg/plan.json"), JSON.stringify(head));
+    writeFileSync(join(root, "dst/step_00000001", PLAN_KEY), JSON.stringify(head));
     const options = { ...DEFAULT_EXECUTE, concurrency: 4 };
     const report = await executeObjects(
       plan,

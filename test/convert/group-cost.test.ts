@@ -8,6 +8,7 @@ import { afterAll, beforeAll, expect, test } from "vitest";
 import { groupPhase, planPhase } from "../../src/convert/convert.js";
 import { DEFAULT_EXECUTE } from "../../src/convert/execute.js";
 import type { Plan } from "../../src/convert/plan-format.js";
+import { groupPartKey, PLAN_KEY, planPartsDir, RECORDS_DIR, recordsDir } from "../../src/convert/work-dir.js";
 import { CountingStore } from "../../src/store/counting.js";
 import { LocalStore } from "../../src/store/local.js";
 import { CONVERT_DEFAULTS, fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
@@ -67,10 +68,7 @@ beforeAll(async () => {
   last = await counted(b.dest, b.plan, b.group);
   // And once more: a resume, which reads the group's records.
   again = await counted(b.dest, b.plan, b.group);
-  for (let g = 0; g < GROUPS; g++)
-    partsBytes += statSync(
-      join(b.dest, b.plan.destination.stepDir, `.orbax2reg/plans/${b.plan.id}/group-${String(g).padStart(5, "0")}.json`),
-    ).size;
+  for (let g = 0; g < GROUPS; g++) partsBytes += statSync(join(b.dest, b.plan.destination.stepDir, groupPartKey(b.plan.id, g))).size;
 }, 120_000);
 
 test("the plan has 256 groups, of which the chosen one holds only part of the objects", () => {
@@ -81,9 +79,9 @@ test("the plan has 256 groups, of which the chosen one holds only part of the ob
 });
 
 test("a group reads only the plan's head and its own part of the plan", () => {
-  const part = `.orbax2reg/plans/<id>/group-${String(alone.group).padStart(5, "0")}.json`;
-  expect(alone.reads).toEqual([".orbax2reg/plan.json", part]);
-  expect(last.reads).toEqual([".orbax2reg/plan.json", part]);
+  const part = groupPartKey("<id>", alone.group);
+  expect(alone.reads).toEqual([PLAN_KEY, part]);
+  expect(last.reads).toEqual([PLAN_KEY, part]);
   expect(alone.bytes).toBeLessThan(partsBytes);
 });
 
@@ -93,16 +91,16 @@ test("what a group reads and lists is the same whether the other groups have wri
 });
 
 test("a resumed group reads only its own group's records", () => {
-  const records = again.reads.filter((k) => k.startsWith(".orbax2reg/records/"));
+  const records = again.reads.filter((k) => k.startsWith(`${RECORDS_DIR}/`));
   expect(records.length).toBeGreaterThan(0);
-  for (const k of records) expect(k.startsWith(`.orbax2reg/records/<id>/${again.group}/`)).toBe(true);
+  for (const k of records) expect(k.startsWith(`${recordsDir("<id>", again.group)}/`)).toBe(true);
 });
 
 test("a plan on record whose parts were cut short (its writer stopped after the head) is resumed: the parts are written again", async () => {
   const { rmSync, existsSync } = await import("node:fs");
   const dest = scratch("group-cost-cut");
   const first = await planPhase(source.location, dest, { ...CONVERT_DEFAULTS, groups: 4 });
-  const parts = join(dest, first.plan.destination.stepDir, `.orbax2reg/plans/${first.plan.id}`);
+  const parts = join(dest, first.plan.destination.stepDir, planPartsDir(first.plan.id));
   rmSync(parts, { recursive: true });
   const again = await planPhase(source.location, dest, { ...CONVERT_DEFAULTS, groups: 4 });
   expect(again).toMatchObject({ reused: true });

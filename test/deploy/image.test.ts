@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
-import { type ProgressRecord, progressKey, RUN_PLAN_KEY, type RunPlan, runDirKey } from "../../src/cloud/job/reports.js";
+import { type ProgressRecord, progressKey, RUN_PLAN_KEY, type RunPlan, runDirKey } from "../../src/convert/work-dir.js";
 import { type FaultProxy, isDownload, startFaultProxy } from "../faults/proxy.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase } from "../helpers/convert.js";

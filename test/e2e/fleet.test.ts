@@ -2,6 +2,7 @@ import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import type { StepRow, StepStatus } from "../../src/cloud/ops/status.js";
+import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { type CliResult, runBin, runBinAsync } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
@@ -137,7 +138,7 @@ describe("orbax2reg cloud status and cancel", () => {
     };
     await emulatorStorage()
       .bucket(bucket)
-      .file(`${ROOT_PATH}/regular/${stepDir(400)}/.orbax2reg/claim.json`)
+      .file(`${ROOT_PATH}/regular/${stepDir(400)}/${CLAIM_KEY}`)
       .save(JSON.stringify(claim), { resumable: false });
     by = new Map((await status(bucket)).map((r) => [r.step, r.status]));
   }, 300_000);

@@ -6,6 +6,7 @@ import { PassThroughClient } from "google-auth-library";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import type { ConversionEvent } from "../../src/cloud/api/events.js";
 import { executionLabels } from "../../src/cloud/api/executions.js";
+import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { runBin, runBinAsync } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
@@ -24,7 +25,7 @@ type Execution = protos.google.cloud.workflows.executions.v1.IExecution;
 const PROJECT = "test-project";
 const tiny = fixtureCase("tiny"); // 15 arrays
 const STEP = "runs/exp/step_00000100";
-const CLAIM = "runs/exp/regular/step_00000100/.orbax2reg/claim.json";
+const CLAIM = `runs/exp/regular/step_00000100/${CLAIM_KEY}`;
 
 let work: string;
 let pubsub: Running;

@@ -3,7 +3,7 @@
 // naming the object and the cause and exit 1, never a hang, a silent exit 13 or a missing failure report.
 import { spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
-import { type FailureReport, failuresPrefix } from "../../src/cloud/job/reports.js";
+import { type FailureReport, failuresPrefix } from "../../src/convert/work-dir.js";
 import { type CliResult, runBinAsync } from "../helpers/cli.js";
 import { fixtureCase } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";

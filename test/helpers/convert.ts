@@ -6,16 +6,8 @@ import { cpSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } 
 import { join, relative, resolve } from "node:path";
 import { type ConvertResult, convert, type PlanPhaseOptions } from "../../src/convert/convert.js";
 import type { ExecuteOptions } from "../../src/convert/execute.js";
-import {
-  assemblePlan,
-  commitPartKey,
-  groupPartKey,
-  PLAN_KEY,
-  type Plan,
-  parseGroupPart,
-  parsePlan,
-  WORK_DIR,
-} from "../../src/convert/plan-format.js";
+import { assemblePlan, type Plan, parseGroupPart, parsePlan } from "../../src/convert/plan-format.js";
+import { commitPartKey, groupPartKey, PLAN_KEY, WORK_DIR } from "../../src/convert/work-dir.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../../src/defaults.js";
 import { FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
 import { tempDir } from "./tmp.js";

@@ -3,8 +3,9 @@ import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
-import { cancelMarkerKey } from "../../src/cloud/job/cancelled.js";
+import { RECORD_RETRY_DEADLINE_MS, RECORD_STALL_MS, recordStoreOptions } from "../../src/cloud/job/reports.js";
 import {
+  cancelMarkerKey,
   type FailureReport,
   failureKey,
   failuresPrefix,
@@ -12,15 +13,13 @@ import {
   PROGRESS_PREFIX,
   type ProgressRecord,
   progressKey,
-  RECORD_RETRY_DEADLINE_MS,
-  RECORD_STALL_MS,
   RUN_ARGUMENT_KEY,
   RUN_PLAN_KEY,
   type RunPlan,
-  recordStoreOptions,
   runDirKey,
   SUMMARY_KEY,
-} from "../../src/cloud/job/reports.js";
+  WORK_DIR,
+} from "../../src/convert/work-dir.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 
@@ -155,7 +154,7 @@ describe("the job entry point", () => {
 
   test("with no execution id at all (a local run) no report is written, and the log says why", async () => {
     expect(await runJob("finalize", env(), log())).toBe(2);
-    expect(existsSync(join(destination, tiny.stepDir, ".orbax2reg", "failures"))).toBe(false);
+    expect(existsSync(join(destination, tiny.stepDir, WORK_DIR, "failures"))).toBe(false);
     expect(lines.at(-1)).toMatchObject({ severity: "WARNING", message: expect.stringMatching(/no failure report written/) });
   });
 
@@ -354,7 +353,7 @@ describe("progress records", () => {
 
   test("a progress record that cannot be written is logged and does not fail the job", async () => {
     // A file where the progress directory should be: every progress write fails.
-    mkdirSync(join(destination, tiny.stepDir, ".orbax2reg"), { recursive: true });
+    mkdirSync(join(destination, tiny.stepDir, WORK_DIR), { recursive: true });
     writeFileSync(join(destination, tiny.stepDir, PROGRESS_PREFIX.slice(0, -1)), "");
     expect(await runJob("plan", env(), log())).toBe(0);
     expect(readJson<PlanSummary>(SUMMARY_KEY).committed).toBe(false);

@@ -3,7 +3,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
-import { type ProgressRecord, progressKey } from "../../src/cloud/job/reports.js";
+import { type ProgressRecord, progressKey } from "../../src/convert/work-dir.js";
 import { type FaultProxy, isDownload, isListing, startFaultProxy } from "../faults/proxy.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";

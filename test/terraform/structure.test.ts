@@ -7,6 +7,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { parse } from "@cdktf/hcl2json";
 import { beforeAll, describe, expect, test } from "vitest";
+import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 
 const TERRAFORM = "terraform";
 const MODULE = `${TERRAFORM}/modules/orbax2reg`;
@@ -439,7 +440,7 @@ describe("IAM", () => {
   /** Condition expressions, as hcl2json renders them. */
   const CLAIMS_ONLY =
     `resource.name.startsWith("projects/_/buckets/${ex("local.destination_bucket")}/objects/") && ` +
-    `resource.name.endsWith("/.orbax2reg/claim.json")`;
+    `resource.name.endsWith("/${CLAIM_KEY}")`;
   const FUNCTION_SOURCE_ONLY =
     `resource.name.startsWith("projects/_/buckets/gcf-v2-sources-${ex("data.google_project.this.number")}-${ex("var.region")}` +
     `/objects/${ex("local.names.function")}/")`;

@@ -2,8 +2,26 @@ import { readFileSync } from "node:fs";
 import { parse as parseHcl } from "@cdktf/hcl2json";
 import { describe, expect, test } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { failureKey, failuresPrefix, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, runDirKey, SUMMARY_KEY } from "../../src/cloud/job/reports.js";
 import { DEFAULT_JOB_TIMEOUT, jobEnvironment, parseWorkflowArgument, stepWorkPrefix } from "../../src/cloud/job/workflow-argument.js";
+import {
+  CLAIM_KEY,
+  cancelMarkerKey,
+  commitPartKey,
+  failureKey,
+  failuresPrefix,
+  groupPartKey,
+  groupReportKey,
+  PLAN_KEY,
+  PROGRESS_PREFIX,
+  progressKey,
+  RECORDS_DIR,
+  RUN_ARGUMENT_KEY,
+  RUN_PLAN_KEY,
+  recordsDir,
+  runDirKey,
+  SUMMARY_KEY,
+  WORK_DIR,
+} from "../../src/convert/work-dir.js";
 
 // workflows/convert.yaml against the code around it: what terraform configures, what the jobs read and
 // write, Workflows' own rules, and the documented standard library (docs/workflows-reference.md). Its
@@ -187,5 +205,64 @@ describe("workflows/convert.yaml", () => {
     expect(text).toContain('reports + "permanent."');
     expect(text).toContain("name: ORBAX2REG_ATTEMPT");
     expect(text).toContain(expression("uuid.generate()"));
+  });
+});
+
+describe("workflows/convert.yaml's work-directory keys", () => {
+  // The workflow builds keys of the work directory itself (the storage connector reads and lists them): each
+  // piece it spells must be a piece of a key src/convert/work-dir.ts makes, cut at a path boundary or an id.
+  const ID = "ID0SENTINEL";
+  const keys = [
+    `${WORK_DIR}/`,
+    PLAN_KEY,
+    groupPartKey(ID, 0),
+    commitPartKey(ID),
+    `${RECORDS_DIR}/`,
+    `${recordsDir(ID, 0)}/`,
+    groupReportKey(0, 0, 2),
+    CLAIM_KEY,
+    SUMMARY_KEY,
+    PROGRESS_PREFIX,
+    progressKey("convert-group", 0, 0),
+    progressKey("finalize", null, 0),
+    cancelMarkerKey(ID),
+    `${runDirKey(ID)}${RUN_PLAN_KEY}`,
+    `${runDirKey(ID)}${RUN_ARGUMENT_KEY}`,
+    ...[WORK_DIR, ""].flatMap((under) => [
+      failuresPrefix(ID, under),
+      ...[true, false].map((permanent) => failureKey(ID, { permanent, task: 0, taskAttempt: 0 }, under)),
+    ]),
+  ];
+  /** `piece` occurs in `key` starting at a key, path or id boundary and ending at one (or after "/" or "."). */
+  const isPieceOf = (piece: string, key: string) => {
+    for (let i = key.indexOf(piece); i >= 0; i = key.indexOf(piece, i + 1)) {
+      const end = i + piece.length;
+      const starts = i === 0 || key[i - 1] === "/" || key.slice(0, i).endsWith(ID);
+      const ends = end === key.length || /[/.]$/.test(piece) || key.startsWith(ID, end);
+      if (starts && ends) return true;
+    }
+    return false;
+  };
+  /** A string literal that spells part of a work-directory key. */
+  const WORK_PIECE = /\.orbax2reg|^(?:failures|executions|progress|cancelled|records|plans|groups)\/|\.json$|^(?:permanent|transient)\./;
+  /** The workflow's variables that hold a work-directory key: whatever it appends to them is a piece of one. */
+  const AFTER_WORK_KEY = /\b(?:ctx\.run|plan\.work|failures|reports)\s*\+\s*"((?:\\.|[^"\\])*)"/g;
+  const codes = [...expressions(workflow)];
+  const literals = codes.flatMap((code) => [...code.matchAll(/"((?:\\.|[^"\\])*)"/g)].map((m) => m[1] as string));
+  const appended = codes.flatMap((code) => [...code.matchAll(AFTER_WORK_KEY)].map((m) => m[1] as string));
+  const pieces = [...new Set([...literals.filter((l) => WORK_PIECE.test(l)), ...appended])];
+
+  test("are found: the run directory, its plan and argument, failure reports and their verdict", () => {
+    expect(pieces).toEqual(expect.arrayContaining([".orbax2reg/executions/", RUN_PLAN_KEY, RUN_ARGUMENT_KEY, "failures/", "permanent."]));
+  });
+
+  test.each(pieces)("%s is spelled as src/convert/work-dir.ts spells it", (piece) => {
+    expect(keys.filter((k) => isPieceOf(piece, k))).not.toEqual([]);
+  });
+
+  test("a misspelled piece is not taken for one", () => {
+    for (const wrong of [".orbax2reg/execution/", "failure/", "permanant.", "plans.json"]) {
+      expect(keys.some((k) => isPieceOf(wrong, k))).toBe(false);
+    }
   });
 });

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
-import { failureKey } from "../../src/cloud/job/reports.js";
+import { failureKey } from "../../src/convert/work-dir.js";
 import { startWorkflows } from "../e2e/emulators.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";

@@ -1,16 +1,12 @@
-import { WORK_DIR } from "../../convert/plan-format.js";
+import { cancelMarkerKey } from "../../convert/work-dir.js";
 import { CancelledError } from "../../errors.js";
 import { describe, joinKey, type Store } from "../../store/store.js";
 
 /**
- * The marker `orbax2reg cloud cancel` (src/cloud/ops/cancel.ts) leaves before it cancels a workflow execution,
- * and the check the jobs make against it. It lives with the jobs so the job image never loads operator code.
+ * The check the jobs make against the marker `orbax2reg cloud cancel` (src/cloud/ops/cancel.ts) leaves before
+ * it cancels a workflow execution (its key: cancelMarkerKey, src/convert/work-dir.ts). It lives with the jobs so
+ * the job image never loads operator code.
  */
-
-/** `.orbax2reg/cancelled/<workflow execution id>.json`: the jobs of that execution stop. */
-export function cancelMarkerKey(workflowExecution: string): string {
-  return `${WORK_DIR}/cancelled/${workflowExecution.split("/").at(-1)}.json`;
-}
 
 /**
  * Throws CancelledError when the workflow execution a job belongs to was cancelled: jobs call it as they

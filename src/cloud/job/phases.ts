@@ -1,4 +1,5 @@
 import { finalizePhase, groupPhase, planPhase } from "../../convert/convert.js";
+import { type JobPhase, type PlanSummary, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, type RunPlan, SUMMARY_KEY } from "../../convert/work-dir.js";
 import {
   DEFAULT_GROUPS,
   DEFAULT_PLAN_GROUPS,
@@ -18,7 +19,6 @@ import * as fromEnv from "../api/env.js";
 import type { Logger } from "../api/log.js";
 import { stopIfCancelled } from "./cancelled.js";
 import type { Progress } from "./progress.js";
-import { type JobPhase, type PlanSummary, RUN_ARGUMENT_KEY, RUN_PLAN_KEY, type RunPlan, SUMMARY_KEY } from "./reports.js";
 import { pruneAfterFinalize, retentionFromEnv } from "./retention.js";
 import { type CheckedArgument, jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix } from "./workflow-argument.js";
 

@@ -1,16 +1,9 @@
+import { type JobPhase, type ProgressRecord, progressKey } from "../../convert/work-dir.js";
 import { openStore } from "../../store/open.js";
 import { joinKey, type Store } from "../../store/store.js";
 import { cloudRunTask, type Env } from "../api/env.js";
 import type { Logger } from "../api/log.js";
-import {
-  cloudRunExecutionName,
-  type JobPhase,
-  type ProgressRecord,
-  progressKey,
-  recordedGroup,
-  recordedStepDir,
-  recordStoreOptions,
-} from "./reports.js";
+import { cloudRunExecutionName, recordedGroup, recordedStepDir, recordStoreOptions } from "./reports.js";
 
 const encodeJson = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
 
@@ -35,7 +28,7 @@ function keyOf(phase: JobPhase, group: number | null, task: number): string | un
 }
 
 /**
- * This task's progress record (reports.ts), kept up to date in the destination step. Best effort: a
+ * This task's progress record (ProgressRecord, src/convert/work-dir.ts), kept up to date in the destination step. Best effort: a
  * failed write (retried for RECORD_RETRY_DEADLINE_MS, not the phase's minutes) is logged and never fails
  * the job. Writes are chained, so they land in order and the final one (awaited before the job exits) is
  * the one that stays.

@@ -1,4 +1,5 @@
-import { PLAN_KEY } from "../../convert/plan-format.js";
+import { planIdentityOnRecord } from "../../convert/ownership.js";
+import { PLAN_KEY } from "../../convert/work-dir.js";
 import { EXIT_FAILURE, Orbax2RegError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
 import { deleteSeen, describe, joinKey, type ObjectInfo, type Store } from "../../store/store.js";
@@ -102,8 +103,6 @@ export interface PruneOptions {
 
 const STEP_DIR = /^step_\d{8}$/;
 const INDEX = "index";
-/** Enough of a plan to hold its id and source: JSON.stringify writes them first. */
-const PLAN_HEAD_BYTES = 4096;
 
 /**
  * Applies `policy` to the converted steps directly under the destination root after `justWritten` was
@@ -235,25 +234,12 @@ async function pruneStep(destination: Store, stepDir: string, step: number, conc
   return { step, stepDir, objects: listed.length + (index ? 1 : 0), bytes, source: before.source };
 }
 
-/** The id and source of the plan on record, from the start of the plan (a plan may be many MB). */
+/** The id and source of the plan on record (ownership.ts reads the head, bounded). */
 async function planHead(destination: Store, stepDir: string): Promise<{ id: string | undefined; source: string }> {
-  const key = joinKey(stepDir, PLAN_KEY);
-  const info = await destination.stat(key);
-  if (info === undefined) return { id: undefined, source: "" };
-  const head = new TextDecoder().decode(await destination.readRange(key, 0, Math.min(info.size, PLAN_HEAD_BYTES)));
-  const str = (re: RegExp): string | undefined => {
-    const m = re.exec(head)?.[1];
-    try {
-      return m === undefined ? undefined : (JSON.parse(m) as string);
-    } catch {
-      return undefined;
-    }
-  };
-  const id = str(/"id":("[^"\\]*")/);
-  const root = str(/"source":\{"root":("(?:[^"\\]|\\.)*")/);
-  const sourceStep = str(/"source":\{"root":"(?:[^"\\]|\\.)*","stepDir":("(?:[^"\\]|\\.)*")/);
-  const source = root === undefined ? "" : sourceStep ? `${root.replace(/\/+$/, "")}/${sourceStep}` : root;
-  return { id, source };
+  const plan = await planIdentityOnRecord(destination, stepDir);
+  const src = plan?.source;
+  const source = src === undefined ? "" : src.stepDir ? `${src.root.replace(/\/+$/, "")}/${src.stepDir}` : src.root;
+  return { id: plan?.id, source };
 }
 
 /** Retention settings of the finalize job (terraform: keep_last_n, keep_every_n_steps, the events topic). */

@@ -1,10 +1,11 @@
+import type { JobPhase } from "../../convert/work-dir.js";
 import { classify, EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_STOPPED, StoppedError, UsageError } from "../../errors.js";
 import { observeRetries, type RetryNotice, retryStats } from "../../store/retry.js";
 import type * as fromEnv from "../api/env.js";
 import { jsonLogger, type Logger } from "../api/log.js";
 import { jobLogFields, runPhase } from "./phases.js";
 import { type JobOptions, Progress } from "./progress.js";
-import { type JobPhase, reportFailure } from "./reports.js";
+import { reportFailure } from "./reports.js";
 
 /**
  * One Cloud Run job task (jobs/main.ts launches it): runs one phase (src/cloud/job/phases.ts: configuration

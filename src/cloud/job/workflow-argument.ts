@@ -1,4 +1,4 @@
-import { WORK_DIR } from "../../convert/plan-format.js";
+import { WORK_DIR } from "../../convert/work-dir.js";
 import { MAX_GROUPS } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
 import { parseStepName, stepDirName } from "../../orbax/step.js";

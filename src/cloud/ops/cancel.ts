@@ -1,7 +1,7 @@
+import { cancelMarkerKey } from "../../convert/work-dir.js";
 import { stepDirName } from "../../orbax/step.js";
 import { joinKey } from "../../store/store.js";
 import { executionLabels, isLive } from "../api/executions.js";
-import { cancelMarkerKey } from "../job/cancelled.js";
 import { type FleetDeps, locate, parseRoot, progressRecords } from "./status.js";
 
 /**

@@ -1,10 +1,10 @@
+import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "../../convert/work-dir.js";
 import { NotFoundError, UsageError } from "../../errors.js";
 import { listSteps, parseStepName, stepDirName } from "../../orbax/step.js";
 import { joinKey, type Store } from "../../store/store.js";
 import { mapLimited } from "../../util/budget.js";
 import { type ExecutionRef, type ExecutionSummary, type Executions, isLive, rootLabel } from "../api/executions.js";
 import type { JobExecutionStatus, JobExecutions } from "../api/run-executions.js";
-import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "../job/reports.js";
 import { parseWorkflowArgument } from "../job/workflow-argument.js";
 import { StepClaim } from "../trigger/claim.js";
 import { expand } from "../trigger/classify.js";

@@ -1,4 +1,4 @@
-import { CLAIM_KEY } from "../../convert/plan-format.js";
+import { CLAIM_KEY, type ClaimRecord } from "../../convert/work-dir.js";
 import { UsageError } from "../../errors.js";
 import { describe, joinKey, type Store, type VersionedObjects } from "../../store/store.js";
 
@@ -9,20 +9,9 @@ import { describe, joinKey, type Store, type VersionedObjects } from "../../stor
  * is not necessarily dead then (a throttled function instance runs on past its timeout), so whoever holds a
  * claim starts an execution only before its own deadline and only while the claim is still at the version
  * it wrote, and settles the claim after the call (src/cloud/trigger/start.ts). Once it names an execution, the step
- * is done for the trigger: deleting the claim allows a new automatic run.
+ * is done for the trigger: deleting the claim allows a new automatic run. Its key and record (ClaimRecord) are
+ * in src/convert/work-dir.ts.
  */
-export interface ClaimRecord {
-  /** The Orbax step (gs:// URL). */
-  readonly source: string;
-  readonly step: number;
-  /** The CloudEvent id of the delivery that claimed it. */
-  readonly eventId: string | null;
-  /** RFC 3339, by the claiming function's clock. */
-  readonly claimedAt: string;
-  /** The Workflows execution converting the step, once started. */
-  readonly execution: string | null;
-}
-
 export type ClaimState =
   | { readonly kind: "absent" }
   | { readonly kind: "pending"; readonly record: ClaimRecord; readonly version: string; readonly expired: boolean }

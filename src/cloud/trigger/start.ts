@@ -1,10 +1,11 @@
+import type { ClaimRecord } from "../../convert/work-dir.js";
 import { ClaimBusyError, ConflictError, DeadlineError } from "../../errors.js";
 import { stepDirName } from "../../orbax/step.js";
 import type { Store } from "../../store/store.js";
 import { type ExecutionSummary, type Executions, executionLabels, isLive, type WorkflowArgument } from "../api/executions.js";
 import { isNotFound, isPermanent } from "../api/grpc.js";
 import type { Logger } from "../api/log.js";
-import { type ClaimRecord, type ClaimState, StepClaim } from "./claim.js";
+import { type ClaimState, StepClaim } from "./claim.js";
 
 /**
  * Starting exactly one Workflows execution for a step, whoever asks: the trigger function (for every

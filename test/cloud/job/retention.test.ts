@@ -16,6 +16,7 @@ import {
   retentionFromEnv,
   stepsToPrune,
 } from "../../../src/cloud/job/retention.js";
+import { CLAIM_KEY, PLAN_KEY, recordsDir } from "../../../src/convert/work-dir.js";
 import { Orbax2RegError } from "../../../src/errors.js";
 import { stepDirName } from "../../../src/orbax/step.js";
 import { LocalStore } from "../../../src/store/local.js";
@@ -80,9 +81,9 @@ const planText = (step: number, id: string) =>
 const convertedKeys = (step: number, committed: boolean): Record<string, string> => {
   const d = stepDirName(step);
   return {
-    [`${d}/.orbax2reg/plan.json`]: planText(step, `plan${step}`),
-    [`${d}/.orbax2reg/claim.json`]: "{}",
-    [`${d}/.orbax2reg/records/plan${step}/segment-0`]: "[]",
+    [`${d}/${PLAN_KEY}`]: planText(step, `plan${step}`),
+    [`${d}/${CLAIM_KEY}`]: "{}",
+    [`${d}/${recordsDir(`plan${step}`)}/segment-0`]: "[]",
     [`${d}/gda/model/w/.zarray`]: "{}",
     [`${d}/gda/model/w/0.0`]: "x".repeat(100),
     [`${d}/gda/model/w/0.1`]: "y".repeat(100),
@@ -225,12 +226,12 @@ for (const backend of ["a local directory", "GCS (fake-gcs-server)"] as const) {
     test("a step taken over (--force) while being pruned keeps what its new owner wrote, uncommitted", async () => {
       const taken = stepDirName(1);
       const { store: spy } = recording(store, async (key) => {
-        if (key === `${taken}/index`) await store.write(`${taken}/.orbax2reg/plan.json`, enc(planText(1, "forced")));
+        if (key === `${taken}/index`) await store.write(`${taken}/${PLAN_KEY}`, enc(planText(1, "forced")));
       });
       const pruned = await pruneConverted(spy, 7, policy(2, null), log());
       expect(pruned.map((p) => p.step)).toEqual([2, 3, 4, 5]);
       const left = (await keysOf(store)).filter((k) => k.startsWith(`${taken}/`));
-      expect(left).toContain(`${taken}/.orbax2reg/plan.json`);
+      expect(left).toContain(`${taken}/${PLAN_KEY}`);
       expect(left).not.toContain(`${taken}/index`);
       expect(lines.some((l) => l.severity === "WARNING" && l.step === 1)).toBe(true);
     });

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { type ExecutionRef, type Executions, rootLabel } from "../../../src/cloud/api/executions.js";
 import { retryCanHelp, stepStatuses } from "../../../src/cloud/ops/status.js";
+import { PROGRESS_PREFIX } from "../../../src/convert/work-dir.js";
 import { stepDirName } from "../../../src/orbax/step.js";
 import { openStore } from "../../../src/store/open.js";
 import { tempDir } from "../../helpers/tmp.js";
@@ -150,7 +151,7 @@ describe("cloud status of a failed step", () => {
     const step = 7;
     mkdirSync(join(source, stepDirName(step)), { recursive: true });
     writeFileSync(join(source, stepDirName(step), "commit_success.txt"), "");
-    const progress = join(source, "regular", stepDirName(step), ".orbax2reg/progress");
+    const progress = join(source, "regular", stepDirName(step), PROGRESS_PREFIX);
     mkdirSync(progress, { recursive: true });
     const failedRun = execution(1, step, "FAILED", { error: '{"message":"group 1 failed after 3 attempts"}' });
     const record = {

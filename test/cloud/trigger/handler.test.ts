@@ -9,11 +9,10 @@ import {
   type WorkflowArgument,
 } from "../../../src/cloud/api/executions.js";
 import { jsonLogger } from "../../../src/cloud/api/log.js";
-import type { ClaimRecord } from "../../../src/cloud/trigger/claim.js";
 import { deliveryDeadlineMs } from "../../../src/cloud/trigger/config.js";
 import { ClaimBusyError, DeadlineError, handleFinalized, type TriggerDeps } from "../../../src/cloud/trigger/handler.js";
 import { startByHand } from "../../../src/cloud/trigger/start.js";
-import { CLAIM_KEY } from "../../../src/convert/plan-format.js";
+import { CLAIM_KEY, type ClaimRecord } from "../../../src/convert/work-dir.js";
 import { ConflictError } from "../../../src/errors.js";
 import { openStore } from "../../../src/store/open.js";
 import { emulatorStorage, newBucket } from "../../helpers/gcs.js";
