@@ -2,7 +2,7 @@ import type { Dirent, Stats } from "node:fs";
 import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
-import { DestinationError, FormatError, ioCause, NotFoundError, Orbax2RegError } from "../errors.js";
+import { DestinationError, FormatError, ioCause, NotFoundError, Orbax2RegError, StorageIoError } from "../errors.js";
 import { Budget, forEachLimited } from "../util/budget.js";
 import { replayable } from "./replay.js";
 import { checkKey, type DirListing, describe, type ObjectInfo, type RangeCopy, type Store, type WriteResult } from "./store.js";
@@ -106,9 +106,14 @@ export class LocalStore implements Store {
   /** The first of those that failed: makeDurable reports it, so nothing is committed over it. */
   private flushFailure: unknown;
 
+  /**
+   * `sync` flushes one file (`data`: its bytes) or directory to the disk; tests pass one that fails, to see
+   * a failed flush reported whatever the timing.
+   */
   constructor(
     root: string,
     readonly url: string = root,
+    private readonly sync: (path: string, data: boolean) => Promise<void> = syncFile,
   ) {
     this.root = resolve(root);
   }
@@ -407,12 +412,17 @@ export class LocalStore implements Store {
       const release = await FLUSHES.acquire();
       started();
       try {
-        await syncFile(path, true);
+        await this.sync(path, true);
       } finally {
         release();
       }
     })().catch((e) => {
-      this.flushFailure ??= this.destinationError(e, key);
+      // fdatasync's own errors (EIO) carry no path: name the object the disk refused.
+      const failure = this.destinationError(e, key);
+      this.flushFailure ??=
+        failure instanceof Orbax2RegError
+          ? failure
+          : new StorageIoError(`flush to disk failed: ${(e as Error).message ?? String(e)}`, { path: describe(this, key) }, { cause: e });
     });
     this.flushing.add(flush);
     void flush.finally(() => this.flushing.delete(flush));
@@ -433,8 +443,8 @@ export class LocalStore implements Store {
     const under = await this.walk(top, key, dirs); // a directory joins `dirs`; an object's key lists nothing
     // Paths made as they are synced: a step may hold millions of files.
     const files = dirs.length > 1 ? under.map((f) => f.key) : (await stat(top).catch(() => undefined))?.isFile() ? [key] : [];
-    await forEachLimited(files, FLUSHES.capacity, (k) => holding(FLUSHES, 1, () => syncFile(this.file(k), true)));
-    await forEachLimited(dirs, FLUSHES.capacity, (d) => holding(FLUSHES, 1, () => syncFile(d, false)));
+    await forEachLimited(files, FLUSHES.capacity, (k) => holding(FLUSHES, 1, () => this.sync(this.file(k), true)));
+    await forEachLimited(dirs, FLUSHES.capacity, (d) => holding(FLUSHES, 1, () => this.sync(d, false)));
   }
 
   async removeAbandoned(prefix: string): Promise<number> {

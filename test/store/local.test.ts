@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
@@ -143,13 +143,13 @@ describe("LocalStore destination errors", () => {
   });
 
   test("a flush that fails after a write's rename is reported by flushed and makeDurable, naming the object", async () => {
-    // The file disappears before its background flush opens it: the commit must not go ahead.
-    const t = tempStore();
-    const write = t.write("x/y", new Uint8Array(1));
-    await write;
-    rmSync(join(t.root, "x"), { recursive: true, force: true });
-    // The flush may have finished before the removal; force one that cannot.
-    (t as unknown as { flushSoon(path: string, key: string): void }).flushSoon(join(t.root, "x", "y"), "x/y");
+    // The disk refuses the flush of x/y (EIO) after its rename: the commit must not go ahead.
+    const root = mkdtempSync(join(tmpdir(), "orbax2reg-store-"));
+    const eio = Object.assign(new Error("EIO: i/o error, fdatasync"), { code: "EIO" });
+    const t = new LocalStore(root, root, async (path) => {
+      if (path.endsWith(join("x", "y"))) throw eio;
+    });
+    await t.write("x/y", new Uint8Array(1));
     await expect(t.flushed()).rejects.toThrow(/x\/y/);
     await expect(t.makeDurable("")).rejects.toThrow(/x\/y/);
   });
