@@ -105,7 +105,7 @@ export async function checkEach(
     const verdicts = await mapLimited(slice, options.concurrency, (o) =>
       checkObject(source, destination, o, joinKey(stepDir, o.target), existing.get(o.target), records.get(o.target), options),
     );
-    verdicts.forEach((v, i) => each(start + i, v));
+    for (const [i, v] of verdicts.entries()) each(start + i, v);
   }
 }
 

@@ -139,8 +139,8 @@ function byDataLocation(a: PlannedObject, b: PlannedObject): number {
  */
 function toDataRef(v: ValueLocation, keys: Map<string, string>): DataRef {
   if (v.kind === "inline") return { kind: "inline", base64: Buffer.from(v.bytes).toString("base64") };
-  let key = keys.get(v.key);
-  if (key === undefined) keys.set(v.key, (key = v.key));
+  const key = keys.get(v.key) ?? v.key;
+  keys.set(key, key);
   return { kind: "range", key, offset: v.offset, length: v.length };
 }
 
