@@ -81,6 +81,34 @@ export async function checkObjects(
   );
 }
 
+/** Objects whose verdicts checkEach holds at once. */
+const CHECK_SLICE = 4096;
+
+/**
+ * checkObjects for a whole step (finalize): each verdict is handed to `each` with the object's index, a slice
+ * at a time, so that memory holds one slice's verdicts and not one per object of the step.
+ */
+export async function checkEach(
+  plan: Pick<PlanHead, "id" | "destination">,
+  objects: readonly PlannedObject[],
+  source: Store,
+  destination: Store,
+  existing: ReadonlyMap<string, ObjectInfo>,
+  options: CheckOptions,
+  each: (index: number, verdict: Verdict) => void,
+): Promise<void> {
+  const stepDir = plan.destination.stepDir;
+  const stored = objects.some((o) => existing.has(o.target));
+  const records = stored ? await readRecords(destination, stepDir, plan.id, options.groups) : new Map<string, Recorded>();
+  for (let start = 0; start < objects.length; start += CHECK_SLICE) {
+    const slice = objects.slice(start, start + CHECK_SLICE);
+    const verdicts = await mapLimited(slice, options.concurrency, (o) =>
+      checkObject(source, destination, o, joinKey(stepDir, o.target), existing.get(o.target), records.get(o.target), options),
+    );
+    for (const [i, v] of verdicts.entries()) each(start + i, v);
+  }
+}
+
 /** The verdict on one planned object `o` stored under `key` (see checkObjects). */
 async function checkObject(
   source: Store,

@@ -1,6 +1,6 @@
 import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
 import { describe, joinKey, type Store } from "../store/store.js";
-import { checkObjects, type Defect, listStep } from "./done.js";
+import { checkEach, type Defect, listStep } from "./done.js";
 import { assertOwner } from "./ownership.js";
 import type { Plan, PlannedObject } from "./plan-format.js";
 import type { Records } from "./records.js";
@@ -44,24 +44,24 @@ export async function finalize(
 
   // Local files are read back to compare checksums: a few at once keep the disk busy.
   // The groups' ranges cover plan.objects in order: an object's group follows from its index.
-  const verdicts = await checkObjects(plan, plan.objects, source, destination, existing, { concurrency: CHECK_CONCURRENCY, mine: trusted });
   const bad = new Map<number, { target: string; defect: Defect }[]>();
   let group = 0;
-  verdicts.forEach((v, i) => {
+  // Checked a slice at a time. Each planned object is taken out of the listing once checked: what is left
+  // under gda/ was written under a plan this one replaced (no set of every planned target is built).
+  await checkEach(plan, plan.objects, source, destination, existing, { concurrency: CHECK_CONCURRENCY, mine: trusted }, (i, v) => {
+    const o = plan.objects[i] as PlannedObject;
+    existing.delete(o.target);
     while (i >= (plan.groups[group]?.end ?? Number.POSITIVE_INFINITY)) group++;
     if (!("defect" in v)) return;
-    const o = plan.objects[i] as PlannedObject;
     const list = bad.get(group);
     if (list === undefined) bad.set(group, [{ target: o.target, defect: v.defect }]);
     else list.push({ target: o.target, defect: v.defect }); // in place: a copy per object is quadratic
   });
   if (bad.size > 0) throw incomplete(bad, `${destination.url}/${stepDir}`);
 
-  // Objects under gda/ that this plan does not have were written under a plan this one replaced.
-  const planned = new Set(plan.objects.map((o) => o.target));
   let removed = 0;
   for (const key of existing.keys()) {
-    if (key.startsWith("gda/") && !planned.has(key)) {
+    if (key.startsWith("gda/")) {
       await destination.delete(joinKey(stepDir, key));
       removed++;
     }

@@ -55,9 +55,10 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
   const arrays: PlannedArray[] = [];
   const perArray: { items: PlannedObject[]; sizes: number[] }[] = [];
   const where = { url: `${destinationRoot}/${stepDir}` };
+  const keys = new Map<string, string>();
   for await (const a of listArrays(source)) {
     if (!keep(a.leaf)) continue;
-    const objects = await planArray(source, a, arrays.length, where);
+    const objects = await planArray(source, a, arrays.length, where, keys);
     arrays.push({
       path: a.leaf.path,
       name: a.leaf.name,
@@ -132,23 +133,34 @@ function byDataLocation(a: PlannedObject, b: PlannedObject): number {
   return oa - ob;
 }
 
-function toDataRef(v: ValueLocation): DataRef {
-  return v.kind === "inline"
-    ? { kind: "inline", base64: Buffer.from(v.bytes).toString("base64") }
-    : { kind: "range", key: v.key, offset: v.offset, length: v.length };
+/**
+ * `keys` holds one copy of each data file's key: the tree's reader spells the key anew for every value, and
+ * a plan of 520k objects in a few data files would otherwise hold 520k copies of a few strings.
+ */
+function toDataRef(v: ValueLocation, keys: Map<string, string>): DataRef {
+  if (v.kind === "inline") return { kind: "inline", base64: Buffer.from(v.bytes).toString("base64") };
+  const key = keys.get(v.key) ?? v.key;
+  keys.set(key, key);
+  return { kind: "range", key, offset: v.offset, length: v.length };
 }
 
 const inline = (bytes: Uint8Array | string): DataRef => ({ kind: "inline", base64: Buffer.from(bytes).toString("base64") });
 
 /** The objects of one array: its `.zarray`, then every chunk of the grid in C order. */
-async function planArray(source: OrbaxStep, a: StoredArray, arrayIndex: number, where: { url: string }): Promise<PlannedObject[]> {
+async function planArray(
+  source: OrbaxStep,
+  a: StoredArray,
+  arrayIndex: number,
+  where: { url: string },
+  keys: Map<string, string>,
+): Promise<PlannedObject[]> {
   const prefix = `gda/${a.leaf.path}`;
   checkKey(where, `${prefix}/.zarray`);
   const meta = a.meta;
   const out: PlannedObject[] = [];
   if (meta.zarrFormat === 2) {
     // Orbax's zarr v2 metadata is what AXLearn writes: copy it verbatim.
-    const data = toDataRef(a.metadataEntry.value);
+    const data = toDataRef(a.metadataEntry.value, keys);
     out.push({ target: `${prefix}/.zarray`, data, transform: "copy", size: dataLength(data) });
   } else {
     const text = zarrayText(meta);
@@ -171,7 +183,7 @@ async function planArray(source: OrbaxStep, a: StoredArray, arrayIndex: number, 
       out.push({ target, data: inline(new Uint8Array(0)), transform: "fill", array: arrayIndex, size: null });
       continue;
     }
-    const data = toDataRef(entry.value);
+    const data = toDataRef(entry.value, keys);
     if (mode === "copy") {
       out.push({ target, data, transform: "copy", size: dataLength(data) });
     } else if (mode === "shard-inner") {

@@ -49,23 +49,29 @@ export function decodeBtreeNode(r: ByteReader, prefix: Uint8Array, transitivePat
   const subtreePrefixLengths: number[] = [];
   if (height > 0) for (let i = 0; i < n; i++) subtreePrefixLengths.push(r.varint16("subtree common prefix length"));
 
-  const relativeKeys: Uint8Array[] = [];
-  let prev = new Uint8Array(0);
+  // A leaf's keys are made whole (the node's prefix in front) in place; an interior node's stay relative.
+  const whole = height === 0 ? prefix : new Uint8Array(0);
+  const slabs = new KeySlabs();
+  const keys: Uint8Array[] = [];
+  let prev: Uint8Array = new Uint8Array(0);
   for (let i = 0; i < n; i++) {
     const p = prefixLengths[i] as number;
     const s = suffixLengths[i] as number;
     const at = r.offset;
-    if (p > prev.length) r.fail(`key ${i}: prefix length ${p} exceeds previous key length ${prev.length}`, at);
+    const prevLength = i === 0 ? 0 : prev.length - whole.length;
+    if (p > prevLength) r.fail(`key ${i}: prefix length ${p} exceeds previous key length ${prevLength}`, at);
     if (prefix.length + p + s > MAX_KEY_LENGTH) r.fail(`key ${i}: longer than ${MAX_KEY_LENGTH} bytes`, at);
-    const key = new Uint8Array(p + s);
-    key.set(prev.subarray(0, p), 0);
-    key.set(r.take(s, "key suffix"), p);
+    const key = slabs.take(whole.length + p + s);
+    key.set(whole, 0);
+    key.set(prev.subarray(whole.length, whole.length + p), whole.length);
+    key.set(r.take(s, "key suffix"), whole.length + p);
     if (i > 0 && compareKeys(prev, key) >= 0) r.fail(`key ${i}: keys are not strictly increasing`, at);
-    relativeKeys.push(key);
+    keys.push(key);
     prev = key;
   }
 
-  if (height === 0) return { height: 0, entries: decodeLeafValues(r, prefix, relativeKeys, files) };
+  if (height === 0) return { height: 0, entries: decodeLeafValues(r, keys, files) };
+  const relativeKeys = keys;
 
   const refs = readIndirectRefColumns(r, n, files, false, "child");
   const stats = readStatsColumns(r, n, "child");
@@ -83,7 +89,31 @@ export function decodeBtreeNode(r: ByteReader, prefix: Uint8Array, transitivePat
   return { height, entries };
 }
 
-function decodeLeafValues(r: ByteReader, prefix: Uint8Array, keys: Uint8Array[], files: readonly DataFileId[]): LeafEntry[] {
+/** Bytes of the slabs that keys are cut from. */
+const SLAB_BYTES = 1 << 20;
+
+/**
+ * Keys as views of a few shared slabs, not one buffer each: a leaf of 520k keys is then a few MB of key bytes
+ * and one view per key, where a buffer per key (and one more to prepend the prefix) cost several hundred
+ * bytes each, held for as long as the node is cached.
+ */
+class KeySlabs {
+  private slab = new Uint8Array(0);
+  private used = 0;
+
+  take(length: number): Uint8Array {
+    if (this.used + length > this.slab.length) {
+      this.slab = new Uint8Array(Math.max(SLAB_BYTES, length));
+      this.used = 0;
+    }
+    const key = this.slab.subarray(this.used, this.used + length);
+    this.used += length;
+    return key;
+  }
+}
+
+/** `keys`: the leaf's whole keys (the node's prefix included). */
+function decodeLeafValues(r: ByteReader, keys: Uint8Array[], files: readonly DataFileId[]): LeafEntry[] {
   const n = keys.length;
   const lengths: number[] = [];
   for (let i = 0; i < n; i++) lengths.push(r.varint("value length"));
@@ -104,7 +134,7 @@ function decodeLeafValues(r: ByteReader, prefix: Uint8Array, keys: Uint8Array[],
   let k = 0;
   for (let i = 0; i < n; i++) {
     const length = lengths[i] as number;
-    const key = concatBytes(prefix, keys[i] as Uint8Array);
+    const key = keys[i] as Uint8Array;
     if (kinds[i] === 0) {
       if (length > MAX_INLINE_VALUE) r.fail(`inline value of ${length} bytes exceeds 1 MiB`);
       entries.push({ key, value: { kind: "inline", bytes: r.take(length, "inline value") } });
