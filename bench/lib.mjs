@@ -153,6 +153,14 @@ function category(cf) {
   if (/^(FastBuffer|cloneAsUint8Array|transferArrayBuffer|concat|copy|from|fromArrayLike|allocate)$/.test(fn))
     return "buffer copies and allocations";
   if (/^(writev|writeBuffer|writeGeneric|onStreamRead|readStop|readStart)$/.test(fn)) return "socket reads and writes (syscalls)";
+  // Native fs bindings (no script URL); writeBuffer is counted as a socket write above, whichever it was.
+  if (
+    cf.url === "" &&
+    /^(open|openFileHandle|close|read|readdir|readFileUtf8|stat|lstat|fstat|mkdir|rename|unlink|rmdir|fsync|fdatasync|writeString|writeBuffers|ftruncate|realpath|access|copyFile)$/.test(
+      fn,
+    )
+  )
+    return "file system calls (their main-thread part)";
   if (/undici|webstreams/.test(`${fn} ${cf.url}`)) return "fetch and web streams (undici): HTTP framing, stream plumbing";
   if (cf.url.includes("/dist/src/")) return "orbax2reg's own code";
   return "other (microtasks, timers, events, the runtime)";
