@@ -37,11 +37,14 @@ export function must(r, what) {
   return r;
 }
 
-/** An empty `dir`, with the previous run's dirty pages flushed so its writeback is not timed in the next run. */
-export function freshDir(dir) {
+/**
+ * An empty `dir`; with `sync` (the default) the previous run's dirty pages are flushed too, so that its
+ * writeback is not timed in the next run.
+ */
+export function freshDir(dir, { sync = true } = {}) {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  sh("sync", []);
+  if (sync) sh("sync", []);
 }
 
 /** Seconds a `sync` takes: what the previous run left in the page cache. */
