@@ -7,8 +7,9 @@
 //
 //   node bench/ab.mjs <step-dir> <label>=<repo-with-dist>[:ENV=VALUE,...] [<label>=<repo> ...] [--runs N]
 import { spawnSync } from "node:child_process";
-import { mkdirSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
+import { freshDir } from "./lib.mjs";
 
 const args = process.argv.slice(2);
 const runsAt = args.indexOf("--runs");
@@ -37,9 +38,7 @@ const routes = [
 const times = Object.fromEntries(routes.map((r) => [r.label, []]));
 for (let i = 0; i < RUNS; i++) {
   for (const r of routes) {
-    rmSync(OUT, { recursive: true, force: true });
-    mkdirSync(OUT);
-    spawnSync("sync");
+    freshDir(OUT);
     const t = process.hrtime.bigint();
     const p = spawnSync(r.cmd[0], r.cmd[1], { stdio: ["ignore", "ignore", "ignore"], env: r.env ?? process.env });
     const s = Number(process.hrtime.bigint() - t) / 1e9;

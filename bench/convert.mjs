@@ -10,14 +10,28 @@
 // the previous run's dirty pages, so one run's writeback does not land in the next one's time. A run's
 // wall time ends when its process exits (no fsync: cp and orbax2reg leave data in the page cache;
 // TensorStore's file driver fsyncs, as it does for users). See bench/README.md.
-import { spawn, spawnSync } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statfsSync, statSync } from "node:fs";
-import { SourceMap } from "node:module";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statfsSync, statSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import {
+  BUSY_WARN,
+  cpuBusy,
+  cpuProfile,
+  filesUnder,
+  fmt,
+  freshDir,
+  mb,
+  mib,
+  must,
+  profileSummary,
+  ROOT,
+  say,
+  sh,
+  sum,
+  syncSeconds,
+  timed,
+} from "./lib.mjs";
 
-const ROOT = resolve(fileURLToPath(import.meta.url), "../..");
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const GEN = "bench/.generated";
@@ -41,23 +55,6 @@ if (!existsSync("dist/src/cli/main.js")) {
 if (!existsSync(PYTHON)) {
   console.error(`${PYTHON} is missing: run \`npm run setup\` (the generator and the Python route need the real orbax)`);
   process.exit(1);
-}
-
-const say = (line = "") => console.log(line);
-const sh = (cmd, argv, opts = {}) => spawnSync(cmd, argv, { encoding: "utf8", ...opts });
-const mb = (bytes) => bytes / 1e6;
-const mib = (bytes) => bytes / 2 ** 20;
-const fmt = (x, digits = 2) => x.toFixed(digits);
-const sum = (xs) => xs.reduce((a, b) => a + b, 0);
-
-function filesUnder(dir) {
-  const out = [];
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) out.push(...filesUnder(p));
-    else if (e.isFile()) out.push(p);
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -86,108 +83,6 @@ function machine() {
     python: `${pyv} (orbax-checkpoint ${orbax}, jax ${jax}, tensorstore ${tensorstore})`,
     cp: sh("cp", ["--version"]).stdout.split("\n")[0],
   };
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Timed runs: wall time measured here, peak RSS by GNU time (ru_maxrss of the child, which includes the
-// descendants it waited for) or, without /usr/bin/time, by polling VmHWM of the child and its descendants.
-
-const GNU_TIME = existsSync("/usr/bin/time") && sh("/usr/bin/time", ["-v", "true"]).status === 0;
-
-function descendants(pid) {
-  const out = [pid];
-  for (let i = 0; i < out.length; i++) {
-    try {
-      for (const tid of readdirSync(`/proc/${out[i]}/task`)) {
-        const kids = readFileSync(`/proc/${out[i]}/task/${tid}/children`, "utf8").trim();
-        if (kids) out.push(...kids.split(" ").map(Number));
-      }
-    } catch {}
-  }
-  return out;
-}
-
-function vmHwmKiB(pid) {
-  try {
-    return Number((readFileSync(`/proc/${pid}/status`, "utf8").match(/^VmHWM:\s*(\d+)/m) ?? [])[1] ?? 0);
-  } catch {
-    return 0;
-  }
-}
-
-/** Runs cmd, returns { seconds, rssKiB, cpu (user + system seconds, with GNU time), stdout, stderr, status }. */
-function timed(cmd, argv) {
-  const timeFile = join(OUT, ".time");
-  const [c, a] = GNU_TIME ? ["/usr/bin/time", ["-v", "-o", timeFile, cmd, ...argv]] : [cmd, argv];
-  return new Promise((done, fail) => {
-    const t0 = performance.now();
-    const child = spawn(c, a, { stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => {
-      stdout += d;
-    });
-    child.stderr.on("data", (d) => {
-      stderr += d;
-    });
-    let polled = 0;
-    const poll = GNU_TIME
-      ? undefined
-      : setInterval(() => {
-          for (const pid of descendants(child.pid)) polled = Math.max(polled, vmHwmKiB(pid));
-        }, 20);
-    child.on("error", fail);
-    child.on("close", (status) => {
-      const seconds = (performance.now() - t0) / 1000;
-      if (poll) clearInterval(poll);
-      let rssKiB = polled;
-      let cpu = Number.NaN;
-      if (GNU_TIME) {
-        const t = readFileSync(timeFile, "utf8");
-        rssKiB = Number((t.match(/Maximum resident set size \(kbytes\): (\d+)/) ?? [])[1] ?? Number.NaN);
-        cpu = ["User", "System"].reduce(
-          (a, k) => a + Number((t.match(new RegExp(`${k} time \\(seconds\\): ([\\d.]+)`)) ?? [])[1] ?? Number.NaN),
-          0,
-        );
-        rmSync(timeFile, { force: true });
-      }
-      done({ seconds, rssKiB, cpu, stdout, stderr, status });
-    });
-  });
-}
-
-/** Fraction of all CPUs busy over `ms` (from /proc/stat); sampled while the benchmark itself is idle. */
-function cpuBusy(ms = 500) {
-  const read = () => {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
-    const idle = (f[3] ?? 0) + (f[4] ?? 0);
-    return { idle, total: sum(f.slice(0, 8)) };
-  };
-  const a = read();
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-  const b = read();
-  return b.total === a.total ? 0 : 1 - (b.idle - a.idle) / (b.total - a.total);
-}
-const BUSY_WARN = 0.2;
-
-function freshDir(dir) {
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  sh("sync", []);
-}
-
-function syncSeconds() {
-  const t0 = performance.now();
-  sh("sync", []);
-  return (performance.now() - t0) / 1000;
-}
-
-function must(r, what) {
-  if (r.status !== 0) {
-    console.error(`${what} failed (exit ${r.status}):\n${r.stderr.slice(-4000)}`);
-    process.exit(1);
-  }
-  return r;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -491,20 +386,10 @@ if (
   flag("--profile") ||
   (!flag("--no-profile") && (cpRatio < TARGETS.cpRatioAim || pyRatio < TARGETS.pythonRatio || o2rRss > TARGETS.rssMiB))
 ) {
-  const dir = join(OUT, "profile");
-  rmSync(dir, { recursive: true, force: true });
   const dest = join(OUT, "profiled");
   freshDir(dest);
-  const t0 = performance.now();
-  must(sh(process.execPath, ["--cpu-prof", `--cpu-prof-dir=${dir}`, CLI, "convert", STEP, dest]), "profiled convert");
-  const wall = (performance.now() - t0) / 1000;
+  const { profile: prof, wall } = cpuProfile([CLI, "convert", STEP, dest], resolve(GEN, "convert.cpuprofile"));
   rmSync(dest, { recursive: true, force: true });
-  const file = readdirSync(dir).find((n) => n.endsWith(".cpuprofile"));
-  const keep = resolve(GEN, "convert.cpuprofile");
-  const prof = JSON.parse(readFileSync(join(dir, file), "utf8"));
-  rmSync(keep, { force: true });
-  sh("cp", [join(dir, file), keep]);
-  rmSync(dir, { recursive: true, force: true });
   say(`## Profile of one \`orbax2reg convert\` (node --cpu-prof, ${fmt(wall)} s wall; saved to ${GEN}/convert.cpuprofile)`);
   say();
   for (const l of profileSummary(prof)) say(l);
@@ -512,49 +397,3 @@ if (
 }
 
 rmSync(OUT, { recursive: true, force: true });
-
-/** Main-thread time by category, top self time, and inclusive time of src/ frames (mapped through dist's source maps). */
-function profileSummary(p) {
-  const byId = new Map(p.nodes.map((n) => [n.id, n]));
-  const parent = new Map();
-  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
-  const maps = new Map();
-  const srcLine = (cf) => {
-    if (!cf.url.includes("/dist/src/")) return undefined;
-    const file = cf.url.startsWith("file:") ? fileURLToPath(cf.url) : cf.url;
-    if (!maps.has(file)) maps.set(file, existsSync(`${file}.map`) ? new SourceMap(JSON.parse(readFileSync(`${file}.map`, "utf8"))) : null);
-    const e = maps.get(file)?.findEntry(cf.lineNumber, cf.columnNumber);
-    const src = e?.originalSource ? e.originalSource.replace(/^.*?(src\/)/, "$1") : file;
-    return `${src}:${(e?.originalLine ?? cf.lineNumber) + 1} ${cf.functionName || "(anonymous)"}`;
-  };
-  const plain = (cf) =>
-    `${cf.functionName || "(anonymous)"} ${cf.url ? `${cf.url.replace(/^.*\/(dist\/src\/|node:)/, "$1")}:${cf.lineNumber + 1}` : ""}`.trim();
-  const self = new Map();
-  const incl = new Map();
-  let total = 0;
-  for (let i = 0; i < p.samples.length; i++) {
-    const us = p.timeDeltas[i] ?? 0;
-    total += us;
-    const leaf = byId.get(p.samples[i]);
-    const key = srcLine(leaf.callFrame) ?? plain(leaf.callFrame);
-    self.set(key, (self.get(key) ?? 0) + us);
-    const seen = new Set();
-    for (let id = leaf.id; id !== undefined; id = parent.get(id)) {
-      const l = srcLine(byId.get(id).callFrame);
-      if (l && !seen.has(l)) {
-        seen.add(l);
-        incl.set(l, (incl.get(l) ?? 0) + us);
-      }
-    }
-  }
-  const ms = (us) => `${fmt(us / 1000, 0).padStart(6)} ms ${fmt((100 * us) / total, 1).padStart(5)} %`;
-  const outl = [
-    `main thread sampled ${fmt(total / 1e6)} s (node's thread pool, where file I/O runs, is not sampled)`,
-    "",
-    "top self time:",
-  ];
-  for (const [k, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 12)) outl.push(`  ${ms(us)}  ${k}`);
-  outl.push("", "top src/ frames, inclusive (synchronous stacks only: stream callbacks run outside them):");
-  for (const [k, us] of [...incl].sort((a, b) => b[1] - a[1]).slice(0, 10)) outl.push(`  ${ms(us)}  ${k}`);
-  return outl;
-}

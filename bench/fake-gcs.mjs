@@ -1,9 +1,11 @@
 // fake-gcs-server on loopback and the few JSON API calls the benchmarks make of it:
-// buckets, uploads, listings, deletes and server-side copies. Used by bench/scale.mjs.
+// buckets, uploads, listings, deletes and server-side copies. Used by bench/gcs.mjs, bench/rss.mjs and
+// bench/scale.mjs: the one place the emulator is started, and stopped when the benchmark exits or is killed.
 import { spawn } from "node:child_process";
 import { createReadStream, mkdirSync, rmSync, statSync } from "node:fs";
 import { request } from "node:http";
 import { createServer } from "node:net";
+import os from "node:os";
 
 export const FAKE_GCS = ".tools/bin/fake-gcs-server";
 
@@ -36,7 +38,8 @@ export async function startEmulator(root) {
   const url = `http://127.0.0.1:${port}`;
   const stop = () => child.exitCode === null && child.kill("SIGTERM");
   process.on("exit", stop);
-  for (const signal of ["SIGINT", "SIGTERM"]) process.once(signal, () => process.exit(1)); // exit stops it
+  // Killed, the benchmark still exits (which stops the emulator) with the shell's code for that signal.
+  for (const signal of ["SIGINT", "SIGTERM"]) process.once(signal, () => process.exit(128 + os.constants.signals[signal]));
   for (let i = 0; i < 300; i++) {
     try {
       if ((await fetch(`${url}/storage/v1/b`)).ok) return { url, stop };
@@ -101,6 +104,10 @@ export async function listObjects(gcs, bucket, prefix) {
 }
 
 export const deleteObject = (gcs, bucket, name) => api(`${gcs}/storage/v1/b/${bucket}/o/${encodeURIComponent(name)}`, { method: "DELETE" });
+
+/** Deletes every object under `prefix`, 16 at once. */
+export const deletePrefix = async (gcs, bucket, prefix) =>
+  each(await listObjects(gcs, bucket, prefix), 16, (o) => deleteObject(gcs, bucket, o.name));
 
 /** `fn` over `items`, `limit` at once. */
 export async function each(items, limit, fn) {

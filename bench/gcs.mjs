@@ -9,18 +9,14 @@
 //
 // One emulator serves every run (the source is uploaded once); before each run the destination's objects are
 // deleted. --profile adds one `node --cpu-prof` orbax2reg run and prints where its main thread's time goes.
-import { spawn, spawnSync } from "node:child_process";
-import { createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { request } from "node:http";
-import { createServer } from "node:net";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
-import { join, relative, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { relative, resolve } from "node:path";
+import { createBucket, deletePrefix, FAKE_GCS, listObjects, startEmulator, upload } from "./fake-gcs.mjs";
+import { BUSY_WARN, cpuBusy, cpuProfile, filesUnder, fmt, mb, must, profileSummary, ROOT, say, sh, sum, timed } from "./lib.mjs";
 
-const ROOT = resolve(fileURLToPath(import.meta.url), "../..");
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
-const FAKE_GCS = ".tools/bin/fake-gcs-server";
 const GEN = "bench/.generated";
 const FS_ROOT = resolve(GEN, "gcs-fs");
 const CLI = "bin/orbax2reg.js";
@@ -42,210 +38,6 @@ for (const [path, fix] of [
   if (!existsSync(path)) {
     console.error(`${path} is missing: ${fix}`);
     process.exit(1);
-  }
-}
-
-const say = (line = "") => console.log(line);
-const sh = (cmd, argv, opts = {}) => spawnSync(cmd, argv, { encoding: "utf8", maxBuffer: 64 << 20, ...opts });
-const fmt = (x, digits = 2) => x.toFixed(digits);
-const mb = (bytes) => bytes / 1e6;
-const sum = (xs) => xs.reduce((a, b) => a + b, 0);
-
-function must(r, what) {
-  if (r.status !== 0) {
-    console.error(`${what} failed (exit ${r.status}):\n${(r.stderr ?? "").slice(-4000)}`);
-    process.exit(1);
-  }
-  return r;
-}
-
-function filesUnder(dir) {
-  return readdirSync(dir, { recursive: true, withFileTypes: true })
-    .filter((e) => e.isFile())
-    .map((e) => join(e.parentPath, e.name))
-    .sort();
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Timed runs (as in bench/convert.mjs): wall time here, CPU and peak RSS from GNU time -v (children included),
-// or peak RSS from polling VmHWM of the process tree without it.
-
-const GNU_TIME = existsSync("/usr/bin/time") && sh("/usr/bin/time", ["-v", "true"]).status === 0;
-
-function vmHwmKiB(pid) {
-  try {
-    return Number((readFileSync(`/proc/${pid}/status`, "utf8").match(/^VmHWM:\s*(\d+)/m) ?? [])[1] ?? 0);
-  } catch {
-    return 0;
-  }
-}
-
-function descendants(pid) {
-  const out = [pid];
-  for (let i = 0; i < out.length; i++) {
-    try {
-      for (const tid of readdirSync(`/proc/${out[i]}/task`)) {
-        const kids = readFileSync(`/proc/${out[i]}/task/${tid}/children`, "utf8").trim();
-        if (kids) out.push(...kids.split(" ").map(Number));
-      }
-    } catch {}
-  }
-  return out;
-}
-
-function timed(cmd, argv, env) {
-  const timeFile = resolve(GEN, ".gcs-time");
-  const [c, a] = GNU_TIME ? ["/usr/bin/time", ["-v", "-o", timeFile, cmd, ...argv]] : [cmd, argv];
-  return new Promise((done, fail) => {
-    const t0 = performance.now();
-    const child = spawn(c, a, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => {
-      stdout += d;
-    });
-    child.stderr.on("data", (d) => {
-      stderr += d;
-    });
-    let polled = 0;
-    const poll = GNU_TIME
-      ? undefined
-      : setInterval(() => {
-          for (const pid of descendants(child.pid)) polled = Math.max(polled, vmHwmKiB(pid));
-        }, 20);
-    child.on("error", fail);
-    child.on("close", (status) => {
-      const seconds = (performance.now() - t0) / 1000;
-      if (poll) clearInterval(poll);
-      let rssKiB = polled;
-      let cpu = Number.NaN;
-      if (GNU_TIME) {
-        const t = readFileSync(timeFile, "utf8");
-        rssKiB = Number((t.match(/Maximum resident set size \(kbytes\): (\d+)/) ?? [])[1] ?? Number.NaN);
-        cpu = ["User", "System"].reduce(
-          (acc, k) => acc + Number((t.match(new RegExp(`${k} time \\(seconds\\): ([\\d.]+)`)) ?? [])[1] ?? Number.NaN),
-          0,
-        );
-        rmSync(timeFile, { force: true });
-      }
-      done({ seconds, rssKiB, cpu, stdout, stderr, status });
-    });
-  });
-}
-
-/** Fraction of all CPUs busy over `ms` (from /proc/stat), sampled while the benchmark itself is idle. */
-function cpuBusy(ms = 500) {
-  const read = () => {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
-    return { idle: (f[3] ?? 0) + (f[4] ?? 0), total: sum(f.slice(0, 8)) };
-  };
-  const a = read();
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-  const b = read();
-  return b.total === a.total ? 0 : 1 - (b.idle - a.idle) / (b.total - a.total);
-}
-const BUSY_WARN = 0.2;
-
-// ---------------------------------------------------------------------------------------------------
-// The emulator: fake-gcs-server on loopback with its filesystem backend, spoken to through its JSON API.
-
-async function freePort() {
-  return new Promise((done, fail) => {
-    const srv = createServer();
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => done(port));
-    });
-    srv.on("error", fail);
-  });
-}
-
-async function startEmulator() {
-  rmSync(FS_ROOT, { recursive: true, force: true });
-  mkdirSync(FS_ROOT, { recursive: true });
-  const port = await freePort();
-  const child = spawn(
-    FAKE_GCS,
-    [
-      "-scheme",
-      "http",
-      "-host",
-      "127.0.0.1",
-      "-port",
-      String(port),
-      "-backend",
-      "filesystem",
-      "-filesystem-root",
-      FS_ROOT,
-      "-log-level",
-      "error",
-    ],
-    { stdio: ["ignore", "ignore", "inherit"] },
-  );
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 300; i++) {
-    try {
-      if ((await fetch(`${url}/storage/v1/b`)).ok) return { url, child };
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill("SIGKILL");
-  throw new Error("fake-gcs-server did not answer within 30 s");
-}
-
-async function api(url, init = {}) {
-  const r = await fetch(url, init);
-  if (!r.ok && r.status !== 404) throw new Error(`${init.method ?? "GET"} ${url}: HTTP ${r.status} ${await r.text()}`);
-  return r.status === 204 || r.status === 404 ? undefined : r.json();
-}
-
-const createBucket = (gcs, name) =>
-  api(`${gcs}/storage/v1/b?project=bench`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ name }),
-  });
-
-/** Streams a file into an object (uploadType=media, so the benchmark itself holds no object in memory). */
-function uploadFile(gcs, bucket, name, file) {
-  return new Promise((done, fail) => {
-    const u = new URL(`${gcs}/upload/storage/v1/b/${bucket}/o?uploadType=media&name=${encodeURIComponent(name)}`);
-    const req = request(
-      {
-        host: u.hostname,
-        port: u.port,
-        method: "POST",
-        path: `${u.pathname}${u.search}`,
-        headers: { "content-type": "application/octet-stream", "content-length": statSync(file).size },
-      },
-      (res) => {
-        res.resume();
-        res.on("end", () => (res.statusCode === 200 ? done() : fail(new Error(`upload of ${name}: HTTP ${res.statusCode}`))));
-      },
-    );
-    req.on("error", fail);
-    createReadStream(file).pipe(req);
-  });
-}
-
-async function listObjects(gcs, bucket, prefix) {
-  const out = [];
-  let pageToken;
-  do {
-    const q = new URLSearchParams({ prefix, maxResults: "1000", ...(pageToken ? { pageToken } : {}) });
-    const page = await api(`${gcs}/storage/v1/b/${bucket}/o?${q}`);
-    out.push(...(page?.items ?? []));
-    pageToken = page?.nextPageToken;
-  } while (pageToken);
-  return out;
-}
-
-async function deletePrefix(gcs, bucket, prefix) {
-  const objects = await listObjects(gcs, bucket, prefix);
-  for (let i = 0; i < objects.length; i += 16) {
-    await Promise.all(
-      objects.slice(i, i + 16).map((o) => api(`${gcs}/storage/v1/b/${bucket}/o/${encodeURIComponent(o.name)}`, { method: "DELETE" })),
-    );
   }
 }
 
@@ -278,15 +70,14 @@ say(
   `  ${info.step_dir}: ${info.arrays} arrays, ${sourceFiles.length} files, ${SOURCE_BYTES.toLocaleString("en-US")} B (largest object ${fmt(mb(largest), 0)} MB)`,
 );
 
-const { url: GCS, child: emulator } = await startEmulator();
-const stopEmulator = () => emulator.exitCode === null && emulator.kill("SIGTERM");
-process.on("exit", stopEmulator);
+// Stopped on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
+const { url: GCS, stop: stopEmulator } = await startEmulator(FS_ROOT);
 const SRC = `ckpt/${STEP_NAME}`;
 await createBucket(GCS, "src");
 await createBucket(GCS, "dst");
 {
   const t0 = performance.now();
-  for (const f of sourceFiles) await uploadFile(GCS, "src", `${SRC}/${relative(STEP, f)}`, f);
+  for (const f of sourceFiles) await upload(GCS, "src", `${SRC}/${relative(STEP, f)}`, f);
   say(
     `  uploaded to gs://src/${SRC} on fake-gcs-server (filesystem backend under ${relative(ROOT, FS_ROOT)}) in ${fmt((performance.now() - t0) / 1000, 1)} s`,
   );
@@ -388,66 +179,15 @@ say(
 say();
 
 if (flag("--profile")) {
-  const dir = resolve(GEN, "gcs-profile");
-  rmSync(dir, { recursive: true, force: true });
   await deletePrefix(GCS, "dst", "o2r/");
-  const t0 = performance.now();
-  must(
-    sh(process.execPath, ["--cpu-prof", `--cpu-prof-dir=${dir}`, CLI, "convert", `gs://src/${SRC}`, "gs://dst/o2r"], {
-      env: { ...process.env, ORBAX2REG_GCS_ENDPOINT: GCS },
-    }),
-    "profiled convert",
-  );
-  const wall = (performance.now() - t0) / 1000;
-  const file = readdirSync(dir).find((n) => n.endsWith(".cpuprofile"));
   const keep = resolve(GEN, "gcs.cpuprofile");
-  rmSync(keep, { force: true });
-  sh("cp", [join(dir, file), keep]);
-  rmSync(dir, { recursive: true, force: true });
+  const { profile, wall } = cpuProfile([CLI, "convert", `gs://src/${SRC}`, "gs://dst/o2r"], keep, { ORBAX2REG_GCS_ENDPOINT: GCS });
   say(`## Profile of one \`orbax2reg convert\` gs:// -> gs:// (node --cpu-prof, ${fmt(wall)} s wall; saved to ${relative(ROOT, keep)})`);
   say();
-  for (const l of profileSummary(JSON.parse(readFileSync(keep, "utf8")))) say(l);
+  for (const l of profileSummary(profile, { top: 20 })) say(l);
   say();
 }
 
 await deletePrefix(GCS, "dst", "");
 stopEmulator();
 rmSync(FS_ROOT, { recursive: true, force: true });
-
-/** Main-thread self time by function and by category (what the GCS path spends its CPU on). */
-function profileSummary(p) {
-  const byId = new Map(p.nodes.map((n) => [n.id, n]));
-  const self = new Map();
-  let total = 0;
-  const where = (cf) => {
-    const url = cf.url.replace(/^.*\/(dist\/src\/|node_modules\/)/, "$1").replace(/^file:\/\//, "");
-    return `${cf.functionName || "(anonymous)"}${url ? ` ${url}:${cf.lineNumber + 1}` : ""}`;
-  };
-  for (let i = 0; i < p.samples.length; i++) {
-    const us = p.timeDeltas[i] ?? 0;
-    total += us;
-    const key = where(byId.get(p.samples[i]).callFrame);
-    self.set(key, (self.get(key) ?? 0) + us);
-  }
-  const ms = (us) => `${fmt(us / 1000, 0).padStart(6)} ms ${fmt((100 * us) / total, 1).padStart(5)} %`;
-  const byCategory = new Map();
-  for (const [k, us] of self) byCategory.set(category(k), (byCategory.get(category(k)) ?? 0) + us);
-  const out = [`main thread sampled ${fmt(total / 1e6)} s; self time by category:`];
-  for (const [k, us] of [...byCategory].sort((a, b) => b[1] - a[1])) out.push(`  ${ms(us)}  ${k}`);
-  out.push("", "top self time:");
-  for (const [k, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 20)) out.push(`  ${ms(us)}  ${k}`);
-  return out;
-}
-
-/** What a profiled frame is spending time on, for the summary. */
-function category(frame) {
-  if (frame.startsWith("(idle)")) return "idle (waiting for the network or the emulator)";
-  if (frame.startsWith("(garbage collector)")) return "garbage collection";
-  if (/^crc32c /.test(frame)) return "CRC-32C";
-  if (/^(FastBuffer|cloneAsUint8Array|transferArrayBuffer|concat|copy|from|fromArrayLike|allocate) /.test(frame))
-    return "buffer copies and allocations";
-  if (/^(writev|writeBuffer|writeGeneric|onStreamRead|readStop|readStart)\b/.test(frame)) return "socket reads and writes (syscalls)";
-  if (/undici|webstreams/.test(frame)) return "fetch and web streams (undici): HTTP framing, stream plumbing";
-  if (/dist\/src\//.test(frame)) return "orbax2reg's own code";
-  return "other (microtasks, timers, events, the runtime)";
-}

@@ -11,17 +11,13 @@ Values are seeded random normals (nearly incompressible). Cached like gen_fuji.p
 records VERSION; a rerun with the same VERSION does nothing.
 """
 
-import json
 import os
-import shutil
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "test", "fixtures-gen"))
+import gen_common as common
 
-import generate as g  # noqa: E402  (sets XLA_FLAGS and JAX_PLATFORMS before jax is imported)
+common.fixture_generator()  # sets XLA_FLAGS and JAX_PLATFORMS before jax is imported
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -38,20 +34,10 @@ def main(argv) -> int:
         mib = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
     version = f"big-chunk-v1:mib={mib}"
-    out = os.path.abspath(argv[0] if argv else os.path.join(HERE, ".generated", "big-chunk"))
-    stamp = os.path.join(out, "generated.json")
-    step_dir = os.path.join(out, "ckpt", f"step_{STEP:08d}")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            info = json.load(f)
-        if info.get("version") == version and os.path.exists(os.path.join(step_dir, "commit_success.txt")):
-            print(json.dumps({**info, "cached": True}))
-            return 0
-    for d in (out, out + ".tmp"):
-        if os.path.exists(d):
-            shutil.rmtree(d)
-    tmp = out + ".tmp"
-    os.makedirs(tmp)
+    out = os.path.abspath(argv[0] if argv else os.path.join(common.HERE, ".generated", "big-chunk"))
+    if common.cached(out, STEP, version):
+        return 0
+    tmp = common.fresh_tmp(out)
     t0 = time.monotonic()
     mesh = Mesh(np.array(jax.devices()), ("fsdp",))
     shape = (mib * 64, 4096)
@@ -59,22 +45,15 @@ def main(argv) -> int:
     big = jax.make_array_from_callback(shape, NamedSharding(mesh, P()), lambda idx: np.asarray(host[idx]))
     prng = jax.device_put(np.array([0, 42, 7, 1], dtype=np.uint32), NamedSharding(mesh, P()))
     tree = {"model": {"big": {"weight": big}}, "prng_key": prng}
-    g.save_axlearn(os.path.join(tmp, "ckpt"), STEP, tree)
+    common.save(tmp, STEP, tree)
     info = {
         "version": version,
-        "step_dir": os.path.relpath(step_dir, ROOT),
+        "step_dir": os.path.relpath(common.step_dir(out, STEP), common.ROOT),
         "raw_bytes": int(big.nbytes + prng.nbytes),
-        "stored_bytes": sum(
-            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(os.path.join(tmp, "ckpt")) for f in files
-        ),
+        "stored_bytes": common.dir_size(os.path.join(tmp, "ckpt")),
         "seconds": round(time.monotonic() - t0, 1),
     }
-    with open(os.path.join(tmp, "generated.json"), "w") as f:
-        json.dump(info, f, indent=1)
-        f.write("\n")
-    os.rename(tmp, out)
-    print(json.dumps({**info, "cached": False}))
-    return 0
+    return common.finish(tmp, out, info)
 
 
 if __name__ == "__main__":

@@ -24,19 +24,15 @@ Change VERSION whenever the tree, the dimensions or the values change.
 """
 
 import hashlib
-import json
 import os
-import shutil
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "test", "fixtures-gen"))
+import gen_common as common
 
-# Importing the project's generator sets XLA_FLAGS (8 CPU devices) and JAX_PLATFORMS before jax is
-# imported, and registers AXLearn's ArrayHandler override: it must come before `import jax`.
-import generate as g  # noqa: E402
+# The project's generator sets XLA_FLAGS (8 CPU devices) and JAX_PLATFORMS before jax is imported, and
+# registers AXLearn's ArrayHandler override: it must come before `import jax`.
+g = common.fixture_generator()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -129,10 +125,6 @@ def build_tree(mesh: Mesh):
     }
 
 
-def dir_size(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-
-
 def main(argv) -> int:
     global VERSION
     if "--dims" in argv:
@@ -144,48 +136,32 @@ def main(argv) -> int:
             DIMS[k] = int(v)
         VERSION = version()
         argv = argv[:i] + argv[i + 2 :]
-    out = os.path.abspath(argv[0] if argv else os.path.join(HERE, ".generated", "fuji-mini"))
-    stamp = os.path.join(out, "generated.json")
-    step_dir = os.path.join(out, "ckpt", f"step_{STEP:08d}")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            info = json.load(f)
-        if info.get("version") == VERSION and os.path.exists(os.path.join(step_dir, "commit_success.txt")):
-            print(json.dumps({**info, "cached": True}))
-            return 0
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    tmp = out + ".tmp"
-    if os.path.exists(tmp):
-        shutil.rmtree(tmp)
-    os.makedirs(tmp)
+    out = os.path.abspath(argv[0] if argv else os.path.join(common.HERE, ".generated", "fuji-mini"))
+    if common.cached(out, STEP, VERSION):
+        return 0
+    tmp = common.fresh_tmp(out)
     t0 = time.monotonic()
     mesh = Mesh(np.array(jax.devices()), ("fsdp",))
     assert len(jax.devices()) == FSDP, jax.devices()
     tree = build_tree(mesh)
     t1 = time.monotonic()
-    g.save_axlearn(os.path.join(tmp, "ckpt"), STEP, tree)
+    common.save(tmp, STEP, tree)
     t2 = time.monotonic()
     leaves = jax.tree_util.tree_leaves(tree)
     info = {
         "version": VERSION,
         "dims": DIMS,
         "step": STEP,
-        "step_dir": os.path.relpath(step_dir, ROOT),
+        "step_dir": os.path.relpath(common.step_dir(out, STEP), common.ROOT),
         "arrays": len(leaves),
         "raw_bytes": int(sum(x.nbytes for x in leaves)),
-        "stored_bytes": dir_size(os.path.join(tmp, "ckpt", f"step_{STEP:08d}")),
+        "stored_bytes": common.dir_size(common.step_dir(tmp, STEP)),
         "values_seconds": round(t1 - t0, 1),
         "save_seconds": round(t2 - t1, 1),
         "seconds": round(t2 - t0, 1),
     }
     del tree, leaves
-    with open(os.path.join(tmp, "generated.json"), "w") as f:
-        json.dump(info, f, indent=1)
-        f.write("\n")
-    os.rename(tmp, out)
-    print(json.dumps({**info, "cached": False}))
-    return 0
+    return common.finish(tmp, out, info)
 
 
 if __name__ == "__main__":

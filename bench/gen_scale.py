@@ -21,13 +21,8 @@ the tree is read once), and prints the wall time and the number of chunks: the p
 
 import json
 import os
-import shutil
 import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "test", "fixtures-gen"))
 
 
 def ts_read(step_dir: str, out_dir: str = "") -> int:
@@ -76,7 +71,9 @@ ARRAYS = int(sys.argv[1]) if len(sys.argv) > 1 else 300
 CHUNKS = int(sys.argv[2]) if len(sys.argv) > 2 else 64
 # The project's generator sets XLA_FLAGS for 8 devices and registers AXLearn's ArrayHandler; jax reads the
 # device count when its backend starts (the first jax.devices()), so setting it after the import holds.
-import generate as g  # noqa: E402
+import gen_common as common  # noqa: E402
+
+common.fixture_generator()
 
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={CHUNKS}"
 
@@ -101,27 +98,16 @@ def build_tree(mesh: Mesh) -> dict:
 
 
 def main(argv) -> int:
-    out = os.path.abspath(argv[3] if len(argv) > 3 else os.path.join(HERE, ".generated", "scale", f"{ARRAYS}_x_{CHUNKS}"))
-    stamp = os.path.join(out, "generated.json")
-    step_dir = os.path.join(out, "ckpt", f"step_{STEP:08d}")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            info = json.load(f)
-        if info.get("version") == VERSION and os.path.exists(os.path.join(step_dir, "commit_success.txt")):
-            print(json.dumps({**info, "cached": True}))
-            return 0
-    for d in (out, out + ".tmp"):
-        if os.path.exists(d):
-            shutil.rmtree(d)
-    tmp = out + ".tmp"
-    os.makedirs(tmp)
+    out = os.path.abspath(argv[3] if len(argv) > 3 else os.path.join(common.HERE, ".generated", "scale", f"{ARRAYS}_x_{CHUNKS}"))
+    if common.cached(out, STEP, VERSION):
+        return 0
+    tmp = common.fresh_tmp(out)
     assert len(jax.devices()) == CHUNKS, jax.devices()
     t0 = time.monotonic()
     tree = build_tree(Mesh(np.array(jax.devices()), ("x",)))
     t1 = time.monotonic()
     # Orbax's commit of a 500k-key step outlasts the fixtures' 300 s async timeout on a loaded machine.
-    g.MP_TIMEOUT_SECS = 3600
-    g.save_axlearn(os.path.join(tmp, "ckpt"), STEP, tree)
+    common.save(tmp, STEP, tree, timeout_secs=3600)
     t2 = time.monotonic()
     info = {
         "version": VERSION,
@@ -129,16 +115,11 @@ def main(argv) -> int:
         "chunks": CHUNKS,
         "objects": ARRAYS * (CHUNKS + 1),
         "step": STEP,
-        "step_dir": os.path.relpath(os.path.join(out, "ckpt", f"step_{STEP:08d}"), ROOT),
+        "step_dir": os.path.relpath(common.step_dir(out, STEP), common.ROOT),
         "values_seconds": round(t1 - t0, 1),
         "save_seconds": round(t2 - t1, 1),
     }
-    with open(os.path.join(tmp, "generated.json"), "w") as f:
-        json.dump(info, f, indent=1)
-        f.write("\n")
-    os.rename(tmp, out)
-    print(json.dumps({**info, "cached": False}))
-    return 0
+    return common.finish(tmp, out, info)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
+import { ROOT } from "./lib.mjs";
+
+process.chdir(ROOT);
 
 const FIXTURES = "test/.generated/fixtures/bigtree";
 const TREES = [

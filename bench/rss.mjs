@@ -2,64 +2,25 @@
 // Peak RSS of `orbax2reg convert` on the GCS path (see bench/README.md, "rss.mjs"): the step holding one 1 GiB
 // chunk (bench/gen_big.py) local -> local, gs:// -> local, local -> gs://, gs:// -> gs://, and the 2 GB
 // fuji-shaped step (bench/gen_fuji.py) gs:// -> gs:// at several --concurrency and --memory settings, on
-// fake-gcs-server with its filesystem backend. Peak RSS is GNU time's maximum resident set size.
+// fake-gcs-server with its filesystem backend. Peak RSS is GNU time's maximum resident set size
+// (bench/lib.mjs's timed()).
 //
 //   node bench/rss.mjs [--only big|fuji] [--chunk-mib N]
-import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
-import { createServer } from "node:net";
+import { execFileSync } from "node:child_process";
+import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
+import { createBucket, startEmulator } from "./fake-gcs.mjs";
+import { ROOT, timed } from "./lib.mjs";
 
-const ROOT = new URL("..", import.meta.url).pathname;
+process.chdir(ROOT);
 const GEN = join(ROOT, "bench/.generated");
 const args = process.argv.slice(2);
 const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefined;
 const chunkMib = args.includes("--chunk-mib") ? args[args.indexOf("--chunk-mib") + 1] : undefined;
 
-const port = await new Promise((resolve) => {
-  const s = createServer().listen(0, "127.0.0.1", () => {
-    const p = s.address().port;
-    s.close(() => resolve(p));
-  });
-});
-const endpoint = `http://127.0.0.1:${port}`;
 const fsRoot = join(GEN, "rss-gcs");
-rmSync(fsRoot, { recursive: true, force: true });
-mkdirSync(fsRoot, { recursive: true });
-const server = spawn(
-  join(ROOT, ".tools/bin/fake-gcs-server"),
-  [
-    "-scheme",
-    "http",
-    "-host",
-    "127.0.0.1",
-    "-port",
-    String(port),
-    "-backend",
-    "filesystem",
-    "-filesystem-root",
-    fsRoot,
-    "-log-level",
-    "error",
-  ],
-  { stdio: "ignore" },
-);
-process.on("exit", () => server.kill("SIGKILL"));
-for (let i = 0; ; i++) {
-  try {
-    if ((await fetch(`${endpoint}/storage/v1/b`)).ok) break;
-  } catch {}
-  if (i > 100) throw new Error("fake-gcs-server did not start");
-  await new Promise((r) => setTimeout(r, 100));
-}
-
-async function bucket(name) {
-  await fetch(`${endpoint}/storage/v1/b?project=local`, {
-    method: "POST",
-    body: JSON.stringify({ name }),
-    headers: { "content-type": "application/json" },
-  });
-}
+// Stopped on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
+const { url: endpoint, stop } = await startEmulator(fsRoot);
 
 /**
  * Uploads a step directory to gs://src/<prefix> with the converter's own store, in chunks of 256 MiB: the
@@ -78,31 +39,22 @@ async function upload(dir, prefix) {
 }
 
 const env = {
-  ...process.env,
   ORBAX2REG_GCS_ENDPOINT: endpoint,
   ORBAX2REG_GCS_STALL_MS: "600000",
   ...(chunkMib ? { ORBAX2REG_GCS_CHUNK_MIB: chunkMib } : {}),
 };
 let n = 0;
-function convert(source, dest, extra = []) {
+async function convert(source, dest, extra = []) {
   const out = dest === "local" ? join(GEN, `rss-out-${n++}`) : `gs://dst/run-${n++}`;
-  const r = spawnSync(
-    "/usr/bin/time",
-    ["-f", "%M %e %U %S", "node", join(ROOT, "bin/orbax2reg.js"), "convert", source, out, "--json", ...extra],
-    {
-      env,
-      encoding: "utf8",
-    },
-  );
+  const r = await timed(process.execPath, [join(ROOT, "bin/orbax2reg.js"), "convert", source, out, "--json", ...extra], env);
   if (dest === "local") rmSync(out, { recursive: true, force: true });
-  const [kb, wall, user, sys] = r.stderr.trim().split("\n").at(-1).split(" ").map(Number);
   if (r.status !== 0) throw new Error(`convert ${source} -> ${out} failed: ${r.stderr.slice(-500)}`);
-  return { mib: Math.round(kb / 1024), wall, cpu: Math.round((user + sys) * 10) / 10 };
+  return { mib: Math.round(r.rssKiB / 1024), wall: r.seconds.toFixed(2), cpu: Math.round(r.cpu * 10) / 10 };
 }
 
 execFileSync("npx", ["tsc", "-p", "tsconfig.build.json"], { cwd: ROOT, stdio: "inherit" });
-await bucket("src");
-await bucket("dst");
+await createBucket(endpoint, "src");
+await createBucket(endpoint, "dst");
 const rows = [];
 const row = (what, r) => {
   rows.push(`| ${what} | ${r.mib} MiB | ${r.wall} s | ${r.cpu} s |`);
@@ -113,10 +65,10 @@ if (only !== "fuji") {
   execFileSync(join(ROOT, ".venv/bin/python"), [join(ROOT, "bench/gen_big.py")], { stdio: "inherit" });
   const step = join(GEN, "big-chunk/ckpt/step_00000001");
   await upload(step, "big/step_00000001");
-  row("local → local, 1 GiB chunk", convert(step, "local"));
-  row("gs:// → local, 1 GiB chunk", convert("gs://src/big/step_00000001", "local"));
-  row("local → gs://, 1 GiB chunk", convert(step, "gs"));
-  row("gs:// → gs://, 1 GiB chunk", convert("gs://src/big/step_00000001", "gs"));
+  row("local → local, 1 GiB chunk", await convert(step, "local"));
+  row("gs:// → local, 1 GiB chunk", await convert("gs://src/big/step_00000001", "local"));
+  row("local → gs://, 1 GiB chunk", await convert(step, "gs"));
+  row("gs:// → gs://, 1 GiB chunk", await convert("gs://src/big/step_00000001", "gs"));
 }
 if (only !== "big") {
   execFileSync(join(ROOT, ".venv/bin/python"), [join(ROOT, "bench/gen_fuji.py")], { stdio: "inherit" });
@@ -124,9 +76,9 @@ if (only !== "big") {
   if (!existsSync(step)) throw new Error(`${step} is missing`);
   await upload(step, "fuji/step_00001000");
   for (const c of [1, 8, 16, 32])
-    row(`gs:// → gs://, 2 GB step, --concurrency ${c}`, convert("gs://src/fuji/step_00001000", "gs", ["--concurrency", String(c)]));
-  row("gs:// → gs://, 2 GB step, --memory 64", convert("gs://src/fuji/step_00001000", "gs", ["--memory", "64"]));
+    row(`gs:// → gs://, 2 GB step, --concurrency ${c}`, await convert("gs://src/fuji/step_00001000", "gs", ["--concurrency", String(c)]));
+  row("gs:// → gs://, 2 GB step, --memory 64", await convert("gs://src/fuji/step_00001000", "gs", ["--memory", "64"]));
 }
 console.log(["", "| conversion | peak RSS | wall | CPU (user+sys) |", "|---|---:|---:|---:|", ...rows].join("\n"));
-server.kill("SIGKILL");
+stop();
 rmSync(fsRoot, { recursive: true, force: true });

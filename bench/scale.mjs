@@ -14,12 +14,11 @@
 // Steps are generated once and cached under bench/.generated/scale/; destinations are written under
 // bench/.generated/scale-out-<pid>/ and removed afterwards. Warm page cache (each source is read by inspect first).
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { copyObject, createBucket, deleteObject, each, FAKE_GCS, listObjects, startEmulator, upload } from "./fake-gcs.mjs";
+import { copyObject, createBucket, deleteObject, deletePrefix, each, FAKE_GCS, startEmulator, upload } from "./fake-gcs.mjs";
+import { bytesUnder, filesUnder, freshDir, ROOT, say, timed } from "./lib.mjs";
 
-const ROOT = resolve(fileURLToPath(import.meta.url), "../..");
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const CLI = "bin/orbax2reg.js";
@@ -47,31 +46,24 @@ if (!existsSync("dist/src/cli/main.js")) {
   process.exit(1);
 }
 
-const say = (line = "") => console.log(line);
-
-/** Runs a command under /usr/bin/time: wall seconds and peak RSS (MB); throws on failure. */
-function timed(cmd, argv, env = {}) {
-  const r = spawnSync("/usr/bin/time", ["-f", "@@ %e %M", cmd, ...argv], {
-    encoding: "utf8",
-    maxBuffer: 1 << 28,
-    env: { ...process.env, ...env },
-  });
-  const m = /@@ ([\d.]+) (\d+)\s*$/.exec(r.stderr ?? "");
-  if (r.status !== 0 || m === null) throw new Error(`${cmd} ${argv.join(" ")} failed (${r.status}):\n${(r.stderr ?? "").slice(-2000)}`);
-  return { seconds: Number(m[1]), rssMB: (Number(m[2]) * 1024) / 1e6, stdout: r.stdout };
+/** Runs a command (bench/lib.mjs's timed()): wall seconds and peak RSS (MB); throws on failure. */
+async function run(cmd, argv, env = {}) {
+  const r = await timed(cmd, argv, env);
+  if (r.status !== 0) throw new Error(`${cmd} ${argv.join(" ")} failed (${r.status}):\n${r.stderr.slice(-2000)}`);
+  return { seconds: r.seconds, rssMB: (r.rssKiB * 1024) / 1e6, stdout: r.stdout };
 }
 
 /**
  * The best (least wall time) of RUNS runs; `before` runs before each (a fresh destination). A failure is
  * a result too (the table says how it failed): `{ failed: "EMFILE" }`.
  */
-function best(make, before = () => {}) {
+async function best(make, before = () => {}) {
   let out;
   for (let i = 0; i < RUNS; i++) {
     before();
     let r;
     try {
-      r = make();
+      r = await make();
     } catch (e) {
       const m = /(EMFILE|RangeError: [^\n]*|ENOMEM|[A-Z][a-zA-Z]+Error: [^\n]{0,80})/.exec(String(e.message));
       return { failed: m ? m[1] : "failed", detail: String(e.message).slice(-600) };
@@ -81,18 +73,9 @@ function best(make, before = () => {}) {
   return out;
 }
 
-function bytesUnder(dir) {
-  let n = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true }))
-    if (e.isFile()) n += statSync(join(e.parentPath, e.name)).size;
-  return n;
-}
-
-const node = (...argv) => timed(process.execPath, [CLI, ...argv]);
-const fresh = (dir) => () => {
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-};
+const node = (...argv) => run(process.execPath, [CLI, ...argv]);
+/** Before a run: an empty destination (no `sync`: scale's figures were always taken without one). */
+const fresh = (dir) => () => freshDir(dir, { sync: false });
 
 const rows = [];
 for (const [arrays, chunks] of SHAPES) {
@@ -107,12 +90,14 @@ for (const [arrays, chunks] of SHAPES) {
   const dest = join(OUT, `${arrays}_x_${chunks}`);
   const regular = join(dest, "step_00000100");
 
-  node("inspect", step, "--json"); // warm the page cache
-  const inspect = best(() => node("inspect", step, "--json"));
-  const plan = best(() => node("plan", step, dest, "--groups", "8"), fresh(dest));
+  await node("inspect", step, "--json"); // warm the page cache
+  const inspect = await best(() => node("inspect", step, "--json"));
+  const plan = await best(() => node("plan", step, dest, "--groups", "8"), fresh(dest));
   const planBytes = bytesUnder(join(regular, ".orbax2reg"));
   const convert =
-    info.objects > CONVERT_MAX ? { failed: "not run", skipped: true } : best(() => node("convert", step, dest, "--json"), fresh(dest));
+    info.objects > CONVERT_MAX
+      ? { failed: "not run", skipped: true }
+      : await best(() => node("convert", step, dest, "--json"), fresh(dest));
   if (convert.failed && !convert.skipped) {
     // One process per ~10k objects (plan, convert-group each, finalize): a destination for verify, and the
     // time of the pipeline's route on one machine.
@@ -125,9 +110,9 @@ for (const [arrays, chunks] of SHAPES) {
       rssMB = Math.max(rssMB, r.rssMB);
     };
     try {
-      add(node("plan", step, dest, "--groups", String(groups)));
-      for (let g = 0; g < groups; g++) add(node("convert-group", dest, "--step", "100", "--group", String(g)));
-      add(node("finalize", dest, "--step", "100"));
+      add(await node("plan", step, dest, "--groups", String(groups)));
+      for (let g = 0; g < groups; g++) add(await node("convert-group", dest, "--step", "100", "--group", String(g)));
+      add(await node("finalize", dest, "--step", "100"));
     } catch (e) {
       convert.failed += `; by groups: ${/(EMFILE|RangeError: [^\n]*)/.exec(String(e.message))?.[1] ?? "failed"}`;
       seconds = Number.NaN;
@@ -135,13 +120,15 @@ for (const [arrays, chunks] of SHAPES) {
     convert.byGroups = { groups, seconds, rssMB };
   }
   const verify =
-    convert.skipped || Number.isNaN(convert.byGroups?.seconds) ? { failed: "no destination" } : best(() => node("verify", step, regular));
+    convert.skipped || Number.isNaN(convert.byGroups?.seconds)
+      ? { failed: "no destination" }
+      : await best(() => node("verify", step, regular));
   if (verify.stdout !== undefined && !/ 0 failed/.test(verify.stdout)) throw new Error(`verify failed:\n${verify.stdout.slice(-2000)}`);
   // One group of 256: what a convert-group costs in a plan of many groups.
   const g256 = join(OUT, `${arrays}_x_${chunks}-256`);
   fresh(g256)();
-  node("plan", step, g256, "--groups", "256");
-  const group = best(() => node("convert-group", g256, "--step", "100", "--group", "0"));
+  await node("plan", step, g256, "--groups", "256");
+  const group = await best(() => node("convert-group", g256, "--step", "100", "--group", "0"));
   const tsOut = join(OUT, `${arrays}_x_${chunks}-tensorstore`);
   const ts = JSON.parse(
     spawnSync(PYTHON, ["bench/gen_scale.py", "read", step, tsOut], { encoding: "utf8" }).stdout.trim().split("\n").pop(),
@@ -180,13 +167,6 @@ for (const r of rows) {
 if (GCS_SHAPE !== "none" || ROOT_STEPS > 0) await gcsPart();
 rmSync(OUT, { recursive: true, force: true });
 
-/** Files under `dir`, recursively. */
-function filesUnder(dir) {
-  const out = [];
-  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) if (e.isFile()) out.push(join(e.parentPath, e.name));
-  return out;
-}
-
 async function gcsPart() {
   if (!existsSync(FAKE_GCS)) {
     say(`\n${FAKE_GCS} is missing (npm run setup builds it): no GCS figures`);
@@ -194,7 +174,7 @@ async function gcsPart() {
   }
   const { url: gcs, stop } = await startEmulator(); // memory backend (see startEmulator)
   const env = { ORBAX2REG_GCS_ENDPOINT: gcs };
-  const gnode = (...argv) => timed(process.execPath, [CLI, ...argv], env);
+  const gnode = (...argv) => run(process.execPath, [CLI, ...argv], env);
   try {
     await createBucket(gcs, "src");
     await createBucket(gcs, "dst");
@@ -219,14 +199,13 @@ async function gcsStep(gcs, gnode) {
     const src = `ckpt/${stepName}`;
     await each(filesUnder(info.step_dir), 8, (f) => upload(gcs, "src", `${src}/${relative(info.step_dir, f)}`, f));
     say(`\n${arrays} × ${chunks} (${info.objects} objects) through gs:// on fake-gcs-server (memory backend, loopback):`);
-    const clear = async (prefix) => each(await listObjects(gcs, "dst", prefix), 16, (o) => deleteObject(gcs, "dst", o.name));
     const rows = { convert: [], ts: [] };
     for (let i = 0; i < RUNS; i++) {
       // Interleaved: each route's destination emptied before its run.
-      await clear("o2r/");
-      rows.convert.push(best(() => gnode("convert", `gs://src/${src}`, "gs://dst/o2r", "--json")));
-      await clear("ts/");
-      const t = timed(PYTHON, ["bench/tensorstore_gcs_route.py", "src", src, "dst", `ts/${stepName}`], {
+      await deletePrefix(gcs, "dst", "o2r/");
+      rows.convert.push(await best(() => gnode("convert", `gs://src/${src}`, "gs://dst/o2r", "--json")));
+      await deletePrefix(gcs, "dst", "ts/");
+      const t = await run(PYTHON, ["bench/tensorstore_gcs_route.py", "src", src, "dst", `ts/${stepName}`], {
         TENSORSTORE_GCS_HTTP_URL: gcs,
         TENSORSTORE_GCS_HTTP_VERSION: "1.1",
         GOOGLE_AUTH_TOKEN_FOR_TESTING: "bench",
@@ -238,7 +217,7 @@ async function gcsStep(gcs, gnode) {
     const ts = pick(rows.ts);
     const verify = convert.failed
       ? { failed: "no destination" }
-      : best(() => gnode("verify", `gs://src/${src}`, `gs://dst/o2r/${stepName}`, "--json"));
+      : await best(() => gnode("verify", `gs://src/${src}`, `gs://dst/o2r/${stepName}`, "--json"));
     if (verify.stdout !== undefined && JSON.parse(verify.stdout).failed !== 0)
       throw new Error(`verify through GCS failed:\n${verify.stdout.slice(-2000)}`);
     const per = (r) => ((r.seconds * 1000) / info.objects).toFixed(3);
@@ -249,7 +228,7 @@ async function gcsStep(gcs, gnode) {
         `  convert ÷ TensorStore: ${(convert.seconds / ts.seconds).toFixed(2)}x wall, ${(convert.rssMB / ts.rssMB).toFixed(2)}x peak RSS`,
       );
     say(`  verify through gs://: ${s(verify)}`);
-    await clear("");
+    await deletePrefix(gcs, "dst", "");
   }
 }
 
@@ -285,20 +264,20 @@ async function rootPart(gcs, gnode) {
     `\nconvert ROOT on fake-gcs-server: a root of ${ROOT_STEPS} copies of the tiny fixture step (made in ${((performance.now() - t0) / 1000).toFixed(0)} s):`,
   );
   const tracker = Buffer.from(String(last));
-  const run = (root, label) => {
-    const r = best(() => gnode("convert", `gs://src/${root}`, `gs://dst/${root}-${label}`, "--json"));
+  const convertRoot = async (root, label) => {
+    const r = await best(() => gnode("convert", `gs://src/${root}`, `gs://dst/${root}-${label}`, "--json"));
     const j = r.failed ? {} : JSON.parse(r.stdout);
     if (!r.failed && (j.step !== last || !j.committed)) throw new Error(`convert ${root} chose step ${j.step}, not ${last}`);
     return { ...r, chosenBy: j.stepChosenBy };
   };
   await upload(gcs, "src", "one/latest_checkpointed_step.txt", tracker);
   await upload(gcs, "src", "many/latest_checkpointed_step.txt", tracker);
-  const oneTracked = run("one", "t");
-  const manyTracked = run("many", "t");
+  const oneTracked = await convertRoot("one", "t");
+  const manyTracked = await convertRoot("many", "t");
   await deleteObject(gcs, "src", "one/latest_checkpointed_step.txt");
   await deleteObject(gcs, "src", "many/latest_checkpointed_step.txt");
-  const oneListed = run("one", "l");
-  const manyListed = run("many", "l");
+  const oneListed = await convertRoot("one", "l");
+  const manyListed = await convertRoot("many", "l");
   const row = (label, many, one) => say(`  ${label}: ${ROOT_STEPS} steps ${s(many)} (step chosen by ${many.chosenBy}); 1 step ${s(one)}`);
   row("with latest_checkpointed_step.txt", manyTracked, oneTracked);
   row("without it (listing, commit markers checked)", manyListed, oneListed);
