@@ -51,7 +51,7 @@ export function decodeBtreeNode(r: ByteReader, prefix: Uint8Array, transitivePat
 
   // A leaf's keys are made whole (the node's prefix in front) in place; an interior node's stay relative.
   const whole = height === 0 ? prefix : new Uint8Array(0);
-  const slabs = new KeySlabs();
+  const slabs = new KeySlabs(keyBytes(n, whole.length, prefixLengths, suffixLengths));
   const keys: Uint8Array[] = [];
   let prev: Uint8Array = new Uint8Array(0);
   for (let i = 0; i < n; i++) {
@@ -89,25 +89,37 @@ export function decodeBtreeNode(r: ByteReader, prefix: Uint8Array, transitivePat
   return { height, entries };
 }
 
-/** Bytes of the slabs that keys are cut from. */
+/** The bytes of a node's keys, each `extra` bytes (the prefix made whole) plus its own. */
+function keyBytes(n: number, extra: number, prefixLengths: readonly number[], suffixLengths: readonly number[]): number {
+  let total = 0;
+  for (let i = 0; i < n; i++) total += extra + (prefixLengths[i] as number) + (suffixLengths[i] as number);
+  return total;
+}
+
+/** Bytes of the slabs that a large node's keys are cut from. */
 const SLAB_BYTES = 1 << 20;
 
 /**
- * Keys as views of a few shared slabs, not one buffer each: a leaf of 520k keys is then a few MB of key bytes
- * and one view per key, where a buffer per key (and one more to prepend the prefix) cost several hundred
- * bytes each, held for as long as the node is cached.
+ * A node's keys as views of a few shared slabs, not one buffer each: a leaf of 520k keys is then its key
+ * bytes and one view per key, where a buffer per key (and one more to prepend the prefix) cost several
+ * hundred bytes each, held for as long as the node is cached. Slabs are at most 1 MiB and no larger than
+ * the bytes the node says are still to come (so a small node costs its own bytes), and are allocated only
+ * as keys are decoded: a node that claims more than it holds fails before it costs more than a slab.
  */
 class KeySlabs {
   private slab = new Uint8Array(0);
   private used = 0;
 
+  constructor(private left: number) {}
+
   take(length: number): Uint8Array {
     if (this.used + length > this.slab.length) {
-      this.slab = new Uint8Array(Math.max(SLAB_BYTES, length));
+      this.slab = new Uint8Array(Math.max(length, Math.min(SLAB_BYTES, this.left)));
       this.used = 0;
     }
     const key = this.slab.subarray(this.used, this.used + length);
     this.used += length;
+    this.left -= length;
     return key;
   }
 }

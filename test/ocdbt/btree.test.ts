@@ -53,6 +53,20 @@ describe("b-tree leaf nodes", () => {
     expect(Buffer.from(leafBody([], DOC_LEAF)).toString("hex")).toBe(Buffer.from(body.take(62, "body")).toString("hex"));
   });
 
+  test("a small leaf's keys hold only their own bytes (every cached node would otherwise cost a slab)", () => {
+    const entries = leaf([inline("first"), inline("x")], te.encode("baz/"));
+    for (const e of entries) expect(e.key.buffer.byteLength).toBe("baz/first".length + "baz/x".length);
+  });
+
+  test("a large leaf's keys share slabs of at most 1 MiB instead of a buffer each", () => {
+    const many = Array.from({ length: 50_000 }, (_, i) => inline(`model.decoder.layer${String(i).padStart(6, "0")}/0.0`));
+    const keys = leaf(many).map((e) => e.key);
+    const buffers = new Set(keys.map((k) => k.buffer));
+    expect(buffers.size).toBeLessThanOrEqual(2);
+    for (const b of buffers) expect(b.byteLength).toBeLessThanOrEqual(1 << 20);
+    expect(keyString(keys[49_999] as Uint8Array)).toBe("model.decoder.layer049999/0.0");
+  });
+
   test("keys get the node's implicit prefix", () => {
     expect(leaf([inline("first"), inline("x")], te.encode("baz/")).map(text)).toEqual([
       ["baz/first", ""],
