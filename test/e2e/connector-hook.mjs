@@ -173,7 +173,7 @@ async function runJob(args) {
 /** Writes task 0's progress record as a job does when it starts (src/cloud/job/reports.ts), for a hung "task". */
 async function reportRunning(s) {
   const { openStore } = await import("../../dist/src/store/open.js");
-  const { progressKey } = await import("../../dist/src/cloud/job/reports.js");
+  const { progressKey } = await import("../../dist/src/convert/work-dir.js");
   const now = new Date().toISOString();
   const group = s.group === null ? null : Number(s.group);
   const record = {
