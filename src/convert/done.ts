@@ -72,13 +72,11 @@ export async function checkObjects(
   existing: ReadonlyMap<string, ObjectInfo>,
   options: CheckOptions,
 ): Promise<Verdict[]> {
-  // None of them stored yet (a fresh group, even in a step others have filled): no records to read.
-  if (!objects.some((o) => existing.has(o.target))) return objects.map(() => ({ defect: "missing" }));
-  const stepDir = plan.destination.stepDir;
-  const records = await readRecords(destination, stepDir, plan.id, options.groups);
-  return mapLimited(objects, options.concurrency, (o) =>
-    checkObject(source, destination, o, joinKey(stepDir, o.target), existing.get(o.target), records.get(o.target), options),
-  );
+  const verdicts = new Array<Verdict>(objects.length);
+  await checkEach(plan, objects, source, destination, existing, options, (i, v) => {
+    verdicts[i] = v;
+  });
+  return verdicts;
 }
 
 /** Objects whose verdicts checkEach holds at once. */
@@ -98,6 +96,7 @@ export async function checkEach(
   each: (index: number, verdict: Verdict) => void,
 ): Promise<void> {
   const stepDir = plan.destination.stepDir;
+  // None of them stored yet (a fresh group, even in a step others have filled): no records to read.
   const stored = objects.some((o) => existing.has(o.target));
   const records = stored ? await readRecords(destination, stepDir, plan.id, options.groups) : new Map<string, Recorded>();
   for (let start = 0; start < objects.length; start += CHECK_SLICE) {
