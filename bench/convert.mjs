@@ -10,7 +10,7 @@
 // the previous run's dirty pages, so one run's writeback does not land in the next one's time. A run's
 // wall time ends when its process exits (no fsync: cp and orbax2reg leave data in the page cache;
 // TensorStore's file driver fsyncs, as it does for users). See bench/README.md.
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statfsSync, statSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statfsSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
 import {
@@ -20,6 +20,7 @@ import {
   filesUnder,
   fmt,
   freshDir,
+  fujiStep,
   mb,
   mib,
   must,
@@ -27,7 +28,6 @@ import {
   ROOT,
   say,
   sh,
-  sum,
   syncSeconds,
   timed,
 } from "./lib.mjs";
@@ -100,13 +100,7 @@ if (busyBefore > BUSY_WARN) say("  WARNING: other work is running; runs that sta
 say();
 
 // 1. The source (generated once, cached under bench/.generated/fuji-mini).
-say("Source: generating or reusing bench/.generated/fuji-mini (bench/gen_fuji.py) ...");
-const gen = must(sh(PYTHON, ["bench/gen_fuji.py"], { stdio: ["ignore", "pipe", "inherit"] }), "bench/gen_fuji.py");
-const info = JSON.parse(gen.stdout.trim().split("\n").pop());
-const STEP = resolve(info.step_dir);
-const STEP_NAME = STEP.split("/").pop();
-const sourceFiles = filesUnder(STEP);
-const SOURCE_BYTES = sum(sourceFiles.map((f) => statSync(f).size));
+const { info, dir: STEP, name: STEP_NAME, files: sourceFiles, bytes: SOURCE_BYTES } = fujiStep(PYTHON);
 const d = info.dims;
 say(
   `  ${info.step_dir}: ${info.arrays} arrays, ${sourceFiles.length} files, ${SOURCE_BYTES.toLocaleString("en-US")} B on disk ` +

@@ -13,7 +13,7 @@ import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import { relative, resolve } from "node:path";
 import { createBucket, deletePrefix, FAKE_GCS, listObjects, startEmulator, upload } from "./fake-gcs.mjs";
-import { BUSY_WARN, cpuBusy, cpuProfile, filesUnder, fmt, mb, must, profileSummary, ROOT, say, sh, sum, timed } from "./lib.mjs";
+import { BUSY_WARN, cpuBusy, cpuProfile, fmt, fujiStep, mb, must, profileSummary, ROOT, say, sh, timed } from "./lib.mjs";
 
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
@@ -58,13 +58,7 @@ say(
 );
 say();
 
-say("Source: generating or reusing bench/.generated/fuji-mini (bench/gen_fuji.py) ...");
-const gen = must(sh(PYTHON, ["bench/gen_fuji.py"], { stdio: ["ignore", "pipe", "inherit"] }), "bench/gen_fuji.py");
-const info = JSON.parse(gen.stdout.trim().split("\n").pop());
-const STEP = resolve(info.step_dir);
-const STEP_NAME = STEP.split("/").pop();
-const sourceFiles = filesUnder(STEP);
-const SOURCE_BYTES = sum(sourceFiles.map((f) => statSync(f).size));
+const { info, dir: STEP, name: STEP_NAME, files: sourceFiles, bytes: SOURCE_BYTES } = fujiStep(PYTHON);
 const largest = Math.max(...sourceFiles.map((f) => statSync(f).size));
 say(
   `  ${info.step_dir}: ${info.arrays} arrays, ${sourceFiles.length} files, ${SOURCE_BYTES.toLocaleString("en-US")} B (largest object ${fmt(mb(largest), 0)} MB)`,

@@ -58,6 +58,19 @@ export function syncSeconds() {
 // Timed runs: wall time measured here, CPU and peak RSS by GNU time (ru_maxrss of the child, which includes
 // the descendants it waited for) or, without /usr/bin/time, peak RSS by polling VmHWM of the process tree.
 
+/**
+ * The 2 GB fuji-shaped step (bench/gen_fuji.py: generated once, cached under bench/.generated/fuji-mini): the
+ * generator's record, the step's directory and name, its files and their bytes.
+ */
+export function fujiStep(python = ".venv/bin/python") {
+  say("Source: generating or reusing bench/.generated/fuji-mini (bench/gen_fuji.py) ...");
+  const gen = must(sh(python, ["bench/gen_fuji.py"], { stdio: ["ignore", "pipe", "inherit"] }), "bench/gen_fuji.py");
+  const info = JSON.parse(gen.stdout.trim().split("\n").pop());
+  const dir = resolve(info.step_dir);
+  const files = filesUnder(dir);
+  return { info, dir, name: dir.split("/").pop(), files, bytes: sum(files.map((f) => statSync(f).size)) };
+}
+
 export const GNU_TIME = existsSync("/usr/bin/time") && sh("/usr/bin/time", ["-v", "true"]).status === 0;
 
 /** `pid` and every process below it (from /proc/<pid>/task/<tid>/children). */
