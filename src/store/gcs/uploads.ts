@@ -6,7 +6,7 @@ import { crc32c } from "../../codecs/crc32c.js";
 import { StorageIoError } from "../../errors.js";
 import type { ChunkSource, CrcPoint, RangeReader } from "../chunks.js";
 import type { Answer } from "../http.js";
-import { AGAIN, TransientError } from "../retry.js";
+import { AGAIN, type Attempts, TransientError } from "../retry.js";
 import type { WriteResult } from "../store.js";
 import { crcBase64, type GcsRequest, type JsonApi, type ObjectResource, storedCrc } from "./json-api.js";
 
@@ -149,39 +149,33 @@ export class Uploads {
           });
         }
         ask = false;
-        if (a.status === 404 || a.status === 410) {
-          await a.discard();
-          return { restart: new TransientError(`the upload session is gone (${a.status})`, `http-${a.status}`) };
-        }
-        if (a.status === 308) {
-          await a.discard();
-          const now = keptBytes(a.headers);
-          if (now < kept) return { restart: new TransientError(`GCS says it has ${now} bytes of the upload, after ${kept}`, "bad-answer") };
-          if (now === kept) {
-            if (asked) return AGAIN; // nothing of the failed request arrived: send it again
-            throw new TransientError(`GCS kept none of the chunk sent at ${kept}`, "no-progress");
-          }
-          kept = now;
-          r.progressed(); // the deadline counts from here
+        const next = await sessionAnswer(a, kept, asked, r);
+        if (next === AGAIN || "restart" in next) return next;
+        if ("kept" in next) {
+          kept = next.kept;
           return AGAIN;
         }
-        const stored = await a.json<ObjectResource>();
         const written = source.total;
         if (written === undefined) {
-          return { restart: new TransientError(`GCS finished the upload at ${stored.size} bytes, before its end`, "bad-answer") };
+          return { restart: new TransientError(`GCS finished the upload at ${next.stored.size} bytes, before its end`, "bad-answer") };
         }
-        try {
-          checkStored(stored, name, written);
-        } catch (e) {
-          await this.api.deleteIf(name, path, String(stored.generation));
-          return { restart: e as TransientError };
-        }
-        return { written };
+        return await this.finished(next.stored, name, path, written);
       } catch (e) {
         ask = true;
         throw e;
       }
     });
+  }
+
+  /** A session's last answer: the object, if GCS stored what was sent; otherwise it is deleted (that generation only) and written again. */
+  private async finished(stored: ObjectResource, name: string, path: string, written: WriteResult): Promise<SessionOutcome> {
+    try {
+      checkStored(stored, name, written);
+    } catch (e) {
+      await this.api.deleteIf(name, path, String(stored.generation));
+      return { restart: e as TransientError };
+    }
+    return { written };
   }
 
   /** Opens a resumable upload session: its URI, from the Location header. */
@@ -290,37 +284,17 @@ export class Uploads {
           });
         }
         ask = false;
-        if (a.status === 404 || a.status === 410) {
-          await a.discard();
-          return { restart: new TransientError(`the upload session is gone (${a.status})`, `http-${a.status}`) };
-        }
-        if (a.status === 308) {
-          await a.discard();
-          const now = keptBytes(a.headers);
-          if (now < kept || now > size) {
-            return { restart: new TransientError(`GCS says it has ${now} bytes of the upload, after ${kept}`, "bad-answer") };
-          }
-          if (now === kept) {
-            if (asked) return AGAIN; // nothing of the failed request arrived: send it again
-            throw new TransientError(`GCS kept none of the chunk sent at ${kept}`, "no-progress");
-          }
-          kept = now;
+        const next = await sessionAnswer(a, kept, asked, r, size);
+        if (next === AGAIN || "restart" in next) return next;
+        if ("kept" in next) {
+          kept = next.kept;
           const at = reader.position;
           if (at?.at === kept) known = at; // the whole chunk: its CRC-32C is known; otherwise re-hashed from `known`
-          r.progressed(); // the deadline counts from here
           return AGAIN;
         }
-        const stored = await a.json<ObjectResource>();
         // The whole object's CRC-32C: already taken if the last chunk's bytes all went through the reader.
         await reader.seek(known, size);
-        const written = { size, crc32c: (reader.position as CrcPoint).crc };
-        try {
-          checkStored(stored, name, written);
-        } catch (e) {
-          await this.api.deleteIf(name, path, String(stored.generation));
-          return { restart: e as TransientError };
-        }
-        return { written };
+        return await this.finished(next.stored, name, path, { size, crc32c: (reader.position as CrcPoint).crc });
       } catch (e) {
         ask = true;
         throw e;
@@ -357,6 +331,40 @@ function multipartHead(boundary: string, metadata: Record<string, string>): Buff
 }
 
 const multipartTail = (boundary: string) => Buffer.from(`\r\n--${boundary}--\r\n`);
+
+/**
+ * What an answer in a resumable session (to a chunk, or to a status query if `asked`) says, for both session
+ * loops: the session is gone (404/410: the object starts over in a new one), GCS has more than `kept` (a
+ * 308's Range; the deadline counts afresh), nothing of a failed request arrived (AGAIN: send it again), or
+ * the object is written (its resource). A Range behind `kept` or past `size` is a bad answer, and a chunk of
+ * which nothing was kept a transient failure.
+ */
+async function sessionAnswer(
+  a: Answer,
+  kept: number,
+  asked: boolean,
+  r: Attempts,
+  size = Number.POSITIVE_INFINITY,
+): Promise<{ restart: TransientError } | { kept: number } | typeof AGAIN | { stored: ObjectResource }> {
+  if (a.status === 404 || a.status === 410) {
+    await a.discard();
+    return { restart: new TransientError(`the upload session is gone (${a.status})`, `http-${a.status}`) };
+  }
+  if (a.status === 308) {
+    await a.discard();
+    const now = keptBytes(a.headers);
+    if (now < kept || now > size) {
+      return { restart: new TransientError(`GCS says it has ${now} bytes of the upload, after ${kept}`, "bad-answer") };
+    }
+    if (now === kept) {
+      if (asked) return AGAIN; // nothing of the failed request arrived: send it again
+      throw new TransientError(`GCS kept none of the chunk sent at ${kept}`, "no-progress");
+    }
+    r.progressed(); // the deadline counts from here
+    return { kept: now };
+  }
+  return { stored: await a.json<ObjectResource>() };
+}
 
 /** What a 308 says GCS kept of a resumable upload: `Range: bytes=0-N` is N + 1 bytes, no Range none. */
 function keptBytes(headers: Headers): number {
