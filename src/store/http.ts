@@ -4,7 +4,7 @@
 import { type ClientRequest, Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { StorageIoError } from "../errors.js";
-import { TransientError } from "./retry.js";
+import { TransientError, transientStatus } from "./retry.js";
 
 export interface Timeouts {
   /**
@@ -282,7 +282,7 @@ function classify(e: unknown, signal: AbortSignal, path: string): unknown {
   return new TransientError(`connection failed: ${cause}`, kind);
 }
 
-/** An answer nobody asked for: 408, 429 and 5xx are transient, the rest final, with GCS's own message. */
+/** An answer nobody asked for: transient or final as retry.ts's transientStatus() says, with GCS's own message. */
 function statusError(res: Wire, text: string, path: string): Error {
   let message = text.slice(0, 300);
   try {
@@ -293,7 +293,7 @@ function statusError(res: Wire, text: string, path: string): Error {
     // not JSON: keep the text
   }
   const what = `HTTP ${res.status}${message ? ` (${message.replace(/\s+/g, " ").trim()})` : ""}`;
-  if (res.status === 408 || res.status === 429 || res.status >= 500) {
+  if (transientStatus(res.status)) {
     const after = Number(res.headers.get("retry-after"));
     return new TransientError(what, `http-${res.status}`, Number.isFinite(after) && after > 0 ? Math.min(after, 30) * 1000 : undefined);
   }

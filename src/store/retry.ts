@@ -7,6 +7,15 @@ import { StorageIoError, TransientError } from "../errors.js";
 // Where the stores take it from (the class itself is in src/errors.ts, with every other).
 export { TransientError };
 
+/**
+ * Whether an HTTP status is worth another attempt: 408 (request timeout), 429 (rate limited) and every 5xx, as
+ * Google's retry strategy says; any other status is the server's final word on the request. The one table:
+ * http.ts classifies every storage answer by it, and the cloud commands every refused API call a workflow saw.
+ */
+export function transientStatus(status: number): boolean {
+  return status === 408 || status === 429 || status >= 500;
+}
+
 export interface RetryPolicy {
   /**
    * Backoff before the first retry; it doubles on each further one... Short, because most faults are one

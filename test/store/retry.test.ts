@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { FormatError, StorageIoError } from "../../src/errors.js";
-import { AGAIN, resetRetryStats, retrying, retryingStream, retryStats, TransientError } from "../../src/store/retry.js";
+import { AGAIN, resetRetryStats, retrying, retryingStream, retryStats, TransientError, transientStatus } from "../../src/store/retry.js";
 
 const quick = { firstDelayMs: 1, maxDelayMs: 1, deadlineMs: 60_000 };
 const PATH = "gs://b/p/key";
@@ -79,5 +79,13 @@ describe("retryingStream", () => {
     }
     expect(out).toEqual(pieces);
     expect(retryStats().byKind).toEqual({ reset: 1 });
+  });
+});
+
+describe("transientStatus, the one table of HTTP statuses worth another attempt", () => {
+  it("holds 408, 429 and every 5xx, and no other status from 100 to 599", () => {
+    const transient: number[] = [];
+    for (let status = 100; status < 600; status++) if (transientStatus(status)) transient.push(status);
+    expect(transient).toEqual([408, 429, ...Array.from({ length: 100 }, (_, i) => 500 + i)]);
   });
 });

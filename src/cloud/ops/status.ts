@@ -1,6 +1,7 @@
 import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "../../convert/work-dir.js";
 import { NotFoundError, UsageError } from "../../errors.js";
 import { listSteps, parseStepName, stepDirName } from "../../orbax/step.js";
+import { transientStatus } from "../../store/retry.js";
 import { joinKey, type Store } from "../../store/store.js";
 import { mapLimited } from "../../util/budget.js";
 import { type ExecutionRef, type ExecutionSummary, type Executions, isLive, rootLabel } from "../api/executions.js";
@@ -291,7 +292,7 @@ export function retryCanHelp(error: WorkflowError | undefined): boolean {
   const tags = error?.tags ?? [];
   if (tags.includes("PermanentError") || tags.includes("ValueError")) return false;
   const code = error?.code ?? 0;
-  return !(tags.includes("HttpError") && code >= 400 && code < 500 && code !== 408 && code !== 429);
+  return !(tags.includes("HttpError") && code >= 400 && !transientStatus(code));
 }
 
 /** The progress records written for `execution`'s run (older runs' records are left out by their time). */

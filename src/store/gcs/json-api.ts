@@ -22,7 +22,7 @@ export interface GcsRequest {
   readonly headers?: Readonly<Record<string, string>>;
   /** A streamed body is made afresh for each attempt (a stream is read once). */
   readonly body?: Uint8Array | (() => AsyncIterable<Uint8Array>);
-  /** Statuses the caller handles; any other is an error (http.ts: 408, 429 and 5xx transient, the rest final). */
+  /** Statuses the caller handles; any other is an error (http.ts: transient as retry.ts's transientStatus() says, or final). */
   readonly accept: readonly number[];
   /**
    * What a 404 the caller does not handle means: no such object (NotFoundError), or, for a request on the
