@@ -50,9 +50,13 @@ cloudEvent("onCheckpointFinalized", async (event: CloudEvent<unknown>) => {
   try {
     await handleFinalized({ id: event.id, data: event.data }, await realDeps(config));
   } catch (e) {
-    // Failed: the platform redelivers the event. One line saying what failed and whether a retry can help.
+    // One line saying what failed and whether a retry can help. A function that fails is retried by its
+    // Eventarc trigger (RETRY_POLICY_RETRY), with backoff, for up to 24 h: so only what a retry can help
+    // throws; anything else (the event, or what it names, is at fault) is acknowledged by returning, or it
+    // would fail the same way for a day (https://cloud.google.com/functions/docs/writing/retries,
+    // https://cloud.google.com/eventarc/docs/retry-events).
     const { kind: errorKind, retryable, line } = classify(e);
     log.error(line, { eventId: event.id ?? null, errorKind, retryable });
-    throw e;
+    if (retryable) throw e;
   }
 });

@@ -40,9 +40,10 @@ export type TriggerOutcome = "ignored" | "waiting" | "duplicate" | "adopted" | "
  *
  * Delivery is at least once and a function may die between any two lines, or see an error from a call
  * that succeeded; a failed invocation is redelivered with backoff for up to 24 hours
- * (https://cloud.google.com/functions/docs/bestpractices/retries). So starting goes through the step's
- * claim and the executions' labels (src/cloud/trigger/start.ts). Malformed events are acknowledged; transient
- * failures throw so the platform redelivers.
+ * (https://cloud.google.com/eventarc/docs/retry-events). So starting goes through the step's claim and the
+ * executions' labels (src/cloud/trigger/start.ts). Malformed events are acknowledged; what this throws is
+ * redelivered if classify() (src/errors.ts) calls it retryable, and otherwise logged and acknowledged
+ * (functions/index.ts).
  */
 export async function handleFinalized(event: { id?: string; data?: unknown }, deps: TriggerDeps): Promise<TriggerOutcome> {
   const now = deps.now ?? Date.now;
