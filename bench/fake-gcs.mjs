@@ -1,6 +1,7 @@
 // fake-gcs-server on loopback and the few JSON API calls the benchmarks make of it:
 // buckets, uploads, listings, deletes and server-side copies. Used by bench/gcs.mjs, bench/rss.mjs and
-// bench/scale.mjs: the one place the emulator is started, and stopped when the benchmark exits or is killed.
+// bench/scale.mjs: the one place the emulator is started, and stopped (its folder removed) when the benchmark
+// exits or is killed.
 import { spawn } from "node:child_process";
 import { createReadStream, mkdirSync, rmSync, statSync } from "node:fs";
 import { request } from "node:http";
@@ -36,10 +37,25 @@ export async function startEmulator(root) {
   }
   const child = spawn(FAKE_GCS, argv, { stdio: ["ignore", "ignore", "inherit"] });
   const url = `http://127.0.0.1:${port}`;
-  const stop = () => child.exitCode === null && child.kill("SIGTERM");
-  process.on("exit", stop);
-  // Killed, the benchmark still exits (which stops the emulator) with the shell's code for that signal.
-  for (const signal of ["SIGINT", "SIGTERM"]) process.once(signal, () => process.exit(128 + os.constants.signals[signal]));
+  const running = () => child.exitCode === null && child.signalCode === null;
+  const exited = new Promise((done) => child.once("exit", done));
+  const stop = () => running() && child.kill("SIGTERM");
+  // However the benchmark ends (done, failed, or killed: see below), the emulator goes, and its folder after
+  // it. 'exit' cannot wait: SIGKILL, as its objects are dropped anyway and nothing of it may write once the
+  // folder is being removed.
+  process.on("exit", () => {
+    if (running()) child.kill("SIGKILL");
+    if (root !== undefined) rmSync(root, { recursive: true, force: true });
+  });
+  // Killed, the benchmark stops the emulator and waits for it (at most 5 s), then exits through the above with
+  // the shell's code for that signal.
+  for (const signal of ["SIGINT", "SIGTERM"]) {
+    process.once(signal, async () => {
+      stop();
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+      process.exit(128 + os.constants.signals[signal]);
+    });
+  }
   for (let i = 0; i < 300; i++) {
     try {
       if ((await fetch(`${url}/storage/v1/b`)).ok) return { url, stop };

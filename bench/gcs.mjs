@@ -9,7 +9,7 @@
 //
 // One emulator serves every run (the source is uploaded once); before each run the destination's objects are
 // deleted. --profile adds one `node --cpu-prof` orbax2reg run and prints where its main thread's time goes.
-import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import os from "node:os";
 import { relative, resolve } from "node:path";
 import { createBucket, deletePrefix, FAKE_GCS, listObjects, startEmulator, upload } from "./fake-gcs.mjs";
@@ -64,7 +64,7 @@ say(
   `  ${info.step_dir}: ${info.arrays} arrays, ${sourceFiles.length} files, ${SOURCE_BYTES.toLocaleString("en-US")} B (largest object ${fmt(mb(largest), 0)} MB)`,
 );
 
-// Stopped on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
+// Stopped, and its folder removed, on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
 const { url: GCS, stop: stopEmulator } = await startEmulator(FS_ROOT);
 const SRC = `ckpt/${STEP_NAME}`;
 await createBucket(GCS, "src");
@@ -183,5 +183,4 @@ if (flag("--profile")) {
 }
 
 await deletePrefix(GCS, "dst", "");
-stopEmulator();
-rmSync(FS_ROOT, { recursive: true, force: true });
+stopEmulator(); // its folder is removed on exit (bench/fake-gcs.mjs)

@@ -19,7 +19,7 @@ const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefi
 const chunkMib = args.includes("--chunk-mib") ? args[args.indexOf("--chunk-mib") + 1] : undefined;
 
 const fsRoot = join(GEN, "rss-gcs");
-// Stopped on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
+// Stopped, and its folder removed, on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
 const { url: endpoint, stop } = await startEmulator(fsRoot);
 
 /**
@@ -80,5 +80,4 @@ if (only !== "big") {
   row("gs:// → gs://, 2 GB step, --memory 64", await convert("gs://src/fuji/step_00001000", "gs", ["--memory", "64"]));
 }
 console.log(["", "| conversion | peak RSS | wall | CPU (user+sys) |", "|---|---:|---:|---:|", ...rows].join("\n"));
-stop();
-rmSync(fsRoot, { recursive: true, force: true });
+stop(); // its folder is removed on exit (bench/fake-gcs.mjs)

@@ -1,0 +1,52 @@
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import { removeScratch, scratch } from "../helpers/convert.js";
+
+// bench/fake-gcs.mjs's emulator, started by a stand-in benchmark that writes an object and then waits (or
+// fails): however the benchmark ends, the emulator stops and its filesystem backend's folder is removed.
+
+afterAll(() => removeScratch());
+
+const BENCHMARK = `
+const { createBucket, startEmulator, upload } = await import("./bench/fake-gcs.mjs");
+const { url } = await startEmulator(process.argv[1]);
+await createBucket(url, "bench");
+await upload(url, "bench", "o", new Uint8Array(1000));
+console.log(url);
+if (process.argv[2] === "fail") throw new Error("the benchmark failed");
+setInterval(() => {}, 1000);
+`;
+
+/** Runs the stand-in until it prints the emulator's URL, then `end`s it; its exit code and that URL. */
+function run(root: string, end: "SIGINT" | "SIGTERM" | "fail"): Promise<{ code: number | null; url: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", BENCHMARK, root, end], { stdio: ["ignore", "pipe", "pipe"] });
+    let url = "";
+    child.stdout.on("data", (b: Buffer) => {
+      url += b.toString();
+      if (url.endsWith("\n") && end !== "fail") {
+        expect(existsSync(root)).toBe(true);
+        child.kill(end);
+      }
+    });
+    child.once("error", reject);
+    child.once("exit", (code) => resolve({ code, url: url.trim() }));
+  });
+}
+
+describe("the benchmarks' fake-gcs-server", () => {
+  test.each([
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+    ["fail", 1],
+  ] as const)("a benchmark ended by %s (exit %i) stops the emulator and removes its folder", async (end, code) => {
+    const root = join(scratch("fake-gcs"), "fs");
+    const r = await run(root, end);
+    expect(r.code).toBe(code);
+    expect(r.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(existsSync(root)).toBe(false);
+    await expect(fetch(`${r.url}/storage/v1/b`)).rejects.toThrow();
+  });
+});
