@@ -2,8 +2,8 @@
 // (apple/axlearn, axlearn/common/checkpointer.py, Checkpointer._run_garbage_collection); the expected lists below
 // are what that function deletes for the same committed steps. Then the deletion itself, on a local directory and
 // on fake-gcs-server, and through the finalize job.
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeEach, describe, expect, test } from "vitest";
 import { runJob } from "../../../jobs/main.js";
 import type { ConversionEvent } from "../../../src/cloud/api/events.js";
@@ -23,6 +23,7 @@ import { LocalStore } from "../../../src/store/local.js";
 import { openStore } from "../../../src/store/open.js";
 import type { Store } from "../../../src/store/store.js";
 import { fixtureCase, removeScratch, scratch } from "../../helpers/convert.js";
+import { watchDeletes } from "../../helpers/deletes.js";
 import { emulatorStorage, newBucket } from "../../helpers/gcs.js";
 
 afterAll(removeScratch);
@@ -104,41 +105,17 @@ async function populate(store: Store): Promise<void> {
   for (const [k, v] of Object.entries(LAYOUT)) await store.write(k, enc(v));
 }
 
+/** A store at `location` holding converted (committed) `steps`. */
+async function withConverted(location: string, steps: number[]): Promise<Store> {
+  const store = await openStore(location);
+  for (const s of steps) for (const [k, v] of Object.entries(convertedKeys(s, true))) await store.write(k, enc(v));
+  return store;
+}
+
 async function keysOf(store: Store): Promise<string[]> {
   const out: string[] = [];
   for await (const o of store.list("")) out.push(o.key);
   return out.sort();
-}
-
-/**
- * The store, with every deletion recorded in order (plain, or of one version on a store with versions); `onDelete`
- * runs before each.
- */
-function recording(store: Store, onDelete: (key: string) => Promise<void> = async () => {}): { store: Store; deleted: string[] } {
-  const deleted: string[] = [];
-  const versioned = store.versioned;
-  const proxy = new Proxy(store, {
-    get(target, prop) {
-      if (prop === "delete")
-        return async (key: string) => {
-          await onDelete(key);
-          deleted.push(key);
-          return target.delete(key);
-        };
-      if (prop === "versioned" && versioned !== undefined)
-        return {
-          ...versioned,
-          delete: async (key: string, version: string) => {
-            await onDelete(key);
-            deleted.push(key);
-            return versioned.delete(key, version);
-          },
-        };
-      const v = Reflect.get(target, prop, target);
-      return typeof v === "function" ? v.bind(target) : v;
-    },
-  });
-  return { store: proxy, deleted };
 }
 
 const stepsPresent = (keys: string[]) => [...new Set(keys.map((k) => k.split("/")[0]))].sort();
@@ -158,7 +135,7 @@ for (const backend of ["a local directory", "GCS (fake-gcs-server)"] as const) {
 
     test("keep_last_n=2, keep_every_n_steps=3 deletes steps 2, 3 and 5, index first, each logged and announced", async () => {
       const events: ConversionEvent[] = [];
-      const { store: spy, deleted } = recording(store);
+      const { store: spy, deleted } = watchDeletes(store);
       const pruned = await pruneConverted(spy, 7, policy(2, 3), log(), async (e) => {
         events.push(e);
       });
@@ -192,7 +169,7 @@ for (const backend of ["a local directory", "GCS (fake-gcs-server)"] as const) {
 
     test("the step being written (a plan, no index) is neither counted nor touched, even while it is written to", async () => {
       const writes: string[] = [];
-      const { store: spy, deleted } = recording(store, async () => {
+      const { store: spy, deleted } = watchDeletes(store, async () => {
         // The conversion of step 8 keeps writing while older steps are pruned.
         const key = `${stepDirName(8)}/gda/model/w/1.${writes.length}`;
         writes.push(key);
@@ -217,7 +194,7 @@ for (const backend of ["a local directory", "GCS (fake-gcs-server)"] as const) {
     });
 
     test("both rules off delete nothing and read nothing", async () => {
-      const { store: spy, deleted } = recording(store);
+      const { store: spy, deleted } = watchDeletes(store);
       expect(await pruneConverted(spy, 7, policy(null, null), log())).toEqual([]);
       expect(deleted).toEqual([]);
       expect((await keysOf(store)).length).toBe(Object.keys(LAYOUT).length);
@@ -225,7 +202,7 @@ for (const backend of ["a local directory", "GCS (fake-gcs-server)"] as const) {
 
     test("a step taken over (--force) while being pruned keeps what its new owner wrote, uncommitted", async () => {
       const taken = stepDirName(1);
-      const { store: spy } = recording(store, async (key) => {
+      const { store: spy } = watchDeletes(store, async (key) => {
         if (key === `${taken}/index`) await store.write(`${taken}/${PLAN_KEY}`, enc(planText(1, "forced")));
       });
       const pruned = await pruneConverted(spy, 7, policy(2, null), log());
@@ -244,29 +221,10 @@ describe("pruning on GCS deletes only the generations it listed", () => {
   // lost answer, or a delete that comes after someone rewrote the object, cannot remove a newer one. (fake-gcs-server
   // ignores ifGenerationMatch on DELETE, so what is checked here is that every delete asks for it.)
   test("every delete carries ifGenerationMatch with the generation the listing saw, none is unconditional", async () => {
-    const store = await openStore(`gs://${await newBucket("retention")}/regular`);
-    for (const s of range(1, 3)) for (const [k, v] of Object.entries(convertedKeys(s, true))) await store.write(k, enc(v));
+    const store = await withConverted(`gs://${await newBucket("retention")}/regular`, range(1, 3));
     const generations = new Map<string, string | undefined>();
     for await (const o of store.list("")) generations.set(o.key, o.version);
-    const versioned = store.versioned;
-    if (versioned === undefined) throw new Error("a GCS store has versions");
-    const asked: [string, string][] = [];
-    const plain: string[] = [];
-    const watched = new Proxy(store, {
-      get(target, prop) {
-        if (prop === "delete") return async (key: string) => void plain.push(key);
-        if (prop === "versioned")
-          return {
-            ...versioned,
-            delete: (key: string, version: string) => {
-              asked.push([key, version]);
-              return versioned.delete(key, version);
-            },
-          };
-        const v = Reflect.get(target, prop, target);
-        return typeof v === "function" ? v.bind(target) : v;
-      },
-    });
+    const { store: watched, plain, versioned: asked } = watchDeletes(store);
     const pruned = await pruneConverted(
       watched,
       3,
@@ -285,13 +243,8 @@ describe("pruning on GCS deletes only the generations it listed", () => {
 describe("pruning on GCS stays inside the destination root", () => {
   test("objects beside the root (a sibling prefix sharing its name's start) are untouched", async () => {
     const bucket = await newBucket("retention");
-    const root = await openStore(`gs://${bucket}/ckpt/regular`);
-    const sibling = await openStore(`gs://${bucket}/ckpt/regular-old`);
-    for (const s of range(1, 3))
-      for (const [k, v] of Object.entries(convertedKeys(s, true))) {
-        await root.write(k, enc(v));
-        await sibling.write(k, enc(v));
-      }
+    const root = await withConverted(`gs://${bucket}/ckpt/regular`, range(1, 3));
+    await withConverted(`gs://${bucket}/ckpt/regular-old`, range(1, 3));
     await pruneConverted(
       root,
       3,
@@ -308,7 +261,7 @@ describe("a pruning failure", () => {
   test("is logged at ERROR and does not fail the finalize step; the other steps are still pruned", async () => {
     const store = await openStore(scratch("retention"));
     await populate(store);
-    const { store: failing } = recording(store, async (key) => {
+    const { store: failing } = watchDeletes(store, async (key) => {
       if (key.startsWith(`${stepDirName(3)}/gda/`)) throw new Error("403 permission denied (injected)");
     });
     const lines: Record<string, unknown>[] = [];
@@ -377,15 +330,10 @@ describe("the finalize job (runJob) with ORBAX2REG_KEEP_LAST_N", () => {
   /** Converted steps 10, 20, 30 from earlier runs, as files. */
   const earlier = [10, 20, 30];
 
-  beforeEach(() => {
+  beforeEach(async () => {
     destination = scratch("retention-job");
     lines = [];
-    for (const s of earlier) {
-      for (const [k, v] of Object.entries(convertedKeys(s, true))) {
-        mkdirSync(dirname(join(destination, k)), { recursive: true });
-        writeFileSync(join(destination, k), v);
-      }
-    }
+    await withConverted(destination, earlier);
   });
 
   async function convert(extra: Record<string, string>): Promise<number> {

@@ -6,38 +6,13 @@ import { describe, expect, test } from "vitest";
 import type { Executions } from "../../../src/cloud/api/executions.js";
 import { postDeployCheck, type Stage } from "../../../src/cloud/ops/check.js";
 import { openStore } from "../../../src/store/open.js";
-import type { Store } from "../../../src/store/store.js";
+import { type WatchedDeletes, watchDeletes } from "../../helpers/deletes.js";
 import { emulatorStorage, newBucket } from "../../helpers/gcs.js";
-
-/** The store, with its plain deletes and its deletes of one version recorded (and done). */
-function watched(store: Store, plain: string[], asked: [string, string][]): Store {
-  const versioned = store.versioned;
-  return new Proxy(store, {
-    get(target, prop) {
-      if (prop === "delete")
-        return (key: string) => {
-          plain.push(key);
-          return target.delete(key);
-        };
-      if (prop === "versioned" && versioned !== undefined)
-        return {
-          ...versioned,
-          delete: (key: string, version: string) => {
-            asked.push([key, version]);
-            return versioned.delete(key, version);
-          },
-        };
-      const v = Reflect.get(target, prop, target);
-      return typeof v === "function" ? v.bind(target) : v;
-    },
-  });
-}
 
 describe("cloud check's clean-up", () => {
   test("deletes the uploaded checkpoint after a failed stage, each object at the generation listed", async () => {
     const bucket = await newBucket("check");
-    const plain: string[] = [];
-    const asked: [string, string][] = [];
+    const gcs: WatchedDeletes[] = [];
     const stages: Stage[] = [];
     const noExecution: Executions = {
       start: async () => "",
@@ -54,8 +29,12 @@ describe("cloud check's clean-up", () => {
       { bucket, prefix: "runs", workflow: "w", eventsTopic: undefined, keep: false, triggerTimeoutMs: 0, convertTimeoutMs: 0, pollMs: 1 },
       {
         executions: noExecution,
-        openStore: async (location) =>
-          location.startsWith("gs://") ? watched(await openStore(location), plain, asked) : openStore(location),
+        openStore: async (location) => {
+          if (!location.startsWith("gs://")) return openStore(location);
+          const w = watchDeletes(await openStore(location));
+          gcs.push(w);
+          return w.store;
+        },
         subscribe: async () => {
           throw new Error("not called");
         },
@@ -71,7 +50,8 @@ describe("cloud check's clean-up", () => {
       ["trigger", false],
       ["cleanup", true],
     ]);
-    expect(plain).toEqual([]);
+    expect(gcs.flatMap((w) => w.plain)).toEqual([]);
+    const asked = gcs.flatMap((w) => w.versioned);
     expect(asked.length).toBeGreaterThan(10);
     expect(asked.every(([, generation]) => /^[0-9]+$/.test(generation))).toBe(true);
     const [left] = await emulatorStorage().bucket(bucket).getFiles({ prefix: "runs/" });
