@@ -1,5 +1,8 @@
 // Runs workflows on the Workflows emulator (tools/workflows-emulator/wfemu.py) through its Executions REST API,
 // for the tests in this directory.
+import { join, resolve } from "node:path";
+import { inject } from "vitest";
+import { startWorkflows } from "../e2e/emulators.js";
 import type { Running } from "../helpers/servers.js";
 
 export const PROJECT = "test-project";
@@ -41,4 +44,51 @@ export async function runWorkflow(emulator: Running, id: string, argument: unkno
     if (Date.now() > deadline) throw new Error(`${name} still ACTIVE after ${timeoutMs / 1000} s`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+export interface ConvertWorkflowOptions {
+  readonly groups: number;
+  /** Where conversion events go (they are appended to `work`/events.jsonl); none: no events. */
+  readonly eventsTopic?: string;
+  /** More of the hook's environment (E2E_HANG_LIMIT_MS, E2E_POLL_HOLD_MS...). */
+  readonly env?: Readonly<Record<string, string>>;
+  /** More emulator options (--fast-clock...). */
+  readonly args?: readonly string[];
+  /** The emulator's log, in `work` (default workflows.log). */
+  readonly log?: string;
+}
+
+/**
+ * workflows/convert.yaml on the emulator with the user_env_vars terraform/modules/orbax2reg/workflow.tf sets
+ * (at most 3 groups in parallel), its connector calls played by test/e2e/connector-hook.mjs: real job processes
+ * against fake-gcs-server. The hook's logs (hooks.jsonl, jobs.jsonl) and the faults file it reads on every call
+ * (faults.json) are in `work`.
+ */
+export function startConvertWorkflow(work: string, o: ConvertWorkflowOptions): Promise<Running> {
+  return startWorkflows(
+    {
+      workflowsDir: "workflows",
+      hooks: resolve("test/e2e/hooks.yaml"),
+      userEnv: {
+        ORBAX2REG_PROJECT: PROJECT,
+        ORBAX2REG_REGION: LOCATION,
+        ORBAX2REG_PLAN_JOB: "orbax2reg-plan",
+        ORBAX2REG_GROUP_JOB: "orbax2reg-convert-group",
+        ORBAX2REG_FINALIZE_JOB: "orbax2reg-finalize",
+        ORBAX2REG_EVENTS_TOPIC: o.eventsTopic ?? "",
+        ORBAX2REG_MAX_PARALLEL_GROUPS: "3",
+        ORBAX2REG_GROUPS: String(o.groups),
+      },
+      env: {
+        ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint"),
+        E2E_HOOK_LOG: join(work, "hooks.jsonl"),
+        E2E_JOB_LOG: join(work, "jobs.jsonl"),
+        E2E_FAULTS: join(work, "faults.json"),
+        ...(o.eventsTopic ? { E2E_PUBSUB_LOG: join(work, "events.jsonl") } : {}),
+        ...o.env,
+      },
+      ...(o.args ? { args: o.args } : {}),
+    },
+    join(work, o.log ?? "workflows.log"),
+  );
 }

@@ -1,13 +1,12 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { failureKey } from "../../src/convert/work-dir.js";
-import { startWorkflows } from "../e2e/emulators.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
-import { PROJECT, runWorkflow } from "./emulator.js";
+import { PROJECT, runWorkflow, startConvertWorkflow } from "./emulator.js";
 
 // workflows/convert.yaml on the Workflows emulator when Google's APIs misbehave: the Cloud Run connector answers
 // HTTP 5xx or 4xx, a job execution never finishes, publishing an event fails, an old failure report lies
@@ -25,31 +24,7 @@ const file = (name: string) => join(work, name);
 
 beforeAll(async () => {
   work = scratch("wf-faults");
-  emulator = await startWorkflows(
-    {
-      workflowsDir: "workflows",
-      hooks: resolve("test/e2e/hooks.yaml"),
-      // What terraform/modules/orbax2reg/workflow.tf sets.
-      userEnv: {
-        ORBAX2REG_PROJECT: PROJECT,
-        ORBAX2REG_REGION: "us-central1",
-        ORBAX2REG_PLAN_JOB: "orbax2reg-plan",
-        ORBAX2REG_GROUP_JOB: "orbax2reg-convert-group",
-        ORBAX2REG_FINALIZE_JOB: "orbax2reg-finalize",
-        ORBAX2REG_EVENTS_TOPIC: TOPIC,
-        ORBAX2REG_MAX_PARALLEL_GROUPS: "3",
-        ORBAX2REG_GROUPS: String(GROUPS),
-      },
-      env: {
-        ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint"),
-        E2E_HOOK_LOG: file("hooks.jsonl"),
-        E2E_JOB_LOG: file("jobs.jsonl"),
-        E2E_FAULTS: file("faults.json"),
-        E2E_PUBSUB_LOG: file("events.jsonl"),
-      },
-    },
-    file("workflows.log"),
-  );
+  emulator = await startConvertWorkflow(work, { groups: GROUPS, eventsTopic: TOPIC });
 }, 60_000);
 
 afterAll(async () => {

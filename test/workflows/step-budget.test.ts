@@ -1,12 +1,12 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { stringify } from "yaml";
 import { startWorkflows } from "../e2e/emulators.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
-import { PROJECT, runWorkflow } from "./emulator.js";
+import { runWorkflow, startConvertWorkflow } from "./emulator.js";
 
 // An execution may run at most 100,000 steps (https://cloud.google.com/workflows/quotas); past that it fails
 // with a ResourceLimitError no except catches, leaving its job executions running and no conversion.failed
@@ -148,33 +148,13 @@ describe("the emulator's step count", () => {
 describe("convert.yaml's step budget", () => {
   let convert: Running;
   beforeAll(async () => {
-    convert = await startWorkflows(
-      {
-        workflowsDir: "workflows",
-        hooks: resolve("test/e2e/hooks.yaml"),
-        userEnv: {
-          ORBAX2REG_PROJECT: PROJECT,
-          ORBAX2REG_REGION: "us-central1",
-          ORBAX2REG_PLAN_JOB: "orbax2reg-plan",
-          ORBAX2REG_GROUP_JOB: "orbax2reg-convert-group",
-          ORBAX2REG_FINALIZE_JOB: "orbax2reg-finalize",
-          ORBAX2REG_EVENTS_TOPIC: "",
-          ORBAX2REG_MAX_PARALLEL_GROUPS: "3",
-          ORBAX2REG_GROUPS: String(GROUPS),
-        },
-        env: {
-          ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint"),
-          E2E_HOOK_LOG: file("hooks.jsonl"),
-          E2E_JOB_LOG: file("jobs.jsonl"),
-          E2E_FAULTS: file("faults.json"),
-          // The week passes on the emulator's clock; the hung execution outlasts it in real time.
-          E2E_HANG_LIMIT_MS: "600000",
-          E2E_POLL_HOLD_MS: "0",
-        },
-        args: ["--fast-clock"],
-      },
-      file("convert.log"),
-    );
+    convert = await startConvertWorkflow(work, {
+      groups: GROUPS,
+      // The week passes on the emulator's clock; the hung execution outlasts it in real time.
+      env: { E2E_HANG_LIMIT_MS: "600000", E2E_POLL_HOLD_MS: "0" },
+      args: ["--fast-clock"],
+      log: "convert.log",
+    });
   }, 60_000);
   afterAll(async () => {
     await convert?.stop();
