@@ -8,7 +8,7 @@
 // Requests and answers are streamed through untouched otherwise; a connection the testbench cuts is cut on the
 // client's side too, and close() cuts everything still open.
 import { createServer, type IncomingMessage, request, type ServerResponse } from "node:http";
-import type { Socket } from "node:net";
+import { listenOnLoopback, viaProxy } from "./loopback.js";
 import { prng } from "./proxy.js";
 
 /** An instruction, and how the testbench takes it. */
@@ -99,7 +99,6 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
   const upstream = new URL(o.upstream);
   const random = prng(o.seed);
   const stats = { requests: 0, instructed: {} as Record<string, number>, uploadBytes: 0 };
-  const sockets = new Set<Socket>();
   let given = 0;
   let skipped = 0;
   let self = ""; // this proxy's URL, once it listens
@@ -145,9 +144,8 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
         const up = request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers }, (answer) => {
           if (!o.rawErrors && instruction?.via === "retry-test" && (answer.statusCode ?? 0) >= 400) return flattened(answer, res);
           // A resumable upload's session URI names the testbench: relayUploads makes its chunks come through here.
-          const location = answer.headers.location;
-          if (o.relayUploads && location?.startsWith(upstream.origin))
-            answer.headers.location = self + location.slice(upstream.origin.length);
+          const location = o.relayUploads ? viaProxy(answer.headers.location, upstream, self) : undefined;
+          if (location !== undefined) answer.headers.location = location;
           res.writeHead(answer.statusCode ?? 502, answer.headers);
           answer.pipe(res);
           // The testbench cut the connection mid-answer: so does the proxy, so the client sees a reset too.
@@ -165,24 +163,9 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
       () => cut(),
     );
   });
-  server.on("connection", (s: Socket) => {
-    sockets.add(s);
-    s.on("close", () => sockets.delete(s));
-  });
-  server.keepAliveTimeout = 5_000;
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  if (typeof address !== "object" || address === null) throw new Error("instruction proxy: no address");
-  self = `http://127.0.0.1:${address.port}`;
-  return {
-    url: self,
-    stats,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
+  const listening = await listenOnLoopback(server, "instruction proxy");
+  self = listening.url;
+  return { url: self, stats, close: listening.close };
 }
 
 /**

@@ -3,7 +3,7 @@
 // seeded PRNG (the same seed, the same faults for the same request sequence) or forced by rules; every fault
 // is counted, every socket and timer is closed by close(), and it listens on 127.0.0.1 only.
 import { createServer, type IncomingMessage, request, type ServerResponse } from "node:http";
-import type { Socket } from "node:net";
+import { listenOnLoopback, viaProxy } from "./loopback.js";
 
 export const FAULT_KINDS = [
   "503", // answered 503 without reaching the server
@@ -73,7 +73,6 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
   // What the server confirmed of each resumable upload session (its last 308's Range), by upload_id.
   const kept = new Map<string, string | undefined>();
   const log: { method: string; url: string; range?: string; contentRange?: string }[] = [];
-  const sockets = new Set<Socket>();
   const timers = new Set<NodeJS.Timeout>();
   const open = new Set<ServerResponse>();
 
@@ -163,7 +162,8 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
             const headers = { ...answer.headers };
             if (session !== undefined && answer.statusCode === 308) kept.set(session, answer.headers.range);
             // An upload session's URI names the server: made to name the proxy, so that its chunks pass here too.
-            if (headers.location?.startsWith(upstream.origin)) headers.location = url + headers.location.slice(upstream.origin.length);
+            const location = viaProxy(headers.location, upstream, url);
+            if (location !== undefined) headers.location = location;
             const opened = /[?&]upload_id=([^&]+)/.exec(headers.location ?? "")?.[1];
             if (opened !== undefined) kept.set(opened, undefined);
             delete headers["transfer-encoding"];
@@ -218,15 +218,8 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
       up.end(body);
     });
   });
-  server.on("connection", (s: Socket) => {
-    sockets.add(s);
-    s.on("close", () => sockets.delete(s));
-  });
-  server.keepAliveTimeout = 5_000;
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address();
-  if (typeof address !== "object" || address === null) throw new Error("fault proxy: no address");
-  const url = `http://127.0.0.1:${address.port}`;
+  const listening = await listenOnLoopback(server, "fault proxy");
+  const url = listening.url;
 
   return {
     url,
@@ -237,12 +230,10 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
       if (c.rates) rates = c.rates;
       if (c.rules) rules = c.rules.map((r) => ({ ...r, left: r.times ?? Number.POSITIVE_INFINITY }));
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const t of timers) clearTimeout(t);
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
+    close: () => {
+      for (const t of timers) clearTimeout(t);
+      return listening.close();
+    },
   };
 }
 
