@@ -56,10 +56,16 @@ export async function serve(name: string, command: string, args: string[], port:
     env: { ...process.env, ...o.env },
     stdio: ["ignore", o.logFile ? "pipe" : "ignore", o.logFile ? "pipe" : "inherit"],
   });
+  // Stopped means its log is complete on disk: 'exit' can come before the pipes are drained, so the log ends
+  // once both are closed ('close'), and stop() waits for that (a test reads the log right after stopping it).
+  let logWritten: Promise<void> = Promise.resolve();
   if (o.logFile) {
     const log = createWriteStream(o.logFile, { flags: "a" });
-    child.stdout?.pipe(log);
-    child.stderr?.pipe(log);
+    child.stdout?.pipe(log, { end: false });
+    child.stderr?.pipe(log, { end: false });
+    logWritten = new Promise((resolve) => {
+      child.once("close", () => log.end(resolve));
+    });
   }
   let exited: number | null | undefined;
   child.once("exit", (code) => {
@@ -81,16 +87,19 @@ export async function serve(name: string, command: string, args: string[], port:
     url,
     port,
     pid: child.pid as number,
-    stop: (signal = "SIGTERM") =>
-      new Promise<void>((resolve) => {
-        if (exited !== undefined) return resolve();
-        const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
-        child.once("exit", () => {
-          clearTimeout(timer);
-          resolve();
+    stop: async (signal = "SIGTERM") => {
+      if (exited === undefined)
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(() => child.kill("SIGKILL"), 5_000);
+          child.once("exit", () => {
+            clearTimeout(timer);
+            resolve();
+          });
+          child.kill(signal);
         });
-        child.kill(signal);
-      }),
+      // Bounded: a child of the server that outlives it would hold the pipes open.
+      await Promise.race([logWritten, new Promise((r) => setTimeout(r, 5_000).unref())]);
+    },
   };
 }
 
