@@ -194,11 +194,12 @@ describe("workflows/convert.yaml's helpers on the strict emulator", () => {
     expect(run.result).toEqual({ text: { message: "hi", n: 1 }, map: { message: "hi", n: 1 } });
   });
 
-  test("the retry predicate retries 5xx and 429 (code kept), timeouts and failed executions; never a 4xx or a permanent error", async () => {
+  test("the retry predicate retries 5xx, 429 and 408 (code kept), timeouts and failed executions; never another 4xx or a permanent error", async () => {
     const errors = {
       http500: { tags: ["HttpError"], code: 500 },
       http502: { tags: ["HttpError"], code: 502 },
       http429: { tags: ["HttpError"], code: 429 },
+      http408: { tags: ["HttpError"], code: 408 },
       http400: { tags: ["HttpError"], code: 400 },
       http_no_code: { tags: ["HttpError"] },
       permanent: { tags: ["PermanentError"] },
@@ -221,6 +222,7 @@ describe("workflows/convert.yaml's helpers on the strict emulator", () => {
       http500: true,
       http502: true,
       http429: true,
+      http408: true,
       http400: false,
       http_no_code: false,
       permanent: false,
