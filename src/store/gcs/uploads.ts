@@ -121,6 +121,7 @@ export class Uploads {
   private async session(name: string, path: string, chunk: number, source: ChunkSource): Promise<SessionOutcome> {
     const uri = await this.startSession(name, path);
     let kept = 0; // bytes GCS confirmed
+    let sent = 0; // the furthest byte sent in this session: GCS cannot have more
     let ask = false; // the last request failed: ask GCS what it has before sending more
     return this.api.retrying<SessionOutcome>("resumable upload", path, async (r) => {
       try {
@@ -139,6 +140,7 @@ export class Uploads {
         } else {
           const { bytes, last } = await source.take(kept, chunk);
           const end = kept + bytes.length;
+          sent = Math.max(sent, end);
           a = await this.api.send({
             method: "PUT",
             to: { session: uri },
@@ -149,7 +151,7 @@ export class Uploads {
           });
         }
         ask = false;
-        const next = await sessionAnswer(a, kept, asked, r);
+        const next = await sessionAnswer(a, kept, asked, r, sent);
         if (next === AGAIN || "restart" in next) return next;
         if ("kept" in next) {
           kept = next.kept;
@@ -258,6 +260,7 @@ export class Uploads {
     const uri = await this.startSession(name, path);
     let known: CrcPoint = START; // the CRC-32C of the bytes GCS confirmed, as far as it was taken
     let kept = 0; // bytes GCS confirmed
+    let sent = 0; // the furthest byte sent in this session: GCS cannot have more
     let ask = false; // the last request failed: ask GCS what it has before sending more
     return this.api.retrying<SessionOutcome>("resumable upload", path, async (r) => {
       try {
@@ -274,6 +277,7 @@ export class Uploads {
         } else {
           await reader.seek(known, kept);
           const n = Math.min(chunk, size - kept);
+          sent = Math.max(sent, kept + n);
           a = await this.api.send({
             method: "PUT",
             to: { session: uri },
@@ -284,7 +288,7 @@ export class Uploads {
           });
         }
         ask = false;
-        const next = await sessionAnswer(a, kept, asked, r, size);
+        const next = await sessionAnswer(a, kept, asked, r, sent);
         if (next === AGAIN || "restart" in next) return next;
         if ("kept" in next) {
           kept = next.kept;
@@ -336,15 +340,15 @@ const multipartTail = (boundary: string) => Buffer.from(`\r\n--${boundary}--\r\n
  * What an answer in a resumable session (to a chunk, or to a status query if `asked`) says, for both session
  * loops: the session is gone (404/410: the object starts over in a new one), GCS has more than `kept` (a
  * 308's Range; the deadline counts afresh), nothing of a failed request arrived (AGAIN: send it again), or
- * the object is written (its resource). A Range behind `kept` or past `size` is a bad answer, and a chunk of
- * which nothing was kept a transient failure.
+ * the object is written (its resource). A Range behind `kept` or past the bytes `sent` in the session is a bad
+ * answer, and a chunk of which nothing was kept a transient failure.
  */
 async function sessionAnswer(
   a: Answer,
   kept: number,
   asked: boolean,
   r: Attempts,
-  size = Number.POSITIVE_INFINITY,
+  sent: number,
 ): Promise<{ restart: TransientError } | { kept: number } | typeof AGAIN | { stored: ObjectResource }> {
   if (a.status === 404 || a.status === 410) {
     await a.discard();
@@ -353,7 +357,7 @@ async function sessionAnswer(
   if (a.status === 308) {
     await a.discard();
     const now = keptBytes(a.headers);
-    if (now < kept || now > size) {
+    if (now < kept || now > sent) {
       return { restart: new TransientError(`GCS says it has ${now} bytes of the upload, after ${kept}`, "bad-answer") };
     }
     if (now === kept) {
