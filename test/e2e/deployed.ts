@@ -68,8 +68,11 @@ function substitute(map: Obj, where: string): Obj {
   return out;
 }
 
-/** Evaluates what the example root deploys with these tfvars (on top of its defaults). */
-export async function deployedSettings(tfvars: Record<string, unknown>): Promise<Deployed> {
+/**
+ * Evaluates what the example root deploys with these tfvars (on top of its defaults), its module block given
+ * `moduleArgs` besides its own (module variables the example does not expose, as a user would set them there).
+ */
+export async function deployedSettings(tfvars: Record<string, unknown>, moduleArgs: Record<string, unknown> = {}): Promise<Deployed> {
   const fn = first(
     first(first(first((await block(`${MODULE}/function.tf`)).resource as Obj).google_cloudfunctions2_function).on_checkpoint),
   );
@@ -120,7 +123,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>): Promise
   writeFileSync(
     join(dir, "main.tf.json"),
     JSON.stringify({
-      module: { orbax2reg: { ...moduleCall, source: "./module" } },
+      module: { orbax2reg: { ...moduleCall, ...moduleArgs, source: "./module" } },
       output: Object.fromEntries(
         ["function_env", "workflow_env", "workflow_name", "job_env"].map((o) => [o, { value: `\${module.orbax2reg.${o}}` }]),
       ),

@@ -2,6 +2,7 @@
 // for the tests in this directory.
 import { join, resolve } from "node:path";
 import { inject } from "vitest";
+import { deployedSettings } from "../e2e/deployed.js";
 import { startWorkflows } from "../e2e/emulators.js";
 import type { Running } from "../helpers/servers.js";
 
@@ -59,26 +60,22 @@ export interface ConvertWorkflowOptions {
 }
 
 /**
- * workflows/convert.yaml on the emulator with the user_env_vars terraform/modules/orbax2reg/workflow.tf sets
- * (at most 3 groups in parallel), its connector calls played by test/e2e/connector-hook.mjs: real job processes
- * against fake-gcs-server. The hook's logs (hooks.jsonl, jobs.jsonl) and the faults file it reads on every call
- * (faults.json) are in `work`.
+ * workflows/convert.yaml on the emulator with the user_env_vars terraform deploys (evaluated from terraform/ by
+ * test/e2e/deployed.ts, never retyped: `groups` and at most 3 groups in parallel set in the module block; only
+ * the events topic is the test's own, or none), its connector calls played by test/e2e/connector-hook.mjs: real
+ * job processes against fake-gcs-server. The hook's logs (hooks.jsonl, jobs.jsonl) and the faults file it
+ * reads on every call (faults.json) are in `work`.
  */
-export function startConvertWorkflow(work: string, o: ConvertWorkflowOptions): Promise<Running> {
+export async function startConvertWorkflow(work: string, o: ConvertWorkflowOptions): Promise<Running> {
+  const deployed = await deployedSettings(
+    { project_id: PROJECT, region: LOCATION, checkpoint_bucket: "ckpts", function_source_bucket: "functions-src" },
+    { groups: o.groups, max_parallel_groups: 3 },
+  );
   return startWorkflows(
     {
       workflowsDir: "workflows",
       hooks: resolve("test/e2e/hooks.yaml"),
-      userEnv: {
-        ORBAX2REG_PROJECT: PROJECT,
-        ORBAX2REG_REGION: LOCATION,
-        ORBAX2REG_PLAN_JOB: "orbax2reg-plan",
-        ORBAX2REG_GROUP_JOB: "orbax2reg-convert-group",
-        ORBAX2REG_FINALIZE_JOB: "orbax2reg-finalize",
-        ORBAX2REG_EVENTS_TOPIC: o.eventsTopic ?? "",
-        ORBAX2REG_MAX_PARALLEL_GROUPS: "3",
-        ORBAX2REG_GROUPS: String(o.groups),
-      },
+      userEnv: { ...deployed.workflowEnv, ORBAX2REG_EVENTS_TOPIC: o.eventsTopic ?? "" },
       env: {
         ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint"),
         E2E_HOOK_LOG: join(work, "hooks.jsonl"),
