@@ -1,6 +1,6 @@
 import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, test, vi } from "vitest";
 import type { StepRow, StepStatus } from "../../src/cloud/ops/status.js";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { type CliResult, runBin, runBinAsync } from "../helpers/cli.js";
@@ -9,6 +9,10 @@ import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
 import { type Deployed, deployedSettings } from "./deployed.js";
 import { startDeployedWorkflow, startRunApi } from "./emulators.js";
+
+// Each test waits on workflow retries with real backoff and several processes per job: ~10-25 s on an idle
+// machine, up to 5x that when the 2 cores are shared (seen in the full suite). A deadline, not a timing check.
+vi.setConfig({ testTimeout: 180_000 });
 
 // `orbax2reg cloud status | start | backfill | cancel` against the pipeline on loopback: the real
 // workflows/convert.yaml on the Workflows emulator, the job entry point as local processes
@@ -83,7 +87,7 @@ async function status(bucket: string, step?: number): Promise<StepRow[]> {
   return JSON.parse(r.stdout) as StepRow[];
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 90_000): Promise<T> {
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 180_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe();

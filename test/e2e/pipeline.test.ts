@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { PubSub } from "@google-cloud/pubsub";
 import { ExecutionsClient, type protos } from "@google-cloud/workflows";
 import { PassThroughClient } from "google-auth-library";
-import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, test, vi } from "vitest";
 import type { ConversionEvent } from "../../src/cloud/api/events.js";
 import { executionLabels } from "../../src/cloud/api/executions.js";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
@@ -13,6 +13,10 @@ import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
 import { type Deployed, deployedSettings } from "./deployed.js";
 import { startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
+
+// Each test waits on workflow retries with real backoff and several processes per job: ~10-25 s on an idle
+// machine, up to 5x that when the 2 cores are shared (seen in the full suite). A deadline, not a timing check.
+vi.setConfig({ testTimeout: 180_000 });
 
 // The whole Google Cloud pipeline on loopback, no cloud project: a real Orbax checkpoint lands in a
 // fake-gcs-server bucket, its finalize events go to the trigger function served by the real
