@@ -194,6 +194,9 @@ function drained(req: ClientRequest): Promise<void> {
   });
 }
 
+/** The largest body discard() reads to its end rather than closing the connection. */
+const DRAIN_LIMIT = 64 << 10;
+
 function bodyOf(
   res: Wire,
   controller: AbortController,
@@ -211,12 +214,28 @@ function bodyOf(
       arm(stallMs);
       // Leaving this loop early (the consumer stopped) cancels the response stream, closing the request.
       // The stall clock runs only while we wait for the server: a consumer that takes a while with a piece (an
-      // upload streaming it, waiting for its chunk's answer) is not a stalled download.
-      for await (const piece of res.pieces) {
-        seen += piece.length;
-        hold();
-        yield piece;
-        arm(stallMs);
+      // upload streaming it, waiting for its chunk's answer) is not a stalled download. With the announced last
+      // byte in hand, the end is read before that piece is handed on: a consumer that stops at it (a ranged
+      // read of exactly its length) then leaves a complete response, whose connection goes back to the pool,
+      // where an unfinished one would be destroyed (a new connection, and a TLS handshake, per download).
+      const it = res.pieces[Symbol.asyncIterator]();
+      let finished = false;
+      try {
+        let r = await it.next();
+        while (!r.done) {
+          const piece = r.value;
+          seen += piece.length;
+          // All announced bytes here: a failure after them costs the connection, not the body.
+          const next = seen === expected ? await it.next().catch(() => ({ done: true as const, value: undefined })) : undefined;
+          if (next?.done) finished = true;
+          hold();
+          yield piece;
+          arm(stallMs);
+          r = next ?? (await it.next());
+        }
+        finished = true;
+      } finally {
+        if (!finished) await it.return?.();
       }
     } catch (e) {
       throw classify(e, controller.signal, path);
@@ -258,6 +277,18 @@ function bodyOf(
       }
     },
     discard: async () => {
+      // A short body (a 308's, a session's) is read to its end, so that its connection is kept; a longer one (a
+      // download given up) closes it.
+      if (expected !== undefined && expected <= DRAIN_LIMIT) {
+        try {
+          for await (const _ of body()) {
+            // dropped
+          }
+          return;
+        } catch {
+          // the connection failed: nothing to keep
+        }
+      }
       disarm();
       await res.cancel();
     },

@@ -149,6 +149,24 @@ describe("resumable uploads", () => {
     expect((await s.stat("ranged-small-copy"))?.crc32c).toBe(w.crc32c);
   });
 
+  test("at the default chunk, an object streamed from a ranged source is one request up to 32 MiB, where a stream that cannot be re-read goes in 8 MiB chunks", async () => {
+    const size = 20 * MiB;
+    const s = store({});
+    await s.write("ranged-default", pattern(size));
+    const uploads = (from: number) =>
+      proxy.log
+        .slice(from)
+        .filter((r) => isUpload(r.method, r.url))
+        .map((r) => (/uploadType=multipart/.test(r.url) ? "multipart" : isChunk(r.method, r.url) ? "chunk" : "session"));
+    const from = proxy.log.length;
+    await s.write("ranged-default-copy", s.readStream("ranged-default", 0, size));
+    expect(uploads(from)).toEqual(["multipart"]);
+    const again = proxy.log.length;
+    await s.write("buffered-default-copy", pattern(size));
+    expect(uploads(again)).toEqual(["session", "chunk", "chunk", "chunk"]);
+    expect((await s.stat("ranged-default-copy"))?.crc32c).toBe((await s.stat("buffered-default-copy"))?.crc32c);
+  });
+
   test("an upload session that expired (410) restarts the object from its first byte in a new session", async () => {
     const size = 3 * MiB;
     resetRetryStats();

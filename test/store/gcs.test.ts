@@ -1,4 +1,5 @@
-import { beforeAll, describe, expect, test } from "vitest";
+import { connect, createServer } from "node:net";
+import { beforeAll, describe, expect, inject, test } from "vitest";
 import { DestinationError, NotFoundError } from "../../src/errors.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { openStore } from "../../src/store/open.js";
@@ -33,6 +34,38 @@ describe("GcsStore on fake-gcs-server", () => {
     }
     expect(Buffer.concat(pieces).equals(data)).toBe(true);
     expect(retryStats().retries).toBe(0);
+  });
+
+  test("ranged downloads read to their length and resumable chunks' answers leave their connections open for the next request", async () => {
+    // A TCP proxy in front of the emulator counts the connections the store opens.
+    const target = new URL(inject("gcsEndpoint"));
+    let connections = 0;
+    const proxy = createServer((client) => {
+      connections++;
+      const upstream = connect(Number(target.port), target.hostname);
+      client.pipe(upstream).pipe(client);
+      const close = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on("error", close).on("close", close);
+      upstream.on("error", close).on("close", close);
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    try {
+      const port = (proxy.address() as { port: number }).port;
+      const client = { ...emulatorStorage(), apiEndpoint: `http://127.0.0.1:${port}`, customEndpoint: true };
+      const counted = new GcsStore(bucket, "root/kept", undefined, client, { chunkBytes: 256 << 10 });
+      const data = Uint8Array.from({ length: 1 << 20 }, (_, i) => (i * 13) & 0xff);
+      await counted.write("source", data);
+      const before = connections;
+      // Each copy: a ranged download consumed to exactly its length, a resumable session, four chunks.
+      for (let i = 0; i < 4; i++) await counted.write(`copy-${i}`, counted.readStream("source", 0, data.length));
+      expect(Buffer.from(await counted.read("copy-3")).equals(data)).toBe(true);
+      expect(connections - before).toBeLessThanOrEqual(2);
+    } finally {
+      proxy.close();
+    }
   });
 
   test("a missing object is a NotFoundError naming its gs:// URL", async () => {
