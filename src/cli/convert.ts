@@ -1,5 +1,14 @@
 import { cloudRunTask } from "../cloud/api/env.js";
-import { convert, finalizePhase, groupPhase, loadGroup, type PlanPhaseOptions, planPhase, sliceOf, taskParts } from "../convert/convert.js";
+import {
+  convert,
+  finalizePhase,
+  groupPhase,
+  loadGroup,
+  type PlanPhaseOptions,
+  planPhase,
+  taskObjects,
+  taskParts,
+} from "../convert/convert.js";
 import type { ExecuteOptions } from "../convert/execute.js";
 import { readPart } from "../convert/ownership.js";
 import type { Plan } from "../convert/plan-format.js";
@@ -173,7 +182,7 @@ export async function runConvertGroup(
   // The task's parts read once ahead for the bar's totals (a part at a time: the cost of the task's own objects).
   const scope = { bytes: 0, objectsPerArray: new Map<string, number>() };
   for (const slice of taskParts(plan, o.group, taskIndex ?? 0, taskCount ?? 1)) {
-    progressScope(sliceOf(await readPart(destination, plan, slice.ref), slice), scope);
+    progressScope(taskObjects(await readPart(destination, plan, slice.ref), slice), scope);
   }
   const progress = new ConvertProgress(scope, out.isTTY, (line) => out.writeErr(`${line}\n`));
   const report = await groupPhase(dest, step, o.group, { ...executeOptions(o, progress), taskIndex, taskCount });

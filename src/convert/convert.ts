@@ -156,7 +156,7 @@ export function taskParts(plan: Pick<PlanHead, "groups" | "partObjects">, group:
 }
 
 /** Objects of `part`'s task share, given taskParts' slice. */
-export const sliceOf = (part: PlanPart, slice: { from: number; to: number }): readonly PlannedObject[] =>
+export const taskObjects = (part: PlanPart, slice: { from: number; to: number }): readonly PlannedObject[] =>
   slice.from === 0 && slice.to === part.objects.length ? part.objects : part.objects.slice(slice.from, slice.to);
 
 /** One group's objects (or one task's share), a part of the plan at a time. */
@@ -173,7 +173,7 @@ export async function writeGroup(
   const report: ExecuteReport = { objects: 0, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
   for (const slice of taskParts(plan, group, task, count)) {
     const part = await readPart(destination, plan, slice.ref);
-    add(report, await executePart(part, sliceOf(part, slice), source, destination, options, new Map()));
+    add(report, await executePart(part, taskObjects(part, slice), source, destination, options, new Map()));
   }
   report.seconds = (Date.now() - started) / 1000;
   await destination.write(
