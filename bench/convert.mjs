@@ -178,8 +178,18 @@ say();
 
 // 4. Store operations of orbax2reg: the plan, the destination, and a counted in-process run.
 const o2rStep = join(DEST.orbax2reg, STEP_NAME);
-// The plan on record: its head (`.orbax2reg/plan.json`) and parts, as finalize reads them.
-const { plan } = await (await import("../dist/src/convert/convert.js")).loadPlan(DEST.orbax2reg, Number(STEP_NAME.slice(5)));
+/** The plan on record (its head, `.orbax2reg/plan.json`, and commit part) and every object of its parts, in order. */
+async function planWithObjects(dest, step) {
+  const { loadPlan } = await import("../dist/src/convert/convert.js");
+  const { readPart } = await import("../dist/src/convert/ownership.js");
+  const { partsOf } = await import("../dist/src/convert/finalize.js");
+  const loaded = await loadPlan(dest, step);
+  const parts = [];
+  for (const ref of partsOf(loaded.plan)) parts.push(await readPart(loaded.destination, loaded.plan, ref));
+  return { ...loaded, parts, objects: parts.flatMap((p) => p.objects) };
+}
+const { plan: head, objects: planObjects } = await planWithObjects(DEST.orbax2reg, Number(STEP_NAME.slice(5)));
+const plan = { ...head, objects: planObjects };
 const destFiles = filesUnder(o2rStep);
 const chunkObjects = plan.objects.filter((o) => !/(^|\/)\.z(array|attrs|group)$|zarr\.json$/.test(o.target));
 const rangedChunks = chunkObjects.filter((o) => o.data.kind === "range");
@@ -187,7 +197,7 @@ const transforms = {};
 for (const o of plan.objects) transforms[o.transform] = (transforms[o.transform] ?? 0) + 1;
 
 async function countedRun() {
-  const { planPhase, loadPlan } = await import("../dist/src/convert/convert.js");
+  const { planPhase } = await import("../dist/src/convert/convert.js");
   const { executeObjects, DEFAULT_EXECUTE } = await import("../dist/src/convert/execute.js");
   const { finalize } = await import("../dist/src/convert/finalize.js");
   const { CountingStore } = await import("../dist/src/store/counting.js");
@@ -195,11 +205,13 @@ async function countedRun() {
   freshDir(dest);
   const opts = { groups: 1, paramsOnly: false, allowUncommitted: false, force: false, dryRun: false };
   await planPhase(STEP, dest, opts);
-  const loaded = await loadPlan(dest, plan.step);
+  const loaded = await planWithObjects(dest, plan.step);
   const source = new CountingStore(loaded.source, { log: true });
   const destination = new CountingStore(loaded.destination);
-  // The CLI's defaults (concurrency 16, 256 MiB) are DEFAULT_EXECUTE.
-  await executeObjects(loaded.plan, loaded.plan.objects, source, destination, DEFAULT_EXECUTE);
+  // The CLI's defaults (concurrency 16, 256 MiB) are DEFAULT_EXECUTE; a part of the plan at a time.
+  for (const part of loaded.parts) {
+    await executeObjects(part, part.objects, source, destination, { ...DEFAULT_EXECUTE, part: { group: part.group, part: part.part } });
+  }
   await finalize(loaded.plan, source, destination);
   rmSync(dest, { recursive: true, force: true });
   return { source: source.counts, destination: destination.counts, ranges: source.ranges };

@@ -1,15 +1,26 @@
 import { cloudRunTask } from "../cloud/api/env.js";
-import { convert, finalizePhase, groupPhase, loadGroup, type PlanPhaseOptions, planPhase } from "../convert/convert.js";
+import {
+  convert,
+  finalizePhase,
+  groupPhase,
+  loadGroup,
+  type PlanPhaseOptions,
+  planPhase,
+  taskObjects,
+  taskParts,
+} from "../convert/convert.js";
 import type { ExecuteOptions } from "../convert/execute.js";
+import { readPart } from "../convert/ownership.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../defaults.js";
 import { UsageError } from "../errors.js";
 import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
+import { chunkGrid, product } from "../zarr/metadata.js";
 import { formatBytes } from "./format.js";
 import type { Output } from "./output.js";
-import { ConvertProgress, CountProgress } from "./progress.js";
+import { ConvertProgress, CountProgress, type ProgressScope, progressScope } from "./progress.js";
 
 export interface ConvertCliOptions {
   step?: number;
@@ -42,6 +53,13 @@ function planSummary(plan: Plan) {
     files: plan.files.length,
     groups: plan.groups.map((g, i) => ({ group: i, arrays: g.arrays, objects: g.end - g.start, bytes: g.bytes })),
   };
+}
+
+/** A whole conversion's progress scope, from the plan's arrays: each writes its `.zarray` and every chunk of its grid. */
+function wholeScope(plan: Plan): ProgressScope {
+  const objectsPerArray = new Map<string, number>();
+  for (const a of plan.arrays) objectsPerArray.set(`gda/${a.path}`, 1 + product(chunkGrid(a)));
+  return { bytes: plan.totals.bytes, objectsPerArray };
 }
 
 function planOptions(o: ConvertCliOptions): PlanPhaseOptions {
@@ -87,7 +105,7 @@ export async function runConvert(source: string, dest: string, given: ConvertCli
     ...executeOptions(o, undefined),
     onObject: (e) => progress?.object(e.target, e.bytes),
     onPlan: (plan) => {
-      progress = new ConvertProgress(plan.objects, out.isTTY, (line) => out.writeErr(`${line}\n`));
+      progress = new ConvertProgress(wholeScope(plan), out.isTTY, (line) => out.writeErr(`${line}\n`));
     },
   });
   progress?.stop();
@@ -155,13 +173,18 @@ export async function runConvertGroup(
   out: Output,
 ): Promise<number> {
   const step = requireStep(o.step);
-  const { plan } = await loadGroup(dest, step, o.group);
-  const progress = new ConvertProgress(plan.objects, out.isTTY, (line) => out.writeErr(`${line}\n`));
+  const { plan, destination } = await loadGroup(dest, step, o.group);
   // Run as a Cloud Run job task, the CLI splits the group as the job does: the flags default to the task's
   // index and count (0 and 1 elsewhere). The environment is read only when a flag leaves it to.
   const task = o.taskIndex !== undefined && o.taskCount !== undefined ? undefined : cloudRunTask(process.env);
   const taskIndex = o.taskIndex ?? task?.index;
   const taskCount = o.taskCount ?? task?.count;
+  // The task's parts read once ahead for the bar's totals (a part at a time: the cost of the task's own objects).
+  const scope = { bytes: 0, objectsPerArray: new Map<string, number>() };
+  for (const slice of taskParts(plan, o.group, taskIndex ?? 0, taskCount ?? 1)) {
+    progressScope(taskObjects(await readPart(destination, plan, slice.ref), slice), scope);
+  }
+  const progress = new ConvertProgress(scope, out.isTTY, (line) => out.writeErr(`${line}\n`));
   const report = await groupPhase(dest, step, o.group, { ...executeOptions(o, progress), taskIndex, taskCount });
   progress.stop();
   if (o.json) out.stdout(JSON.stringify(report, null, 2));

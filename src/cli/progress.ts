@@ -31,6 +31,23 @@ class Every {
   }
 }
 
+/** What a conversion will write: its bytes, and how many objects each array (`gda/<path>`) has. */
+export interface ProgressScope {
+  readonly bytes: number;
+  readonly objectsPerArray: ReadonlyMap<string, number>;
+}
+
+/** The scope of `objects`, and of more objects given later to the same scope (a part at a time). */
+export function progressScope(objects: Iterable<PlannedObject>, into?: { bytes: number; objectsPerArray: Map<string, number> }) {
+  const scope = into ?? { bytes: 0, objectsPerArray: new Map<string, number>() };
+  for (const o of objects) {
+    scope.bytes += dataLength(o.data);
+    const array = arrayOf(o.target);
+    scope.objectsPerArray.set(array, (scope.objectsPerArray.get(array) ?? 0) + 1);
+  }
+  return scope;
+}
+
 /**
  * Conversion progress: a bar on a terminal (bytes, arrays, MB/s, ETA); elsewhere a JSON line on stderr
  * every few seconds, which logs and scripts can parse.
@@ -45,16 +62,15 @@ export class ConvertProgress {
   private readonly totalBytes: number;
   private readonly totalArrays: number;
 
+  /** `scope`: the objects to be converted, or their bytes and how many objects each array has (progressScope). */
   constructor(
-    objects: readonly PlannedObject[],
+    scope: readonly PlannedObject[] | ProgressScope,
     tty: boolean,
     private readonly writeLine: (line: string) => void,
   ) {
-    this.totalBytes = objects.reduce((s, o) => s + dataLength(o.data), 0);
-    for (const o of objects) {
-      const array = arrayOf(o.target);
-      this.remaining.set(array, (this.remaining.get(array) ?? 0) + 1);
-    }
+    const { bytes, objectsPerArray } = Array.isArray(scope) ? progressScope(scope as readonly PlannedObject[]) : (scope as ProgressScope);
+    this.totalBytes = bytes;
+    for (const [array, n] of objectsPerArray) this.remaining.set(array, n);
     this.totalArrays = this.remaining.size;
     if (tty) {
       this.bar = new cliProgress.SingleBar(

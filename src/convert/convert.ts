@@ -3,16 +3,18 @@ import { openStep, requireCommitted, stepDirName } from "../orbax/step.js";
 import { openStore, overlaps, resolveLocation } from "../store/open.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
-import { type FinalizeReport, finalize } from "./finalize.js";
-import { claimStep, readGroupPlan, readPlan, retreat } from "./ownership.js";
+import { checkPart, type FinalizeReport, finalize, partsOf, Shortfall } from "./finalize.js";
+import { claimStep, confirmOwner, readPart, readPlan, retreat } from "./ownership.js";
 import { buildPlan } from "./plan.js";
-import { type GroupPlan, type Plan, type PlanHead, type PlannedObject, parsePlan } from "./plan-format.js";
+import { type PartRef, type Plan, type PlanHead, type PlannedObject, type PlanPart, parsePlan, partRanges } from "./plan-format.js";
 import type { Recorded } from "./records.js";
 import { groupReportKey, PLAN_KEY } from "./work-dir.js";
 
 export interface PlanPhaseOptions {
   readonly step?: number;
   readonly groups: number;
+  /** Objects per part of the plan (plan.ts's default by the number of groups when not given). */
+  readonly partObjects?: number;
   readonly paramsOnly: boolean;
   readonly allowUncommitted: boolean;
   /** Take the destination step over from whatever conversion holds it (see ownership.ts). */
@@ -58,10 +60,11 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
   // The canonical spelling (gs:// names without empty segments) is what the plan records and writers use.
   const destination = await openStore(destinationRoot);
   return settling(destination, async () => {
-    const plan = await buildPlan(source, destination.url.replace(/\/+$/, ""), options);
+    const draft = await buildPlan(source, destination.url.replace(/\/+$/, ""), options);
+    const plan = draft.plan;
     await assertNoOverlap(describe(source.store, source.stepDir), describe(destination, plan.destination.stepDir));
     if (options.dryRun) return { plan, reused: false, committed: false };
-    const claim = await claimStep(destination, plan, options.force);
+    const claim = await claimStep(destination, draft, options.force);
     return claim.kind === "new"
       ? { plan, reused: false, committed: false }
       : { plan: claim.plan, reused: true, committed: claim.committed };
@@ -99,23 +102,24 @@ async function loadHead(destinationRoot: string | Store, step: number): Promise<
   return { head, destination, source };
 }
 
-/** Reads the whole plan a `plan` phase wrote for `step` under `destinationRoot` (every group's part). */
+/** Reads the plan a `plan` phase wrote for `step` under `destinationRoot`: its head and commit part, no objects. */
 export async function loadPlan(destinationRoot: string, step: number): Promise<{ plan: Plan; destination: Store; source: Store }> {
   const { head, destination, source } = await loadHead(destinationRoot, step);
   return { plan: await readPlan(destination, head), destination, source };
 }
 
-/** Reads the head of the plan for `step` and group `group`'s part of it: what a convert-group needs. */
+/** Reads the head of the plan for `step` and checks that it has group `group`: what a convert-group starts from. */
 export async function loadGroup(
   destinationRoot: string | Store,
   step: number,
   group: number,
-): Promise<{ plan: GroupPlan; destination: Store; source: Store }> {
-  const { head, destination, source } = await loadHead(destinationRoot, step);
-  if (!Number.isSafeInteger(group) || group < 0 || group >= head.groups.length) {
-    throw new UsageError(`group ${group} does not exist (the plan has groups 0..${head.groups.length - 1})`);
+): Promise<{ plan: PlanHead; destination: Store; source: Store }> {
+  const loaded = await loadHead(destinationRoot, step);
+  const groups = loaded.head.groups.length;
+  if (!Number.isSafeInteger(group) || group < 0 || group >= groups) {
+    throw new UsageError(`group ${group} does not exist (the plan has groups 0..${groups - 1})`);
   }
-  return { plan: await readGroupPlan(destination, head, group), destination, source };
+  return { plan: loaded.head, destination: loaded.destination, source: loaded.source };
 }
 
 export interface GroupPhaseOptions extends ExecuteOptions {
@@ -126,8 +130,8 @@ export interface GroupPhaseOptions extends ExecuteOptions {
 
 /**
  * Phase 2: writes one group's objects (or one task's share of them). Any number run at once. Reads the
- * plan's head and the group's own part, lists only the directories it writes to and reads only its
- * group's records: its cost does not grow with the other groups'.
+ * plan's head and the group's own parts, one at a time, lists only the directories it writes to and reads
+ * only its parts' records: its cost does not grow with the other groups'.
  */
 export async function groupPhase(
   destinationRoot: string | Store,
@@ -136,23 +140,42 @@ export async function groupPhase(
   options: GroupPhaseOptions = DEFAULT_EXECUTE,
 ): Promise<ExecuteReport & { group: number }> {
   const { plan, destination, source } = await loadGroup(destinationRoot, step, group);
-  return settling(destination, () => writeGroup(plan, source, destination, options));
+  return settling(destination, () => writeGroup(plan, group, source, destination, options));
 }
 
-/** One group's objects (or one task's share), read from the group's own part of the plan. */
+/** The parts of task `task` of `count` of group `group`, each with the slice of its objects the task writes. */
+export function taskParts(plan: Pick<PlanHead, "groups" | "partObjects">, group: number, task: number, count: number) {
+  if (task < 0 || task >= count) throw new UsageError(`task index ${task} is outside 0..${count - 1}`);
+  const g = plan.groups[group] as { start: number; end: number };
+  const size = g.end - g.start;
+  const from = Math.floor((size * task) / count);
+  const to = Math.floor((size * (task + 1)) / count);
+  return partRanges(plan, group)
+    .filter((r) => r.end > from && r.start < to)
+    .map((r) => ({ ref: { group, part: r.part }, from: Math.max(from, r.start) - r.start, to: Math.min(to, r.end) - r.start }));
+}
+
+/** Objects of `part`'s task share, given taskParts' slice. */
+export const taskObjects = (part: PlanPart, slice: { from: number; to: number }): readonly PlannedObject[] =>
+  slice.from === 0 && slice.to === part.objects.length ? part.objects : part.objects.slice(slice.from, slice.to);
+
+/** One group's objects (or one task's share), a part of the plan at a time. */
 export async function writeGroup(
-  plan: GroupPlan,
+  plan: PlanHead,
+  group: number,
   source: Store,
   destination: Store,
   options: GroupPhaseOptions,
 ): Promise<ExecuteReport & { group: number }> {
-  const group = plan.group;
   const count = options.taskCount ?? 1;
   const task = options.taskIndex ?? 0;
-  if (task < 0 || task >= count) throw new UsageError(`task index ${task} is outside 0..${count - 1}`);
-  const size = plan.objects.length;
-  const objects = plan.objects.slice(Math.floor((size * task) / count), Math.floor((size * (task + 1)) / count));
-  const report = await executeObjects(plan, objects, source, destination, { ...options, groupOf: () => group });
+  const started = Date.now();
+  const report: ExecuteReport = { objects: 0, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
+  for (const slice of taskParts(plan, group, task, count)) {
+    const part = await readPart(destination, plan, slice.ref);
+    add(report, await executePart(part, taskObjects(part, slice), source, destination, options, new Map()));
+  }
+  report.seconds = (Date.now() - started) / 1000;
   await destination.write(
     joinKey(plan.destination.stepDir, groupReportKey(group, task, count)),
     new TextEncoder().encode(JSON.stringify({ group, task, ...report })),
@@ -160,14 +183,33 @@ export async function writeGroup(
   return { group, ...report };
 }
 
-/** Which group of `plan` each of its objects is in (by identity: the plan's own object records). */
-export function groupsOf(plan: Plan): (o: PlannedObject) => number {
-  if (plan.groups.length <= 1) return () => 0;
-  const group = new Map<PlannedObject, number>();
-  plan.groups.forEach((g, i) => {
-    for (let j = g.start; j < g.end; j++) group.set(plan.objects[j] as PlannedObject, i);
+function add(total: ExecuteReport, r: ExecuteReport): void {
+  total.objects += r.objects;
+  total.written += r.written;
+  total.skipped += r.skipped;
+  total.bytesWritten += r.bytesWritten;
+}
+
+/**
+ * Writes `objects` of `part` (filling `trusted`), then makes sure the plan is still on record: if another
+ * conversion took the step over meanwhile, what this part wrote is removed (objects of earlier parts were
+ * written before the last such check, so the takeover's own clearing of the step removed them).
+ */
+async function executePart(
+  part: PlanPart,
+  objects: readonly PlannedObject[],
+  source: Store,
+  destination: Store,
+  options: ExecuteOptions,
+  trusted: Map<string, Recorded>,
+): Promise<ExecuteReport> {
+  const ref: PartRef = { group: part.group, part: part.part };
+  const report = await executeObjects(part, objects, source, destination, { ...options, trusted, part: ref });
+  await confirmOwner(destination, part).catch(async (e) => {
+    if (e instanceof ConflictError) await retreat(destination, part.destination.stepDir, [...trusted.keys()]);
+    throw e;
   });
-  return (o) => group.get(o) ?? 0;
+  return report;
 }
 
 /** Phase 3: checks completeness, copies iterator files and writes the index last (see finalize for `beforeCommit`). */
@@ -177,7 +219,10 @@ export async function finalizePhase(
   beforeCommit?: () => Promise<void>,
 ): Promise<FinalizeReport & { plan: Plan }> {
   const { plan, destination, source } = await loadPlan(destinationRoot, step);
-  return settling(destination, async () => ({ plan, ...(await finalize(plan, source, destination, new Map(), beforeCommit)) }));
+  return settling(destination, async () => ({
+    plan,
+    ...(await finalize(plan, source, destination, beforeCommit === undefined ? {} : { beforeCommit })),
+  }));
 }
 
 export interface ConvertResult {
@@ -189,7 +234,11 @@ export interface ConvertResult {
   readonly finalize: FinalizeReport | undefined;
 }
 
-/** All three phases in one process: what `orbax2reg convert` does. */
+/**
+ * All three phases in one process: what `orbax2reg convert` does. A part of the plan at a time is read,
+ * written and checked (trusting what this process wrote: not read back), then dropped; finalize then
+ * commits without checking the parts again.
+ */
 export async function convert(
   sourceLocation: string,
   destinationRoot: string,
@@ -201,15 +250,18 @@ export async function convert(
   const destination = await openStore(destinationRoot);
   const source = await openStore(plan.source.root);
   return settling(destination, async () => {
-    // Even a committed step is checked object by object (and a damaged object rewritten): the objects this
-    // run wrote or checked are handed to finalize, which does not read them back.
-    const trusted = new Map<string, Recorded>();
-    const execute = await executeObjects(plan, plan.objects, source, destination, { ...options, trusted, groupOf: groupsOf(plan) });
-    const done = await finalize(plan, source, destination, trusted).catch(async (e) => {
-      // Taken over (--force) after our last object: what we wrote must not linger in the new owner's step.
-      if (e instanceof ConflictError) await retreat(destination, plan.destination.stepDir, [...trusted.keys()]);
-      throw e;
-    });
+    // Even a committed step is checked object by object (and a damaged object rewritten).
+    const started = Date.now();
+    const execute: ExecuteReport = { objects: 0, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
+    const shortfall = new Shortfall();
+    for (const ref of partsOf(plan)) {
+      const part = await readPart(destination, plan, ref);
+      const trusted = new Map<string, Recorded>();
+      add(execute, await executePart(part, part.objects, source, destination, options, trusted));
+      await checkPart(part, source, destination, trusted, shortfall);
+    }
+    execute.seconds = (Date.now() - started) / 1000;
+    const done = await finalize(plan, source, destination, { checked: shortfall });
     return { plan, reused, alreadyConverted: committed && execute.written === 0 && !done.indexWritten, execute, finalize: done };
   });
 }

@@ -1,6 +1,6 @@
 import { joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
-import type { PlanHead, PlannedObject } from "./plan-format.js";
+import type { PartRef, PlanHead, PlannedObject } from "./plan-format.js";
 import { type Recorded, type Records, readRecords, sourceCrc, storedCrc } from "./records.js";
 
 /**
@@ -27,8 +27,8 @@ export interface CheckOptions {
    * writer killed before recording them: resume). Without it such an object is "unrecorded".
    */
   readonly adopt?: boolean;
-  /** Plan groups whose records vouch for `objects` (only theirs are read); all of the plan's by default. */
-  readonly groups?: readonly number[];
+  /** The part of the plan `objects` are of: its records vouch for them (only its are read). */
+  readonly part: PartRef;
 }
 
 /** The objects under the destination step directory, keyed by their key relative to it. */
@@ -83,8 +83,8 @@ export async function checkObjects(
 const CHECK_SLICE = 4096;
 
 /**
- * checkObjects for a whole step (finalize): each verdict is handed to `each` with the object's index, a slice
- * at a time, so that memory holds one slice's verdicts and not one per object of the step.
+ * checkObjects handing each verdict to `each` with the object's index, a slice at a time, so that memory
+ * holds one slice's verdicts and not one per object.
  */
 export async function checkEach(
   plan: Pick<PlanHead, "id" | "destination">,
@@ -98,7 +98,7 @@ export async function checkEach(
   const stepDir = plan.destination.stepDir;
   // None of them stored yet (a fresh group, even in a step others have filled): no records to read.
   const stored = objects.some((o) => existing.has(o.target));
-  const records = stored ? await readRecords(destination, stepDir, plan.id, options.groups) : new Map<string, Recorded>();
+  const records = stored ? await readRecords(destination, stepDir, plan.id, options.part) : new Map<string, Recorded>();
   for (let start = 0; start < objects.length; start += CHECK_SLICE) {
     const slice = objects.slice(start, start + CHECK_SLICE);
     const verdicts = await mapLimited(slice, options.concurrency, (o) =>

@@ -6,7 +6,7 @@ import { parseZarrMetadata, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { type Batch, coalesce, sliceOf } from "./coalesce.js";
 import { checkObjects, listTargets, type Verdict } from "./done.js";
 import { OwnerWatch, retreat } from "./ownership.js";
-import { dataLength, type ExecutionPlan, type PlannedObject } from "./plan-format.js";
+import { dataLength, type ExecutionPlan, type PartRef, type PlannedObject } from "./plan-format.js";
 import { type Recorded, RecordLog } from "./records.js";
 import { HANDLERS, type Run, STREAM_RESERVE } from "./transforms.js";
 
@@ -22,8 +22,11 @@ export interface ExecuteOptions {
    * same process need not read those objects back.
    */
   readonly trusted?: Map<string, Recorded>;
-  /** The plan group each object belongs to (its record goes there, and only those groups' are read); 0 by default. */
-  readonly groupOf?: (o: PlannedObject) => number;
+}
+
+/** Where the objects of one executeObjects call are in the plan: their records go there, and only its are read. */
+export interface ExecutePart {
+  readonly part: PartRef;
 }
 
 /**
@@ -44,7 +47,7 @@ export interface ExecuteReport {
 }
 
 /**
- * Writes `objects` (a slice of `plan.objects`) into the destination step. Objects already present with
+ * Writes `objects` (part `options.part` of the plan, or a slice of it) into the destination step. Objects already present with
  * their planned size are skipped, so a crashed or repeated run resumes. Each object is made by its
  * transform's handler (transforms.ts); small ranges of one data file are read together (coalesce.ts);
  * large objects stream from the ranged read to the write; a byte budget bounds memory.
@@ -54,19 +57,17 @@ export async function executeObjects(
   objects: readonly PlannedObject[],
   source: Store,
   destination: Store,
-  options: ExecuteOptions,
+  options: ExecuteOptions & ExecutePart,
 ): Promise<ExecuteReport> {
   const started = Date.now();
   const writer = new Writer(plan, source, destination, options, objects.length);
   const todo: PlannedObject[] = [];
-  // Only the directories this run writes to, and only its groups' records: a group's cost is its own.
+  // Only the directories this run writes to, and only its part's records: a part's cost is its own.
   const existing = await listTargets(destination, plan.destination.stepDir, objects);
-  const groups = new Set<number>();
-  for (const o of objects) groups.add(writer.groupOf(o));
   const verdicts = await checkObjects(plan, objects, source, destination, existing, {
     concurrency: options.concurrency,
     adopt: true,
-    groups: [...groups],
+    part: options.part,
   });
   objects.forEach((o, i) => {
     const v = verdicts[i] as Verdict;
@@ -99,23 +100,21 @@ class Writer {
   /** Tasks started and not yet settled; the first failure among all of them. */
   private readonly running = new Set<Promise<void>>();
   private failure: { reason: unknown } | undefined;
-  readonly groupOf: (o: PlannedObject) => number;
 
   constructor(
     private readonly plan: ExecutionPlan,
     source: Store,
     private readonly destination: Store,
-    private readonly options: ExecuteOptions,
+    private readonly options: ExecuteOptions & ExecutePart,
     objects: number,
   ) {
     this.stepDir = plan.destination.stepDir;
-    this.log = new RecordLog(destination, this.stepDir, plan.id);
+    this.log = new RecordLog(destination, this.stepDir, plan.id, options.part);
     this.owner = new OwnerWatch(destination, plan);
     this.slots = new Budget(options.concurrency);
     this.memory = new Budget(options.memoryBytes);
     this.writes = new Budget(options.concurrency * WRITES_PER_SLOT);
     this.report = { objects, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
-    this.groupOf = options.groupOf ?? (() => 0);
     this.run = {
       source,
       stepDir: this.stepDir,
@@ -228,7 +227,7 @@ class Writer {
   }
 
   private done(o: PlannedObject, result: Recorded, recorded = false): void {
-    if (!recorded) this.log.add(this.groupOf(o), o.target, result);
+    if (!recorded) this.log.add(o.target, result);
     this.options.trusted?.set(o.target, result);
   }
 

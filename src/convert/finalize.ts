@@ -1,8 +1,8 @@
 import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
 import { describe, joinKey, type Store } from "../store/store.js";
-import { checkEach, type Defect, listStep } from "./done.js";
-import { assertOwner } from "./ownership.js";
-import type { Plan, PlannedObject } from "./plan-format.js";
+import { checkEach, type Defect, listTargets } from "./done.js";
+import { assertOwner, readPart } from "./ownership.js";
+import { type PartRef, type Plan, type PlanPart, partRanges, plannedTargets } from "./plan-format.js";
 import type { Records } from "./records.js";
 
 export interface FinalizeReport {
@@ -16,73 +16,88 @@ export interface FinalizeReport {
 /** Objects whose stored bytes are read back at once. */
 const CHECK_CONCURRENCY = 8;
 
+export interface FinalizeOptions {
+  /**
+   * Every part was already checked (checkPart) by the caller, which found these defects: a conversion in one
+   * process checks each part right after writing it, trusting what it wrote.
+   */
+  readonly checked?: Shortfall;
+  /** Runs right before the index is written and may throw to stop the commit (a cancelled pipeline run). */
+  readonly beforeCommit?: () => Promise<void>;
+}
+
 /**
- * Commits the regular checkpoint, only while `plan` is the plan on record: checks that every planned
- * object exists as recorded under this plan (size and CRC-32C), removes what a replaced conversion left
- * under gda/, copies the iterator files, makes every name durable, then writes `index` last (AXLearn's
- * commit marker). Nothing is committed if anything is missing or differs. Safe to run again.
- * `trusted`: objects this process wrote (target -> what it stored), not read back. `beforeCommit` runs
- * right before the index is written and may throw to stop the commit (a cancelled pipeline run).
+ * Commits the regular checkpoint, only while `plan` is the plan on record: checks, a part at a time, that
+ * every planned object exists as recorded under this plan (size and CRC-32C), removes what a replaced
+ * conversion left under gda/, copies the iterator files, makes every name durable, then writes `index` last
+ * (AXLearn's commit marker). Nothing is committed if anything is missing or differs. Safe to run again.
+ * Memory holds one part, and the step's listing only as it streams past.
  */
-export async function finalize(
-  plan: Plan,
-  source: Store,
-  destination: Store,
-  trusted: Records = new Map(),
-  beforeCommit?: () => Promise<void>,
-): Promise<FinalizeReport> {
+export async function finalize(plan: Plan, source: Store, destination: Store, options: FinalizeOptions = {}): Promise<FinalizeReport> {
   const stepDir = plan.destination.stepDir;
   const indexKey = joinKey(stepDir, "index");
   await assertOwner(destination, plan);
-  const existing = await listStep(destination, stepDir);
-  const current = existing.has("index") ? new TextDecoder().decode(await destination.read(indexKey)) : undefined;
+  const current = (await destination.stat(indexKey)) === undefined ? undefined : new TextDecoder().decode(await destination.read(indexKey));
   if (current !== undefined && current !== plan.index) {
     throw new ConflictError("the destination step holds an index this plan did not write; --force replaces it", {
       path: describe(destination, indexKey),
     });
   }
 
-  // Local files are read back to compare checksums: a few at once keep the disk busy.
-  // The groups' ranges cover plan.objects in order: an object's group follows from its index.
-  const bad = new Map<number, { target: string; defect: Defect }[]>();
-  let group = 0;
-  // Checked a slice at a time. Each planned object is taken out of the listing once checked: what is left
-  // under gda/ was written under a plan this one replaced (no set of every planned target is built).
-  await checkEach(plan, plan.objects, source, destination, existing, { concurrency: CHECK_CONCURRENCY, mine: trusted }, (i, v) => {
-    const o = plan.objects[i] as PlannedObject;
-    existing.delete(o.target);
-    while (i >= (plan.groups[group]?.end ?? Number.POSITIVE_INFINITY)) group++;
-    if (!("defect" in v)) return;
-    const list = bad.get(group);
-    if (list === undefined) bad.set(group, [{ target: o.target, defect: v.defect }]);
-    else list.push({ target: o.target, defect: v.defect }); // in place: a copy per object is quadratic
-  });
-  if (bad.size > 0) throw incomplete(bad, `${destination.url}/${stepDir}`);
-
-  let removed = 0;
-  for (const key of existing.keys()) {
-    if (key.startsWith("gda/")) {
-      await destination.delete(joinKey(stepDir, key));
-      removed++;
+  let shortfall = options.checked;
+  if (shortfall === undefined) {
+    shortfall = new Shortfall();
+    for (const [group, g] of plan.groups.entries()) {
+      for (let part = 0; part < g.parts; part++) {
+        await checkPart(await readPart(destination, plan, { group, part }), source, destination, new Map(), shortfall);
+      }
     }
   }
+  if (shortfall.count > 0) throw shortfall.error(`${destination.url}/${stepDir}`);
+
+  // One streaming pass over the step: what is under gda/ and planned by no array of this plan was written
+  // under a plan this one replaced (told apart by the arrays' grids, not by a set of every planned target).
+  const planned = plannedTargets(plan.arrays);
+  const fileTargets = new Set(plan.files.map((f) => f.target));
+  const present = new Map<string, number>();
+  const leftovers: string[] = [];
+  for await (const o of destination.list(`${stepDir}/`)) {
+    const key = o.key.slice(stepDir.length + 1);
+    if (key.startsWith("gda/")) {
+      if (!planned(key)) leftovers.push(key);
+    } else if (fileTargets.has(key)) present.set(key, o.size);
+  }
+  for (const key of leftovers) await destination.delete(joinKey(stepDir, key));
   // A writer killed between writing a temporary file and renaming it leaves the temporary file behind.
   await destination.removeAbandoned?.(`${stepDir}/`);
   let files = 0;
   for (const f of plan.files) {
-    if (existing.get(f.target)?.size === f.size) continue;
+    if (present.get(f.target) === f.size) continue;
     await destination.write(joinKey(stepDir, f.target), source.readStream(f.source, 0, f.size));
     files++;
   }
-  const report = { objects: plan.objects.length, files, removed };
+  const report = { objects: plan.totals.objects, files, removed: leftovers.length };
   if (current === plan.index) return { ...report, indexWritten: false };
   // Every object, and its name, must be on disk before the index that commits them; then the index.
   await destination.makeDurable?.(stepDir);
-  await beforeCommit?.();
+  await options.beforeCommit?.();
   await assertOwner(destination, plan);
   await destination.write(indexKey, new TextEncoder().encode(plan.index));
   await destination.makeDurable?.(indexKey); // the objects are already: only the index and its name
   return { ...report, indexWritten: true };
+}
+
+/**
+ * Checks one part of the plan against what is stored (listing only the directories its objects are in) and
+ * adds what is not done to `shortfall`. `mine`: objects this process wrote or checked (not read back).
+ */
+export async function checkPart(part: PlanPart, source: Store, destination: Store, mine: Records, shortfall: Shortfall): Promise<void> {
+  const stepDir = part.destination.stepDir;
+  const existing = await listTargets(destination, stepDir, part.objects);
+  const ref: PartRef = { group: part.group, part: part.part };
+  await checkEach(part, part.objects, source, destination, existing, { concurrency: CHECK_CONCURRENCY, mine, part: ref }, (i, v) => {
+    if ("defect" in v) shortfall.add(part.group, (part.objects[i] as { target: string }).target, v.defect);
+  });
 }
 
 const WHY: Record<Defect, string> = {
@@ -92,17 +107,37 @@ const WHY: Record<Defect, string> = {
   checksum: "different from the CRC-32C of the bytes written",
 };
 
-function incomplete(bad: Map<number, { target: string; defect: Defect }[]>, path: string): Error {
-  // Checked concurrently: report in group order, and by key within a group.
-  const order = [...bad.keys()].sort((a, b) => a - b);
-  const all = order.flatMap((g) => (bad.get(g) ?? []).sort((a, b) => (a.target < b.target ? -1 : 1)));
-  const groups = order.join(", ");
-  const first = all[0] as { target: string; defect: Defect };
-  const counts = (Object.keys(WHY) as Defect[])
-    .map((d) => [d, all.filter((x) => x.defect === d).length] as const)
-    .filter(([, n]) => n > 0)
-    .map(([d, n]) => `${n} ${WHY[d]}`)
-    .join(", ");
-  const message = `${all.length} planned object(s) missing or of the wrong size in group(s) ${groups} (${counts}; first: ${first.target}, ${WHY[first.defect]}); run convert-group for them, then finalize again`;
-  return all.every((x) => x.defect === "checksum") ? new ChecksumError(message, { path }) : new NotFoundError(message, { path });
+/**
+ * What finalize found not done, summed up as it is found: counts by defect, the groups, and the first object
+ * (in group order, then by key). A step with every object missing holds no list of them.
+ */
+export class Shortfall {
+  count = 0;
+  private readonly counts = new Map<Defect, number>();
+  private readonly groups = new Set<number>();
+  private first: { group: number; target: string; defect: Defect } | undefined;
+
+  add(group: number, target: string, defect: Defect): void {
+    this.count++;
+    this.counts.set(defect, (this.counts.get(defect) ?? 0) + 1);
+    this.groups.add(group);
+    const f = this.first;
+    if (f === undefined || group < f.group || (group === f.group && target < f.target)) this.first = { group, target, defect };
+  }
+
+  error(path: string): Error {
+    const first = this.first as { target: string; defect: Defect };
+    const groups = [...this.groups].sort((a, b) => a - b).join(", ");
+    const counts = (Object.keys(WHY) as Defect[])
+      .filter((d) => (this.counts.get(d) ?? 0) > 0)
+      .map((d) => `${this.counts.get(d)} ${WHY[d]}`)
+      .join(", ");
+    const message = `${this.count} planned object(s) missing or of the wrong size in group(s) ${groups} (${counts}; first: ${first.target}, ${WHY[first.defect]}); run convert-group for them, then finalize again`;
+    return this.counts.get("checksum") === this.count ? new ChecksumError(message, { path }) : new NotFoundError(message, { path });
+  }
+}
+
+/** The parts of `plan` in order: group after group. */
+export function* partsOf(plan: Pick<Plan, "groups" | "partObjects">): Iterable<PartRef> {
+  for (let group = 0; group < plan.groups.length; group++) for (const r of partRanges(plan, group)) yield { group, part: r.part };
 }

@@ -1,20 +1,21 @@
 import { ConflictError, MetadataError, Orbax2RegError } from "../errors.js";
 import { describe, joinKey, type Store } from "../store/store.js";
-import { mapLimited } from "../util/budget.js";
+import type { PlanDraft } from "./plan.js";
 import {
-  assemblePlan,
-  type GroupPlan,
   MAX_PLAN_HEAD_BYTES,
+  type PartRef,
   type Plan,
   type PlanHead,
   type PlanIdentity,
-  parseGroupPart,
+  type PlanPart,
+  parseCommitPart,
+  parsePart,
   parsePlan,
   planHead,
   planIdentity,
-  planParts,
+  plannedTargets,
 } from "./plan-format.js";
-import { CLAIM_KEY, commitPartKey, groupPartKey, PLAN_KEY, planPartsDir } from "./work-dir.js";
+import { CLAIM_KEY, commitPartKey, PLAN_KEY, planPartKey, planPartsDir } from "./work-dir.js";
 
 /**
  * Who holds a destination step: the conversion whose plan is on record in `<step>/.orbax2reg/plan.json`.
@@ -31,8 +32,6 @@ export type Claim =
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-/** Plan parts written or read at once. */
-const PART_CONCURRENCY = 8;
 
 /** The head of the plan on record for the step, or undefined; a plan this orbax2reg cannot read is another conversion's. */
 export async function planOnRecord(destination: Store, stepDir: string): Promise<PlanHead | undefined> {
@@ -63,113 +62,62 @@ export async function planIdentityOnRecord(destination: Store, stepDir: string):
   return planIdentity(decoder.decode(await destination.readRange(key, 0, info.size)));
 }
 
-/** Group `group` of the plan whose head is `head`: reads only that group's part. */
-export async function readGroupPlan(destination: Store, head: PlanHead, group: number): Promise<GroupPlan> {
-  const key = joinKey(head.destination.stepDir, groupPartKey(head.id, group));
+/** Part `ref` of the plan whose head is `head`: reads only that part. */
+export async function readPart(destination: Store, head: PlanHead, ref: PartRef): Promise<PlanPart> {
+  const key = joinKey(head.destination.stepDir, planPartKey(head.id, ref.group, ref.part));
   if ((await destination.stat(key)) === undefined) {
-    throw new MetadataError(`plan ${head.id} has no part for group ${group}; run \`orbax2reg plan\` again`, {
+    throw new MetadataError(`plan ${head.id} has no part ${ref.part} of group ${ref.group}; run \`orbax2reg plan\` again`, {
       path: describe(destination, key),
     });
   }
-  return parseGroupPart(head, group, decoder.decode(await destination.read(key)), describe(destination, key));
+  return parsePart(head, ref, decoder.decode(await destination.read(key)), describe(destination, key));
 }
 
-/** The whole plan whose head is `head` (finalize, retreat): every part, read a few at a time. */
+/** The plan whose head is `head`, but its objects (those are read a part at a time: readPart). */
 export async function readPlan(destination: Store, head: PlanHead): Promise<Plan> {
-  const stepDir = head.destination.stepDir;
-  const groups = await mapLimited(
-    head.groups.map((_, g) => g),
-    PART_CONCURRENCY,
-    (g) => readGroupPlan(destination, head, g),
-  );
-  const key = joinKey(stepDir, commitPartKey(head.id));
-  return assemblePlan(head, decoder.decode(await destination.read(key)), describe(destination, key), groups);
-}
-
-/**
- * Writes the parts of `plan` under plan id `id` (its own, or the identical plan on record's), the commit
- * part last: a plan whose commit part is there has all its parts. Only the plan's owner writes them, after
- * its head is on record (a conversion that lost the race writes nothing into the step).
- */
-async function writeParts(destination: Store, plan: Plan, id = plan.id): Promise<void> {
-  const stepDir = plan.destination.stepDir;
-  const parts: { key: string; pieces: Iterable<string> }[] = [];
-  const write = async (p: { key: string; pieces: Iterable<string> }) => destination.write(joinKey(stepDir, p.key), await body(p.pieces));
-  const flush = () => mapLimited(parts.splice(0), PART_CONCURRENCY, write);
-  let commit: { key: string; pieces: Iterable<string> } | undefined;
-  for (const p of planParts(id === plan.id ? plan : { ...plan, id })) {
-    if (commit !== undefined) parts.push(commit);
-    commit = p;
-    if (parts.length >= PART_CONCURRENCY) await flush();
+  const key = joinKey(head.destination.stepDir, commitPartKey(head.id));
+  if ((await destination.stat(key)) === undefined) {
+    throw new MetadataError(`plan ${head.id} has no commit part (its writer was stopped); run \`orbax2reg plan\` again`, {
+      path: describe(destination, key),
+    });
   }
-  await flush();
-  if (commit !== undefined) await write(commit);
-}
-
-/** A part's text this large or more is streamed to the store, not encoded into one buffer. */
-const STREAM_PART_BYTES = 8 << 20;
-
-/**
- * The body of a part from its text's pieces: one buffer when small (one simple upload to GCS), else a stream
- * of its encoded pieces (a part of 520k objects is 105 MB).
- */
-async function body(pieces: Iterable<string>): Promise<Uint8Array | AsyncIterable<Uint8Array>> {
-  const it = pieces[Symbol.iterator]();
-  const head: Uint8Array[] = [];
-  let size = 0;
-  for (let r = it.next(); !r.done; r = it.next()) {
-    const bytes = encoder.encode(r.value);
-    head.push(bytes);
-    size += bytes.length;
-    if (size >= STREAM_PART_BYTES) {
-      return (async function* () {
-        yield* head.splice(0);
-        for (let n = it.next(); !n.done; n = it.next()) yield encoder.encode(n.value);
-      })();
-    }
-  }
-  return head.length === 1 ? (head[0] as Uint8Array) : Buffer.concat(head);
+  return parseCommitPart(head, decoder.decode(await destination.read(key)), describe(destination, key));
 }
 
 /**
- * The plan on record `previous` for the same conversion as `plan`, whole. A writer stopped between putting
- * its head on record and writing its parts left them incomplete: they are written again from `plan` when it
- * lays the objects out in the same groups (as the same command does), else the step is refused.
+ * The plan on record `previous` for the same conversion as `draft`. A writer stopped between putting its head
+ * on record and writing its commit part left the parts incomplete: they are written again from `draft`, under
+ * the plan's id (the same fingerprint is the same layout: the same groups and parts).
  */
-async function resumePlan(destination: Store, previous: PlanHead, plan: Plan): Promise<Plan> {
+async function resumePlan(destination: Store, previous: PlanHead, draft: PlanDraft): Promise<Plan> {
   const stepDir = previous.destination.stepDir;
-  if ((await destination.stat(joinKey(stepDir, commitPartKey(previous.id)))) === undefined) {
-    if (JSON.stringify(previous.groups) !== JSON.stringify(plan.groups)) {
-      throw new ConflictError(
-        `the plan on record (${previous.id}) lacks its parts (its writer was stopped) and has other groups; --force starts over`,
-        { path: describe(destination, joinKey(stepDir, PLAN_KEY)) },
-      );
-    }
-    await writeParts(destination, plan, previous.id);
-  }
+  if ((await destination.stat(joinKey(stepDir, commitPartKey(previous.id)))) === undefined)
+    await draft.writeParts(destination, previous.id);
   return readPlan(destination, previous);
 }
 
 /**
- * Puts `plan` on record for its step, or joins the identical conversion already there. Refuses a step held
- * by another conversion (another source or other options), live or committed, and a committed step with no
- * plan (written by something else), unless `force`: then the step is taken over (takeOver).
+ * Puts the plan of `draft` on record for its step (its head first, then its parts: a conversion that loses
+ * the race writes nothing into the step), or joins the identical conversion already there. Refuses a step
+ * held by another conversion (another source or other options), live or committed, and a committed step
+ * with no plan (written by something else), unless `force`: then the step is taken over (takeOver).
  */
-export async function claimStep(destination: Store, plan: Plan, force: boolean): Promise<Claim> {
+export async function claimStep(destination: Store, draft: PlanDraft, force: boolean): Promise<Claim> {
+  const plan = draft.plan;
   const stepDir = plan.destination.stepDir;
   if (force) {
-    await takeOver(destination, plan);
+    await takeOver(destination, draft);
     return { kind: "new", plan };
   }
   const indexKey = joinKey(stepDir, "index");
   const committed = (await destination.stat(indexKey)) !== undefined;
   if (!committed && (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(planHead(plan)))))) {
-    await writeParts(destination, plan);
+    await draft.writeParts(destination, plan.id);
     return { kind: "new", plan };
   }
   const previous = await planOnRecord(destination, stepDir);
   if (previous !== undefined && previous.source.fingerprint === plan.source.fingerprint) {
-    return { kind: "resumed", plan: await resumePlan(destination, previous, plan), committed };
+    return { kind: "resumed", plan: await resumePlan(destination, previous, draft), committed };
   }
   if (committed) {
     throw new ConflictError(
@@ -191,12 +139,13 @@ export async function claimStep(destination: Store, plan: Plan, force: boolean):
  * claim (a forced re-conversion must not let a late duplicate event start yet another one). Temporary
  * files of writes still in flight are left to them; list never shows them.
  */
-export async function takeOver(destination: Store, plan: Plan): Promise<void> {
+export async function takeOver(destination: Store, draft: PlanDraft): Promise<void> {
+  const plan = draft.plan;
   const stepDir = plan.destination.stepDir;
   const planKey = joinKey(stepDir, PLAN_KEY);
   await destination.write(planKey, encoder.encode(JSON.stringify(planHead(plan))));
   await destination.delete(joinKey(stepDir, "index"));
-  await writeParts(destination, plan);
+  await draft.writeParts(destination, plan.id);
   const keep = new Set([planKey, joinKey(stepDir, CLAIM_KEY)]);
   const ours = `${joinKey(stepDir, planPartsDir(plan.id))}/`;
   const keys: string[] = [];
@@ -244,15 +193,20 @@ export class OwnerWatch {
   }
 
   private async look(): Promise<void> {
-    const key = joinKey(this.plan.destination.stepDir, PLAN_KEY);
-    const id = (await planIdentityOnRecord(this.destination, this.plan.destination.stepDir))?.id;
-    if (id !== this.plan.id) {
-      throw new ConflictError(
-        `the destination step was taken over by ${id === undefined ? "another conversion" : `plan ${id}`} (--force); this conversion (plan ${this.plan.id}) stopped`,
-        { path: describe(this.destination, key) },
-      );
-    }
+    await confirmOwner(this.destination, this.plan);
     this.checked = Date.now();
+  }
+}
+
+/** Rejects with a ConflictError unless `plan` is on record, reading only the start of the head (OwnerWatch). */
+export async function confirmOwner(destination: Store, plan: Pick<PlanHead, "id" | "destination">): Promise<void> {
+  const key = joinKey(plan.destination.stepDir, PLAN_KEY);
+  const id = (await planIdentityOnRecord(destination, plan.destination.stepDir))?.id;
+  if (id !== plan.id) {
+    throw new ConflictError(
+      `the destination step was taken over by ${id === undefined ? "another conversion" : `plan ${id}`} (--force); this conversion (plan ${plan.id}) stopped`,
+      { path: describe(destination, key) },
+    );
   }
 }
 
@@ -263,6 +217,6 @@ export class OwnerWatch {
 export async function retreat(destination: Store, stepDir: string, wrote: readonly string[]): Promise<void> {
   const head = await planOnRecord(destination, stepDir).catch(() => undefined);
   const current = head === undefined ? undefined : await readPlan(destination, head).catch(() => undefined);
-  const theirs = new Set(current?.objects.map((o) => o.target) ?? []);
-  for (const target of wrote) if (!theirs.has(target)) await destination.delete(joinKey(stepDir, target));
+  const theirs = plannedTargets(current?.arrays ?? []);
+  for (const target of wrote) if (!theirs(target)) await destination.delete(joinKey(stepDir, target));
 }

@@ -1,23 +1,26 @@
 import { MetadataError } from "../errors.js";
-import { commitPartKey, groupPartKey } from "./work-dir.js";
+import { regularChunkKey } from "../regular/zarray.js";
+import { chunkGrid, product } from "../zarr/metadata.js";
 
 /**
  * The plan: everything a convert-group job needs, written once by `plan` under the destination step's
  * hidden prefix so that any number of machines can execute groups of it independently. Versioned; a
  * reader refuses versions it does not know.
  *
- * On disk it is split so that a group's cost follows its own objects: `plan.json` is a small head (identity,
- * source, destination, the groups' ranges and totals: what ownership checks and `cloud status` read), each
- * group's objects are a part of their own, and what only finalize needs (iterator files, the index, every
- * array) is another; parts live under the plan's id (`plans/<id>/`), written by the plan's owner once its
- * head is on record, the commit part last (ownership.ts). The keys are in work-dir.ts.
+ * On disk it is split so that no reader holds more than a part of it: `plan.json` is a small head (identity,
+ * source, destination, the groups' ranges and totals: what ownership checks and `cloud status` read); each
+ * group's objects are parts of at most `partObjects` objects each (`plans/<id>/group-G/part-P.json`), written
+ * as they fill; what only finalize needs (iterator files, the index, every array) is the commit part, written
+ * last (a plan whose commit part is there has all its parts). Records are kept per part, so every phase
+ * loads, checks and drops one part at a time. The keys are in work-dir.ts.
  */
 export const PLAN_FORMAT = "orbax2reg-plan";
 /**
  * 2: plans carry an id; objects count only when a record of that plan vouches for them (records.ts).
  * 3: the plan is a head plus one part per group and a commit part; records are kept per group.
+ * 4: each group is parts of at most `partObjects` objects; records are kept per part.
  */
-export const PLAN_VERSION = 3;
+export const PLAN_VERSION = 4;
 /** Bytes to read: a literal (inline OCDBT values, synthesized metadata) or a range of a source object. */
 export type DataRef =
   | { readonly kind: "inline"; readonly base64: string }
@@ -72,9 +75,11 @@ export interface PlannedFile {
 }
 
 export interface PlanGroup {
-  /** `objects[start, end)` belong to this group. */
+  /** Objects `[start, end)` of the plan, in group order, belong to this group. */
   readonly start: number;
   readonly end: number;
+  /** Its parts: `ceil((end - start) / partObjects)`, each full but the last. */
+  readonly parts: number;
   readonly bytes: number;
   readonly arrays: number;
 }
@@ -104,8 +109,9 @@ export interface Plan {
   readonly step: number;
   readonly options: { readonly paramsOnly: boolean };
   readonly arrays: readonly PlannedArray[];
-  readonly objects: readonly PlannedObject[];
   readonly groups: readonly PlanGroup[];
+  /** Objects per part (the last part of a group may hold fewer). */
+  readonly partObjects: number;
   /** Iterator files, copied by finalize. */
   readonly files: readonly PlannedFile[];
   /** The index file's exact text, written last by finalize. */
@@ -113,23 +119,29 @@ export interface Plan {
   readonly totals: { readonly arrays: number; readonly objects: number; readonly bytes: number };
 }
 
-/** What `plan.json` holds: the plan without its objects, arrays, iterator files and index. */
-export type PlanHead = Omit<Plan, "arrays" | "objects" | "files" | "index">;
+/** What `plan.json` holds: the plan without its arrays, iterator files and index (the commit part's). */
+export type PlanHead = Omit<Plan, "arrays" | "files" | "index">;
 
 /** What a writer needs of a plan: where, under which id, and the arrays its transcode and fill objects name. */
 export type ExecutionPlan = Pick<Plan, "id" | "source" | "destination" | "arrays">;
 
-/** One group of a plan as a convert-group reads it: the head, its objects, and only the arrays they name. */
-export interface GroupPlan extends PlanHead {
+/** Which part: part `part` of group `group`. */
+export interface PartRef {
   readonly group: number;
-  /** Sparse: indexed like the full plan's arrays, holding those this group's objects name. */
+  readonly part: number;
+}
+
+/** One part of a plan as a writer reads it: the head, its objects, and only the arrays they name. */
+export interface PlanPart extends PlanHead, PartRef {
+  /** Sparse: indexed like the full plan's arrays, holding those this part's objects name. */
   readonly arrays: readonly PlannedArray[];
   readonly objects: readonly PlannedObject[];
 }
 
-interface GroupPart {
+interface PartText {
   readonly plan: string;
   readonly group: number;
+  readonly part: number;
   readonly arrays: readonly (readonly [number, PlannedArray])[];
   readonly objects: readonly PlannedObject[];
 }
@@ -143,40 +155,44 @@ interface CommitPart {
 
 /** The head of `plan`, its fields in a fixed order (id and source early, for a person reading it). */
 export function planHead(plan: Plan | PlanHead): PlanHead {
-  const { format, version, id, createdAt, source, destination, step, options, groups, totals } = plan;
-  return { format, version, id, createdAt, source, destination, step, options, groups, totals };
+  const { format, version, id, createdAt, source, destination, step, options, groups, partObjects, totals } = plan;
+  return { format, version, id, createdAt, source, destination, step, options, groups, partObjects, totals };
 }
 
-/** Objects per piece of a group part's text. */
+/** The parts of group `g`: which objects of the group each holds. */
+export function partRanges(plan: Pick<PlanHead, "groups" | "partObjects">, g: number): { part: number; start: number; end: number }[] {
+  const group = plan.groups[g] as PlanGroup;
+  const size = group.end - group.start;
+  const out: { part: number; start: number; end: number }[] = [];
+  for (let p = 0; p < group.parts; p++) out.push({ part: p, start: p * plan.partObjects, end: Math.min(size, (p + 1) * plan.partObjects) });
+  return out;
+}
+
+/** Objects per piece of a part's text. */
 const OBJECTS_PER_PIECE = 1024;
 
-/**
- * The parts of `plan` (keys relative to the destination step), one at a time, each as pieces of its JSON
- * text made as they are consumed: a group of 520k objects is a 105 MB text, which should never be one string.
- */
-export function* planParts(plan: Plan): Iterable<{ key: string; pieces: Iterable<string> }> {
-  for (const [g, range] of plan.groups.entries()) {
-    yield { key: groupPartKey(plan.id, g), pieces: groupPartPieces(plan, g, range) };
-  }
-  const commit: CommitPart = { plan: plan.id, arrays: plan.arrays, files: plan.files, index: plan.index };
-  yield { key: commitPartKey(plan.id), pieces: [JSON.stringify(commit)] };
-}
-
-/** JSON.stringify of group `g`'s part ({plan, group, arrays, objects}), in pieces. */
-function* groupPartPieces(plan: Plan, g: number, range: PlanGroup): Iterable<string> {
+/** The text of part `ref` of plan `id` holding `objects`, in pieces (a part of 16k objects is ~3 MB of text). */
+export function* partPieces(
+  id: string,
+  ref: PartRef,
+  arrays: readonly PlannedArray[],
+  objects: readonly PlannedObject[],
+): Iterable<string> {
   const named = new Set<number>();
-  for (let i = range.start; i < range.end; i++) {
-    const a = (plan.objects[i] as PlannedObject).array;
-    if (a !== undefined) named.add(a);
-  }
-  const arrays = [...named].sort((a, b) => a - b).map((i) => [i, plan.arrays[i] as PlannedArray] as const);
-  yield `{"plan":${JSON.stringify(plan.id)},"group":${g},"arrays":${JSON.stringify(arrays)},"objects":[`;
-  for (let i = range.start; i < range.end; i += OBJECTS_PER_PIECE) {
-    const slice = plan.objects.slice(i, Math.min(i + OBJECTS_PER_PIECE, range.end));
-    const text = JSON.stringify(slice);
-    yield `${i === range.start ? "" : ","}${text.slice(1, -1)}`;
+  for (const o of objects) if (o.array !== undefined) named.add(o.array);
+  const used = [...named].sort((a, b) => a - b).map((i) => [i, arrays[i] as PlannedArray] as const);
+  yield `{"plan":${JSON.stringify(id)},"group":${ref.group},"part":${ref.part},"arrays":${JSON.stringify(used)},"objects":[`;
+  for (let i = 0; i < objects.length; i += OBJECTS_PER_PIECE) {
+    const text = JSON.stringify(objects.slice(i, i + OBJECTS_PER_PIECE));
+    yield `${i === 0 ? "" : ","}${text.slice(1, -1)}`;
   }
   yield "]}";
+}
+
+/** The text of the commit part of `plan` under id `id`. */
+export function commitText(plan: Pick<Plan, "arrays" | "files" | "index">, id: string): string {
+  const commit: CommitPart = { plan: id, arrays: plan.arrays, files: plan.files, index: plan.index };
+  return JSON.stringify(commit);
 }
 
 function parseJson(text: string, path: string, what: string): unknown {
@@ -187,26 +203,49 @@ function parseJson(text: string, path: string, what: string): unknown {
   }
 }
 
-/** Reads one group's part of plan `head` into the group's plan. */
-export function parseGroupPart(head: PlanHead, group: number, text: string, path: string): GroupPlan {
-  const p = parseJson(text, path, "plan part") as Partial<GroupPart> | null;
-  if (p?.plan !== head.id || p.group !== group || !Array.isArray(p.objects) || !Array.isArray(p.arrays)) {
-    throw new MetadataError(`not group ${group}'s part of plan ${head.id}`, { path });
+/** Reads part `ref` of plan `head`. */
+export function parsePart(head: PlanHead, ref: PartRef, text: string, path: string): PlanPart {
+  const p = parseJson(text, path, "plan part") as Partial<PartText> | null;
+  if (p?.plan !== head.id || p.group !== ref.group || p.part !== ref.part || !Array.isArray(p.objects) || !Array.isArray(p.arrays)) {
+    throw new MetadataError(`not part ${ref.part} of group ${ref.group} of plan ${head.id}`, { path });
   }
   const arrays: PlannedArray[] = [];
   for (const [i, a] of p.arrays) arrays[i] = a;
-  return { ...head, group, arrays, objects: p.objects };
+  return { ...head, ...ref, arrays, objects: p.objects };
 }
 
-/** The whole plan from its head, its commit part and every group's objects in group order. */
-export function assemblePlan(head: PlanHead, commitText: string, commitPath: string, groups: readonly GroupPlan[]): Plan {
-  const c = parseJson(commitText, commitPath, "plan part") as Partial<CommitPart> | null;
+/** The plan (all but its objects) from its head and its commit part. */
+export function parseCommitPart(head: PlanHead, text: string, path: string): Plan {
+  const c = parseJson(text, path, "plan part") as Partial<CommitPart> | null;
   if (c?.plan !== head.id || !Array.isArray(c.arrays) || !Array.isArray(c.files) || typeof c.index !== "string") {
-    throw new MetadataError(`not the commit part of plan ${head.id}`, { path: commitPath });
+    throw new MetadataError(`not the commit part of plan ${head.id}`, { path });
   }
-  const objects: PlannedObject[] = [];
-  for (const g of groups) for (const o of g.objects) objects.push(o);
-  return { ...head, arrays: c.arrays, objects, files: c.files, index: c.index };
+  return { ...head, arrays: c.arrays, files: c.files, index: c.index };
+}
+
+/**
+ * Whether `target` (relative to the step) is an object a plan with these arrays writes: an array's `.zarray`
+ * or a chunk of its grid. Decided from the arrays alone, so that finalize and retreat need no set of every
+ * planned target (a step may have millions).
+ */
+export function plannedTargets(arrays: readonly Pick<PlannedArray, "path" | "shape" | "chunkShape">[]): (target: string) => boolean {
+  const grids = new Map<string, { grid: number[]; count: number }>();
+  for (const a of arrays) {
+    const grid = chunkGrid({ shape: a.shape, chunkShape: a.chunkShape });
+    grids.set(`gda/${a.path}`, { grid, count: product(grid) });
+  }
+  return (target) => {
+    const slash = target.lastIndexOf("/");
+    const g = grids.get(target.slice(0, slash));
+    if (g === undefined) return false;
+    const name = target.slice(slash + 1);
+    if (name === ".zarray") return true;
+    const parts = name.split(".");
+    if (g.grid.length === 0) return name === regularChunkKey([]);
+    if (parts.length !== g.grid.length) return false;
+    const index = parts.map((x) => (/^(0|[1-9]\d*)$/.test(x) ? Number(x) : -1));
+    return index.every((v, d) => v >= 0 && v < (g.grid[d] as number)) && regularChunkKey(index) === name;
+  };
 }
 
 /**
@@ -243,12 +282,13 @@ export function parsePlan(text: string, path: string): PlanHead {
   const p = parseJson(text, path, "plan") as Partial<PlanHead> | null;
   if (p?.format !== PLAN_FORMAT) throw new MetadataError("not an orbax2reg plan", { path, key: "format" });
   if (p.version !== PLAN_VERSION) {
-    throw new MetadataError(`plan version ${JSON.stringify(p.version)} is not supported (this orbax2reg reads version ${PLAN_VERSION})`, {
-      path,
-      key: "version",
-    });
+    const older = typeof p.version === "number" && p.version < PLAN_VERSION;
+    throw new MetadataError(
+      `plan version ${JSON.stringify(p.version)} is not supported (this orbax2reg reads version ${PLAN_VERSION})${older ? "; it was written by an older orbax2reg: plan the step again with --force" : ""}`,
+      { path, key: "version" },
+    );
   }
-  for (const field of ["id", "source", "destination", "groups", "totals"] as const) {
+  for (const field of ["id", "source", "destination", "groups", "partObjects", "totals"] as const) {
     if (p[field] === undefined) throw new MetadataError("missing field", { path, key: field });
   }
   return p as PlanHead;

@@ -6,12 +6,13 @@ import type { Leaf } from "../orbax/pytree-metadata.js";
 import { type OrbaxStep, stepDirName } from "../orbax/step.js";
 import { arrayEntry, type IndexEntry, indexText, parseIndex } from "../regular/index-file.js";
 import { regularChunkKey, zarrayText } from "../regular/zarray.js";
-import { checkKey, describe } from "../store/store.js";
+import { checkKey, describe, joinKey, type Store } from "../store/store.js";
 import { chunkGrid, chunkKey, product, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { unravel } from "../zarr/read-array.js";
 import { readShardIndex } from "../zarr/sharding.js";
-import { balance } from "./groups.js";
+import { balanceRanges, type UnitRange } from "./groups.js";
 import {
+  commitText,
   type DataRef,
   dataLength,
   PLAN_FORMAT,
@@ -21,7 +22,9 @@ import {
   type PlannedArray,
   type PlannedFile,
   type PlannedObject,
+  partPieces,
 } from "./plan-format.js";
+import { commitPartKey, planPartKey } from "./work-dir.js";
 
 export interface PlanOptions {
   /** Number of parameter groups for convert-group (>= 1). */
@@ -30,6 +33,8 @@ export interface PlanOptions {
   readonly paramsOnly: boolean;
   /** Step number when the source does not say (a bare PyTree item). */
   readonly step?: number;
+  /** Objects per part of the plan; partObjectsFor(groups) by default (tests use small parts). */
+  readonly partObjects?: number;
 }
 
 const decoder = new TextDecoder();
@@ -39,11 +44,34 @@ export const SHARD_INDEX_BYTES = 16 + 4;
 /** `--params-only` keeps these leaves: the model's parameters, for serving and evaluation. */
 export const isParam = (path: string) => path === "model" || path.startsWith("model/");
 
+/** Objects per part at most, and objects a plan holds in its groups' unfilled parts at once (while writing them). */
+const MAX_PART_OBJECTS = 16_384;
+const MIN_PART_OBJECTS = 1024;
+const BUFFERED_OBJECTS = 65_536;
+
+/** Objects per part for `groups` groups: every group fills a part of its own at once while the plan is written. */
+export function partObjectsFor(groups: number): number {
+  return Math.max(MIN_PART_OBJECTS, Math.min(MAX_PART_OBJECTS, Math.floor(BUFFERED_OBJECTS / groups)));
+}
+
+/** A plan decided but not yet written: its head and commit part, and how to write its parts. */
+export interface PlanDraft {
+  readonly plan: Plan;
+  /**
+   * Plans the objects again from the source, array by array, into each group's parts (sorted within a part
+   * by data location), writing each part as it fills; then the commit part, last. `id`: the plan id to write
+   * under (the draft's own, or the identical plan's on record).
+   */
+  writeParts(destination: Store, id: string): Promise<void>;
+}
+
 /**
- * Reads the source once (tree, metadata, shard indexes of inline shards) and decides every object of the
- * regular checkpoint: where its bytes come from and how they are transformed. Reads no chunk data.
+ * Decides every object of the regular checkpoint (where its bytes come from and how they are transformed)
+ * without holding them all: a first pass over the source's arrays keeps only each object's size (to balance
+ * the groups) and a hash of them all (the plan's fingerprint); the objects themselves are planned again when
+ * the parts are written (PlanDraft.writeParts), an array at a time. Reads no chunk data.
  */
-export async function buildPlan(source: OrbaxStep, destinationRoot: string, options: PlanOptions): Promise<Plan> {
+export async function buildPlan(source: OrbaxStep, destinationRoot: string, options: PlanOptions): Promise<PlanDraft> {
   if (!Number.isSafeInteger(options.groups) || options.groups < 1)
     throw new UsageError(`--groups must be a positive integer, got ${options.groups}`);
   const step = source.step ?? options.step;
@@ -53,12 +81,21 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
   const keep = (leaf: Leaf) => !options.paramsOnly || isParam(leaf.path);
 
   const arrays: PlannedArray[] = [];
-  const perArray: { items: PlannedObject[]; sizes: number[] }[] = [];
+  const sizes: Float64Array[] = [];
   const where = { url: `${destinationRoot}/${stepDir}` };
   const keys = new Map<string, string>();
+  // Hashed object by object: one JSON text of every object would cost a third of planning a large step.
+  const hash = createHash("sha256");
   for await (const a of listArrays(source)) {
     if (!keep(a.leaf)) continue;
     const objects = await planArray(source, a, arrays.length, where, keys);
+    const lengths = new Float64Array(objects.length);
+    let bytes = 0;
+    for (const [i, o] of objects.entries()) {
+      hash.update(`${JSON.stringify([o.target, o.data, o.transform])}\n`);
+      lengths[i] = dataLength(o.data);
+      bytes += lengths[i] as number;
+    }
     arrays.push({
       path: a.leaf.path,
       name: a.leaf.name,
@@ -67,20 +104,22 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
       chunkShape: a.meta.chunkShape,
       sourceMetadataKind: a.meta.metadataKey,
       sourceMetadata: decoder.decode(await source.source.read(a.metadataEntry.value)),
-      bytes: objects.reduce((s, o) => s + dataLength(o.data), 0),
+      bytes,
     });
-    perArray.push({ items: objects, sizes: objects.map((o) => dataLength(o.data)) });
+    sizes.push(lengths);
   }
 
-  const { objects, groups } = layOut(perArray, options.groups);
-
+  const units = balanceRanges(sizes, options.groups);
+  const partObjects = options.partObjects ?? partObjectsFor(options.groups);
+  if (!Number.isSafeInteger(partObjects) || partObjects < 1)
+    throw new UsageError(`objects per plan part must be a positive integer, got ${partObjects}`);
+  const groups = groupRanges(units, partObjects);
   const files = options.paramsOnly ? [] : iteratorFiles(source, where);
   const index = await expectedIndexText(source, step, arrays, options.paramsOnly);
-  // Hashed object by object: one JSON text of every object would cost a third of planning a large step.
-  const hash = createHash("sha256");
-  for (const o of objects) hash.update(`${JSON.stringify([o.target, o.data, o.transform])}\n`);
-  const fingerprint = hash.update(JSON.stringify({ files, index, paramsOnly: options.paramsOnly })).digest("hex");
-  return {
+  // The layout is part of the identity: the same source planned in other groups is another conversion.
+  const layout = units.map((g) => g.map((u) => [u.array, u.start, u.end]));
+  const fingerprint = hash.update(JSON.stringify({ files, index, paramsOnly: options.paramsOnly, layout, partObjects })).digest("hex");
+  const plan: Plan = {
     format: PLAN_FORMAT,
     version: PLAN_VERSION,
     id: randomBytes(8).toString("hex"),
@@ -90,38 +129,121 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
     step,
     options: { paramsOnly: options.paramsOnly },
     arrays,
-    objects,
     groups,
+    partObjects,
     files,
     index,
-    totals: { arrays: arrays.length, objects: objects.length, bytes: arrays.reduce((s, a) => s + a.bytes, 0) },
+    totals: { arrays: arrays.length, objects: groups.at(-1)?.end ?? 0, bytes: arrays.reduce((s, a) => s + a.bytes, 0) },
+  };
+  return {
+    plan,
+    writeParts: (destination, id) =>
+      writePlanParts(destination, { ...plan, id }, units, sizes, async function* () {
+        let i = 0;
+        for await (const a of listArrays(source)) if (keep(a.leaf)) yield await planArray(source, a, i++, where, keys);
+      }),
   };
 }
 
-/**
- * The plan's objects, group after group (balanced by bytes, groups.ts), and each group's range of them.
- * Built without spreading into a call: a step may have millions of objects.
- */
-export function layOut(
-  perArray: readonly { items: readonly PlannedObject[]; sizes: readonly number[] }[],
-  n: number,
-): { objects: PlannedObject[]; groups: PlanGroup[] } {
-  const objects: PlannedObject[] = [];
-  const groups: PlanGroup[] = [];
-  for (const units of balance(perArray, n)) {
-    const start = objects.length;
-    const items = units.flatMap((u) => u.items);
-    // Within a group, data-file order lets adjacent ranges be read together.
-    items.sort(byDataLocation);
-    for (const o of items) objects.push(o);
-    groups.push({
+/** Each group's range of the plan's objects (group after group) and its count of parts. */
+function groupRanges(units: readonly (readonly UnitRange[])[], partObjects: number): PlanGroup[] {
+  let start = 0;
+  return units.map((g) => {
+    const size = g.reduce((s, u) => s + u.end - u.start, 0);
+    const range = {
       start,
-      end: objects.length,
-      bytes: units.reduce((s, u) => s + u.bytes, 0),
-      arrays: new Set(units.map((u) => u.array)).size,
-    });
+      end: start + size,
+      parts: Math.ceil(size / partObjects),
+      bytes: g.reduce((s, u) => s + u.bytes, 0),
+      arrays: new Set(g.map((u) => u.array)).size,
+    };
+    start += size;
+    return range;
+  });
+}
+
+/**
+ * Writes the parts of `plan`: the objects of each array (from `planned`, in array order) go to their units'
+ * groups, each group filling one part at a time; a full part is sorted by data location (adjacent ranges of a
+ * data file are then read together) and written. Memory holds one array's objects and each group's unfilled
+ * part. The commit part is written last.
+ */
+async function writePlanParts(
+  destination: Store,
+  plan: Plan,
+  units: readonly (readonly UnitRange[])[],
+  sizes: readonly Float64Array[],
+  planned: () => AsyncIterable<PlannedObject[]>,
+): Promise<void> {
+  const stepDir = plan.destination.stepDir;
+  // Each array's units, in order, with their group.
+  const byArray = new Map<number, { start: number; end: number; group: number }[]>();
+  units.forEach((g, group) => {
+    for (const u of g) {
+      const list = byArray.get(u.array) ?? [];
+      list.push({ start: u.start, end: u.end, group });
+      byArray.set(u.array, list);
+    }
+  });
+  for (const list of byArray.values()) list.sort((a, b) => a.start - b.start);
+  const filling = units.map(() => ({ part: 0, objects: [] as PlannedObject[] }));
+  const flush = async (group: number) => {
+    const f = filling[group] as { part: number; objects: PlannedObject[] };
+    if (f.objects.length === 0) return;
+    const objects = f.objects.sort(byDataLocation);
+    const ref = { group, part: f.part++ };
+    f.objects = [];
+    await writeText(
+      destination,
+      joinKey(stepDir, planPartKey(plan.id, ref.group, ref.part)),
+      partPieces(plan.id, ref, plan.arrays, objects),
+    );
+  };
+  const changed = () => new MetadataError("the source changed while it was planned; plan again", { path: plan.source.root });
+  let array = 0;
+  for await (const objects of planned()) {
+    const expected = sizes[array];
+    if (expected === undefined || expected.length !== objects.length || objects.some((o, i) => dataLength(o.data) !== expected[i]))
+      throw changed();
+    for (const u of byArray.get(array) ?? []) {
+      const f = filling[u.group] as { objects: PlannedObject[] };
+      for (let i = u.start; i < u.end; i++) {
+        f.objects.push(objects[i] as PlannedObject);
+        if (f.objects.length === plan.partObjects) await flush(u.group);
+      }
+    }
+    array++;
   }
-  return { objects, groups };
+  if (array !== sizes.length) throw changed();
+  for (let g = 0; g < filling.length; g++) await flush(g);
+  await destination.write(joinKey(stepDir, commitPartKey(plan.id)), new TextEncoder().encode(commitText(plan, plan.id)));
+}
+
+/** A part's text this large or more is streamed to the store, not encoded into one buffer. */
+const STREAM_PART_BYTES = 8 << 20;
+
+/** Writes a text given in pieces: one buffer when small (one simple upload to GCS), else a stream of them. */
+async function writeText(destination: Store, key: string, pieces: Iterable<string>): Promise<void> {
+  const encoder = new TextEncoder();
+  const it = pieces[Symbol.iterator]();
+  const head: Uint8Array[] = [];
+  let size = 0;
+  for (let r = it.next(); !r.done; r = it.next()) {
+    const bytes = encoder.encode(r.value);
+    head.push(bytes);
+    size += bytes.length;
+    if (size >= STREAM_PART_BYTES) {
+      await destination.write(
+        key,
+        (async function* () {
+          yield* head.splice(0);
+          for (let n = it.next(); !n.done; n = it.next()) yield encoder.encode(n.value);
+        })(),
+      );
+      return;
+    }
+  }
+  await destination.write(key, head.length === 1 ? (head[0] as Uint8Array) : Buffer.concat(head));
 }
 
 function byDataLocation(a: PlannedObject, b: PlannedObject): number {

@@ -3,7 +3,7 @@ import { crc32c } from "../codecs/crc32c.js";
 import { MetadataError } from "../errors.js";
 import { describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
-import type { PlannedObject } from "./plan-format.js";
+import type { PartRef, PlannedObject } from "./plan-format.js";
 import { recordsDir } from "./work-dir.js";
 
 /**
@@ -14,7 +14,7 @@ import { recordsDir } from "./work-dir.js";
  * - resume and finalize compare the stored bytes with the checksum taken when they were written (GCS
  *   keeps a CRC-32C per object; a local file is read back), so a flipped byte is rewritten, not skipped.
  * Records are written in segments (many objects each, each written once), so writers never contend, and
- * kept per plan group (`<plan id>/<group>/`), so a group's writer reads only its own group's records.
+ * kept per part of the plan (`<plan id>/<group>/<part>/`), so whoever checks a part reads only its records.
  */
 /**
  * What a writer stored for one object: its size, and the CRC-32C of its bytes where the writer computed
@@ -43,14 +43,14 @@ interface Segment {
 }
 
 /**
- * Collects a writer's records and writes them out in segments: one in flight at a time, the next as soon
- * as records are pending and the interval has passed. A writer killed between writing an object and its
+ * Collects a writer's records of the objects of part `part` and writes them out in segments: one in flight
+ * at a time, the next as soon as records are pending and the interval has passed. A writer killed between writing an object and its
  * segment loses the record: that object is checked against its source or rewritten on resume.
  */
 export class RecordLog {
   private readonly writer = randomBytes(4).toString("hex");
   private readonly started = Date.now();
-  private pending = new Map<number, [string, number, number | null][]>();
+  private pending: [string, number, number | null][] = [];
   private sequence = 0;
   private lastFlush = 0;
   private flushing: Promise<void> | undefined;
@@ -61,22 +61,18 @@ export class RecordLog {
     private readonly store: Store,
     private readonly stepDir: string,
     private readonly planId: string,
+    private readonly part: PartRef,
   ) {}
 
-  /** Records that `target`, an object of plan group `group`, was stored as `result`. */
-  add(group: number, target: string, result: Recorded): void {
+  /** Records that `target`, an object of the log's part, was stored as `result`. */
+  add(target: string, result: Recorded): void {
     if (this.failure !== undefined) throw this.failure;
-    let list = this.pending.get(group);
-    if (list === undefined) {
-      list = [];
-      this.pending.set(group, list);
-    }
-    list.push([target, result.size, result.crc32c ?? null]);
+    this.pending.push([target, result.size, result.crc32c ?? null]);
     this.schedule();
   }
 
   private schedule(): void {
-    if (this.flushing !== undefined || this.timer !== undefined || this.pending.size === 0) return;
+    if (this.flushing !== undefined || this.timer !== undefined || this.pending.length === 0) return;
     const interval = Math.min(MAX_INTERVAL_MS, Math.max(MIN_INTERVAL_MS, (Date.now() - this.started) / 20));
     const wait = Math.max(0, this.lastFlush + interval - Date.now());
     this.timer = setTimeout(() => {
@@ -89,21 +85,20 @@ export class RecordLog {
   }
 
   private async flush(): Promise<void> {
-    const pending = this.pending;
-    if (pending.size === 0) return;
-    this.pending = new Map();
+    const objects = this.pending;
+    if (objects.length === 0) return;
+    this.pending = [];
     this.lastFlush = Date.now();
     const name = `${this.writer}-${String(this.sequence++).padStart(6, "0")}.json`;
-    await Promise.all(
-      [...pending].map(async ([group, objects]) => {
-        const segment: Segment = { plan: this.planId, objects };
-        try {
-          await this.store.write(recordsKey(this.stepDir, this.planId, group, name), new TextEncoder().encode(JSON.stringify(segment)));
-        } catch (e) {
-          this.failure ??= e;
-        }
-      }),
-    );
+    const segment: Segment = { plan: this.planId, objects };
+    try {
+      await this.store.write(
+        joinKey(this.stepDir, recordsDir(this.planId, this.part), name),
+        new TextEncoder().encode(JSON.stringify(segment)),
+      );
+    } catch (e) {
+      this.failure ??= e;
+    }
   }
 
   /** Writes every pending record; fails if any segment could not be written. */
@@ -116,22 +111,14 @@ export class RecordLog {
   }
 }
 
-const recordsKey = (stepDir: string, planId: string, group: number, name: string) => joinKey(stepDir, recordsDir(planId, group), name);
-
 /**
- * Every record of plan `planId` in the destination step, or only those of plan groups `groups` (the last
- * one wins for an object written twice). Segments are read a few at a time; their order is the listing's.
+ * The records of part `part` of plan `planId` in the destination step (the last one wins for an object
+ * written twice). Segments are read a few at a time; their order is the listing's.
  */
-export async function readRecords(
-  store: Store,
-  stepDir: string,
-  planId: string,
-  groups?: readonly number[],
-): Promise<Map<string, Recorded>> {
-  const prefixes =
-    groups === undefined ? [`${joinKey(stepDir, recordsDir(planId))}/`] : groups.map((g) => `${joinKey(stepDir, recordsDir(planId, g))}/`);
+export async function readRecords(store: Store, stepDir: string, planId: string, part: PartRef): Promise<Map<string, Recorded>> {
   const out = new Map<string, Recorded>();
-  for (const prefix of prefixes) {
+  {
+    const prefix = `${joinKey(stepDir, recordsDir(planId, part))}/`;
     const keys: string[] = [];
     for await (const o of store.list(prefix)) keys.push(o.key);
     // A window of segments at a time: memory holds the records, not every segment's text at once.

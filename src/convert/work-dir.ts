@@ -10,8 +10,8 @@ import { joinKey } from "../store/store.js";
  * ```
  * step_XXXXXXXX/.orbax2reg/
  *   plan.json                          the plan's head (plan-format.ts): who owns the step
- *   plans/<plan id>/group-NNNNN.json   a group's objects; commit.json: what finalize needs, written last
- *   records/<plan id>/<group>/<seg>    what was written, with sizes and CRC-32Cs (records.ts)
+ *   plans/<plan id>/group-NNNNN/part-NNNNN.json   a part of a group's objects; commit.json: the rest, written last
+ *   records/<plan id>/<group>/<part>/<seg>    what was written, with sizes and CRC-32Cs (records.ts)
  *   groups/<group>[-<task>].json       a convert-group task's report
  *   claim.json                         the trigger's once-per-step claim (ClaimRecord)
  *   summary.json                       the plan job's PlanSummary, for `cloud status`
@@ -30,15 +30,17 @@ export const WORK_DIR = ".orbax2reg";
 export const PLAN_KEY = `${WORK_DIR}/plan.json`;
 /** The parts of plan `id`. */
 export const planPartsDir = (id: string) => `${WORK_DIR}/plans/${id}`;
-export const groupPartKey = (id: string, group: number) => `${planPartsDir(id)}/group-${String(group).padStart(5, "0")}.json`;
+/** Part `part` of group `group` of plan `id`: at most the plan's `partObjects` objects. */
+export const planPartKey = (id: string, group: number, part: number) =>
+  `${planPartsDir(id)}/group-${String(group).padStart(5, "0")}/part-${String(part).padStart(5, "0")}.json`;
 export const commitPartKey = (id: string) => `${planPartsDir(id)}/commit.json`;
 
 // ---- Records and reports of the writers (records.ts, convert.ts) ---------------------------------------------
 
 export const RECORDS_DIR = `${WORK_DIR}/records`;
-/** The records of plan `planId`, or of one of its groups. */
-export const recordsDir = (planId: string, group?: number) =>
-  group === undefined ? joinKey(RECORDS_DIR, planId) : joinKey(RECORDS_DIR, planId, String(group));
+/** The records of plan `planId`, or of one part of one of its groups. */
+export const recordsDir = (planId: string, part?: { readonly group: number; readonly part: number }) =>
+  part === undefined ? joinKey(RECORDS_DIR, planId) : joinKey(RECORDS_DIR, planId, String(part.group), String(part.part));
 
 /** The report of task `task` of `count` converting group `group` (one task: no task in the name). */
 export const groupReportKey = (group: number, task: number, count: number) =>

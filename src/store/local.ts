@@ -194,15 +194,48 @@ export class LocalStore implements Store {
   async *list(prefix: string): AsyncIterable<ObjectInfo> {
     // Walk only the deepest directory the prefix names, then filter by the full prefix. Temporary files
     // of writes in flight are not objects: a listing never shows them.
-    for (const info of await this.walkPrefix(prefix)) {
+    for await (const info of this.walkPrefix(prefix)) {
       if (info.key.startsWith(prefix) && !TEMPORARY.test(info.key)) yield info;
     }
   }
 
-  private walkPrefix(prefix: string): Promise<ObjectInfo[]> {
+  private walkPrefix(prefix: string): AsyncIterable<ObjectInfo> {
     const slash = prefix.lastIndexOf("/");
     const dirKey = slash >= 0 ? prefix.slice(0, slash) : "";
-    return this.walk(dirKey === "" ? this.root : this.file(dirKey), dirKey);
+    return this.walkSorted(dirKey === "" ? this.root : this.file(dirKey), dirKey);
+  }
+
+  /**
+   * The files below `dir` (keys under `dirKey`) in key order, as they are found: memory holds the directories
+   * on the way down, not every file (a step may hold millions). A directory sorts as its name and "/", which
+   * is where its keys fall among its siblings'. Each directory walked joins `dirs`.
+   */
+  private async *walkSorted(dir: string, dirKey: string, dirs?: string[]): AsyncIterable<ObjectInfo> {
+    let names: string[];
+    try {
+      names = await holding(READS, 1, () => readdir(dir));
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return;
+      throw e;
+    }
+    dirs?.push(dir);
+    const stats: (Stats | undefined)[] = new Array(names.length);
+    await forEachLimited(names, STATS_AT_ONCE, async (name, i) => {
+      stats[i] = await stat(join(dir, name)).catch(() => undefined);
+    });
+    const entries: { name: string; sortKey: string; st: Stats }[] = [];
+    for (const [i, name] of names.entries()) {
+      const st = stats[i];
+      if (st !== undefined && (st.isDirectory() || st.isFile())) entries.push({ name, sortKey: st.isDirectory() ? `${name}/` : name, st });
+    }
+    names = [];
+    entries.sort((a, b) => (a.sortKey < b.sortKey ? -1 : a.sortKey > b.sortKey ? 1 : 0));
+    for (const { name, st } of entries) {
+      const key = dirKey === "" ? name : `${dirKey}/${name}`;
+      if (st.isDirectory()) yield* this.walkSorted(join(dir, name), key, dirs);
+      else yield { key, size: st.size };
+    }
   }
 
   /** Every file below `dir` (keys under `dirKey`), sorted by key; each directory walked joins `dirs`. */
@@ -440,16 +473,23 @@ export class LocalStore implements Store {
     const key = prefix.replace(/\/+$/, "");
     const top = key === "" ? this.root : this.file(key);
     const dirs = [dirname(top)];
-    const under = await this.walk(top, key, dirs); // a directory joins `dirs`; an object's key lists nothing
-    // Paths made as they are synced: a step may hold millions of files.
-    const files = dirs.length > 1 ? under.map((f) => f.key) : (await stat(top).catch(() => undefined))?.isFile() ? [key] : [];
-    await forEachLimited(files, FLUSHES.capacity, (k) => holding(FLUSHES, 1, () => this.sync(this.file(k), true)));
+    // Synced as the walk finds them by a fixed pool of workers sharing the walk: a step may hold millions of
+    // files (a directory joins `dirs`; an object's key lists nothing).
+    const walk = this.walkSorted(top, key, dirs)[Symbol.asyncIterator]();
+    const worker = async () => {
+      for (let r = await walk.next(); r.done !== true; r = await walk.next()) {
+        const k = r.value.key;
+        await holding(FLUSHES, 1, () => this.sync(this.file(k), true));
+      }
+    };
+    await Promise.all(Array.from({ length: FLUSHES.capacity }, worker));
+    if (dirs.length === 1 && (await stat(top).catch(() => undefined))?.isFile()) await holding(FLUSHES, 1, () => this.sync(top, true));
     await forEachLimited(dirs, FLUSHES.capacity, (d) => holding(FLUSHES, 1, () => this.sync(d, false)));
   }
 
   async removeAbandoned(prefix: string): Promise<number> {
     let removed = 0;
-    for (const info of await this.walkPrefix(prefix)) {
+    for await (const info of this.walkPrefix(prefix)) {
       if (!info.key.startsWith(prefix) || !TEMPORARY.test(info.key) || writerAlive(info.key)) continue;
       await rm(join(this.root, ...info.key.split("/")), { force: true });
       removed++;

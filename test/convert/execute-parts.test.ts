@@ -13,6 +13,7 @@ import { CountingStore } from "../../src/store/counting.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { LocalStore } from "../../src/store/local.js";
 import type { Store, WriteOptions } from "../../src/store/store.js";
+import { planOnDisk } from "../helpers/convert.js";
 import { FIXTURES } from "../helpers/paths.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -61,12 +62,17 @@ describe("direct copies (Store.rangeCopyTo)", () => {
     const options = { groups: 1, paramsOnly: false, allowUncommitted: false, force: false, dryRun: false };
     const run = async (wrap: boolean) => {
       const root = tempDir("direct");
-      const { plan } = await planPhase(location, root, options);
+      await planPhase(location, root, options);
+      const plan = planOnDisk(join(root, "step_00000100"));
       const o = plan.objects.find((x) => x.transform === "copy" && x.data.kind === "range") as PlannedObject;
       const d = o.data as Extract<PlannedObject["data"], { kind: "range" }>;
       const source = new CountingStore(new LocalStore(plan.source.root));
       const trusted = new Map<string, Recorded>();
-      const report = await executeObjects(plan, [o], wrap ? source : source.inner, new LocalStore(root), { ...DEFAULT_EXECUTE, trusted });
+      const report = await executeObjects(plan, [o], wrap ? source : source.inner, new LocalStore(root), {
+        ...DEFAULT_EXECUTE,
+        trusted,
+        part: { group: 0, part: 0 },
+      });
       expect(report).toMatchObject({ objects: 1, written: 1, skipped: 0, bytesWritten: d.length });
       const stored = readFileSync(join(root, plan.destination.stepDir, o.target));
       expect(stored).toEqual(readFileSync(join(plan.source.root, d.key)).subarray(d.offset, d.offset + d.length));
@@ -103,9 +109,9 @@ describe("direct copies (Store.rangeCopyTo)", () => {
     };
     // The plan on record: a writer checks that it still owns the step.
     mkdirSync(join(root, "dst/step_00000001", WORK_DIR), { recursive: true });
-    const head = { format: PLAN_FORMAT, version: PLAN_VERSION, ...plan, groups: [], totals: {} };
+    const head = { format: PLAN_FORMAT, version: PLAN_VERSION, ...plan, groups: [], partObjects: 1024, totals: {} };
     writeFileSync(join(root, "dst/step_00000001", PLAN_KEY), JSON.stringify(head));
-    const options = { ...DEFAULT_EXECUTE, concurrency: 4 };
+    const options = { ...DEFAULT_EXECUTE, concurrency: 4, part: { group: 0, part: 0 } };
     const report = await executeObjects(
       plan,
       objects,

@@ -1,5 +1,5 @@
 // A convert-group's cost follows its own objects: with 256 groups, one group reads the plan's small head
-// and its own part, lists only the directories it writes to and reads only its own group's records,
+// and its own part, lists only the directories it writes to and reads only its own part's records,
 // whatever the other groups hold or have written. (The two destinations' names have the same length: the
 // plan's head names its destination.)
 import { statSync } from "node:fs";
@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, test } from "vitest";
 import { groupPhase, planPhase } from "../../src/convert/convert.js";
 import { DEFAULT_EXECUTE } from "../../src/convert/execute.js";
 import type { Plan } from "../../src/convert/plan-format.js";
-import { groupPartKey, PLAN_KEY, planPartsDir, RECORDS_DIR, recordsDir } from "../../src/convert/work-dir.js";
+import { PLAN_KEY, planPartKey, planPartsDir, RECORDS_DIR, recordsDir } from "../../src/convert/work-dir.js";
 import { CountingStore } from "../../src/store/counting.js";
 import { LocalStore } from "../../src/store/local.js";
 import { CONVERT_DEFAULTS, fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
@@ -68,18 +68,21 @@ beforeAll(async () => {
   last = await counted(b.dest, b.plan, b.group);
   // And once more: a resume, which reads the group's records.
   again = await counted(b.dest, b.plan, b.group);
-  for (let g = 0; g < GROUPS; g++) partsBytes += statSync(join(b.dest, b.plan.destination.stepDir, groupPartKey(b.plan.id, g))).size;
+  b.plan.groups.forEach((g, i) => {
+    for (let p = 0; p < g.parts; p++) partsBytes += statSync(join(b.dest, b.plan.destination.stepDir, planPartKey(b.plan.id, i, p))).size;
+  });
 }, 120_000);
 
 test("the plan has 256 groups, of which the chosen one holds only part of the objects", () => {
   expect(alone.plan.groups).toHaveLength(GROUPS);
   const g = alone.plan.groups[alone.group] as { start: number; end: number };
   expect(g.end - g.start).toBeGreaterThan(0);
-  expect(g.end - g.start).toBeLessThan(alone.plan.objects.length);
+  expect(g.end - g.start).toBeLessThan(alone.plan.totals.objects);
 });
 
 test("a group reads only the plan's head and its own part of the plan", () => {
-  const part = groupPartKey("<id>", alone.group);
+  expect(alone.plan.groups[alone.group]?.parts).toBe(1);
+  const part = planPartKey("<id>", alone.group, 0);
   expect(alone.reads).toEqual([PLAN_KEY, part]);
   expect(last.reads).toEqual([PLAN_KEY, part]);
   expect(alone.bytes).toBeLessThan(partsBytes);
@@ -90,10 +93,10 @@ test("what a group reads and lists is the same whether the other groups have wri
   expect(last.lists).toBe(alone.lists);
 });
 
-test("a resumed group reads only its own group's records", () => {
+test("a resumed group reads only its own part's records", () => {
   const records = again.reads.filter((k) => k.startsWith(`${RECORDS_DIR}/`));
   expect(records.length).toBeGreaterThan(0);
-  for (const k of records) expect(k.startsWith(`${recordsDir("<id>", again.group)}/`)).toBe(true);
+  for (const k of records) expect(k.startsWith(`${recordsDir("<id>", { group: again.group, part: 0 })}/`)).toBe(true);
 });
 
 test("a plan on record whose parts were cut short (its writer stopped after the head) is resumed: the parts are written again", async () => {

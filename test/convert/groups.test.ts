@@ -96,21 +96,3 @@ describe("balance", () => {
     expect(allItems(groups).sort()).toEqual(["a0", "a1", "b0"]);
   });
 });
-
-describe("layOut", () => {
-  test("lays out 130,000 objects in one group (past where spreading them into a call overflows the stack)", async () => {
-    const { layOut } = await import("../../src/convert/plan.js");
-    const perArray = Array.from({ length: 2 }, (_, a) => {
-      const items = Array.from({ length: 65_000 }, (_, i) => ({
-        target: `gda/p${a}/${i}.0`,
-        data: { kind: "range" as const, key: `d/${a}`, offset: i * 10, length: 10 },
-        transform: "copy" as const,
-        size: 10,
-      }));
-      return { items, sizes: items.map(() => 10) };
-    });
-    const { objects, groups } = layOut(perArray, 1);
-    expect(objects).toHaveLength(130_000);
-    expect(groups).toEqual([{ start: 0, end: 130_000, bytes: 1_300_000, arrays: 2 }]);
-  });
-});

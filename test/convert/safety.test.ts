@@ -2,7 +2,6 @@
 import { cpSync, existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import type { Plan } from "../../src/convert/plan-format.js";
 import { verify } from "../../src/convert/verify.js";
 import { runCli } from "../helpers/cli.js";
 import {
@@ -134,7 +133,7 @@ describe("--groups 3: plan, convert-group per group, finalize", () => {
   const whole = scratch("whole");
   const dest = scratch("groups");
   const stepDir = join(dest, "step_00000200");
-  let plan: Plan;
+  let plan: ReturnType<typeof planOnDisk>;
 
   beforeAll(async () => {
     await convertWith(large.location, whole);

@@ -6,8 +6,8 @@ import { cpSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } 
 import { join, relative, resolve } from "node:path";
 import { type ConvertResult, convert, type PlanPhaseOptions } from "../../src/convert/convert.js";
 import type { ExecuteOptions } from "../../src/convert/execute.js";
-import { assemblePlan, type Plan, parseGroupPart, parsePlan } from "../../src/convert/plan-format.js";
-import { commitPartKey, groupPartKey, PLAN_KEY, WORK_DIR } from "../../src/convert/work-dir.js";
+import { type Plan, type PlannedObject, parseCommitPart, parsePart, parsePlan } from "../../src/convert/plan-format.js";
+import { commitPartKey, PLAN_KEY, planPartKey, WORK_DIR } from "../../src/convert/work-dir.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../../src/defaults.js";
 import { FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
 import { tempDir } from "./tmp.js";
@@ -333,12 +333,19 @@ export function axlearnPypiRestore(cases: RestoreCase[], wheelDir: string): Map<
   return out;
 }
 
-/** The plan on record in a local destination step, assembled from its head and parts as finalize reads it. */
-export function planOnDisk(stepDir: string): Plan {
+/** The plan on record in a local destination step with every object of its parts, group after group. */
+export function planOnDisk(stepDir: string): Plan & { objects: PlannedObject[] } {
   const read = (key: string) => readFileSync(join(stepDir, key), "utf8");
   const head = parsePlan(read(PLAN_KEY), PLAN_KEY);
-  const groups = head.groups.map((_, g) => parseGroupPart(head, g, read(groupPartKey(head.id, g)), `group ${g}`));
-  return assemblePlan(head, read(commitPartKey(head.id)), "commit part", groups);
+  const objects: PlannedObject[] = [];
+  head.groups.forEach((g, group) => {
+    for (let part = 0; part < g.parts; part++) {
+      for (const o of parsePart(head, { group, part }, read(planPartKey(head.id, group, part)), `group ${group} part ${part}`).objects) {
+        objects.push(o);
+      }
+    }
+  });
+  return { ...parseCommitPart(head, read(commitPartKey(head.id)), "commit part"), objects };
 }
 
 /** Every record segment's objects of plan `planId` in a local destination step, whatever group they are kept under. */

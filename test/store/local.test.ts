@@ -21,6 +21,14 @@ describe("LocalStore", () => {
     expect(new TextDecoder().decode(await s.read("crc-copied"))).toBe("34567");
   });
 
+  test("a listing walked as it goes is in key order where a directory's name begins a sibling's (a.b < a/c < a0)", async () => {
+    const s = tempStore();
+    for (const k of ["a0", "a/c", "a.b", "a/b/d", "a/b.e"]) await s.write(k, new Uint8Array(1));
+    const keys: string[] = [];
+    for await (const o of s.list("")) keys.push(o.key);
+    expect(keys).toEqual(["a.b", "a/b.e", "a/b/d", "a/c", "a0"]);
+  });
+
   test("a short read names the file path and the offset", async () => {
     const s = tempStore();
     await s.write("f", new Uint8Array(4));
