@@ -238,39 +238,6 @@ export class LocalStore implements Store {
     }
   }
 
-  /** Every file below `dir` (keys under `dirKey`), sorted by key; each directory walked joins `dirs`. */
-  private async walk(dir: string, dirKey: string, dirs?: string[]): Promise<ObjectInfo[]> {
-    const out: ObjectInfo[] = [];
-    await this.walkInto(dir, dirKey, out, dirs);
-    // Directory order puts "a/b" after "a.b"-like names differently from key order; sort by key bytes.
-    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-  }
-
-  /** Appends the files below `dir` to `out` (one array for the whole walk: a step may hold millions). */
-  private async walkInto(dir: string, dirKey: string, out: ObjectInfo[], dirs?: string[]): Promise<void> {
-    let names: string[];
-    try {
-      names = (await holding(READS, 1, () => readdir(dir))).sort();
-    } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT" || code === "ENOTDIR") return;
-      throw e;
-    }
-    dirs?.push(dir);
-    // stat takes no descriptor: several at once, so that a big directory is not one stat after another.
-    const stats: (Stats | undefined)[] = new Array(names.length);
-    await forEachLimited(names, STATS_AT_ONCE, async (name, i) => {
-      stats[i] = await stat(join(dir, name)).catch(() => undefined);
-    });
-    for (const [i, name] of names.entries()) {
-      const key = dirKey === "" ? name : `${dirKey}/${name}`;
-      const st = stats[i];
-      if (st === undefined) continue;
-      if (st.isDirectory()) await this.walkInto(join(dir, name), key, out, dirs);
-      else if (st.isFile()) out.push({ key, size: st.size });
-    }
-  }
-
   async listDir(dir: string): Promise<DirListing> {
     const path = dir === "" ? this.root : this.file(dir);
     let entries: Dirent[];
@@ -501,7 +468,11 @@ export class LocalStore implements Store {
     const dirKey = prefix.replace(/\/+$/, "");
     if (dirKey === "") return; // never the root itself
     const dirs: string[] = [];
-    await this.walk(this.file(dirKey), dirKey, dirs).catch((e) => Promise.reject(this.translate(e, dirKey)));
+    try {
+      for await (const _ of this.walkSorted(this.file(dirKey), dirKey, dirs)); // only the directories are wanted
+    } catch (e) {
+      throw this.translate(e, dirKey);
+    }
     // Deepest first, so a directory whose subdirectories were all empty is empty by its turn. rmdir refuses
     // a directory that holds anything, so a file written meanwhile is never lost.
     for (const d of dirs.sort((a, b) => b.length - a.length)) {
