@@ -1,9 +1,8 @@
-// The one place storage requests go over the wire (node:http), so that every request has a deadline, every
+// The one place storage requests go over the wire (http1.ts), so that every request has a deadline, every
 // body a stall timeout and a length check, and every failure is classified once: transient (retry.ts retries
 // it) or not. Nothing here retries, and nothing can be left pending: every path aborts or drains the request.
-import { type ClientRequest, Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
-import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { StorageIoError } from "../errors.js";
+import { Pool, type Wire } from "./http1.js";
 import { TransientError, transientStatus } from "./retry.js";
 
 export interface Timeouts {
@@ -81,7 +80,15 @@ export class Http {
     let wire: Wire;
     try {
       const headers = { ...(await this.authHeaders()), ...init.headers };
-      wire = await viaNode(method, url, headers, init.body, controller.signal, () => arm(stallMs), source);
+      wire = await pool.request({
+        method,
+        url: new URL(url),
+        headers,
+        ...(init.body !== undefined ? { body: init.body } : {}),
+        signal: controller.signal,
+        progress: () => arm(stallMs),
+        source,
+      });
     } catch (e) {
       disarm();
       if (source.error) throw source.error.error;
@@ -99,100 +106,20 @@ export class Http {
   }
 }
 
-/** An answer as it came off the wire, whichever client fetched it. */
-interface Wire {
-  readonly status: number;
-  readonly headers: Headers;
-  /** The body's pieces; errors of the connection surface here. */
-  readonly pieces: AsyncIterable<Uint8Array> | null;
-  /** Closes the body unread. */
-  cancel(): Promise<void>;
-}
-
 /**
  * Kept-alive connections, at most this many per host: above what `--concurrency 32` uses at once (a download
  * and an upload per object, and metadata requests), below what an emulator or a NAT would choke on. A request
- * beyond it waits for a socket, within its stall deadline.
+ * beyond it waits for a connection, within its stall deadline.
  */
 const MAX_SOCKETS = 96;
-const agents = {
-  http: new HttpAgent({ keepAlive: true, maxSockets: MAX_SOCKETS }),
-  https: new HttpsAgent({ keepAlive: true, maxSockets: MAX_SOCKETS }),
-};
-
 /**
- * Every request goes through node:http, not Node's fetch. Node 20's fetch copies a Uint8Array body and, to be
- * able to follow a redirect, tees a streamed one and keeps the unread branch until the request ends: the whole
- * upload stays in memory (https://github.com/nodejs/undici/issues/4058); and it hands a response body over
- * through a web byte stream, a promise and a fresh buffer per piece, which cost more CPU than the bytes' own
- * handling. Here a request body is written as it is pulled, one piece at a time, waiting for the socket to
- * drain (what is buffered is what the kernel has not yet taken), and a response body is the IncomingMessage's.
+ * Every request goes through http1.ts, not node:http nor Node's fetch. node:http reads each socket into a fresh
+ * 64 KiB buffer, which V8 frees only at its next garbage collection: at a conversion's rates, tens of MiB of
+ * dead buffers at any time. Node 20's fetch also copies a Uint8Array body and, to be able to follow a redirect,
+ * tees a streamed one and keeps the unread branch until the request ends: the whole upload stays in memory
+ * (https://github.com/nodejs/undici/issues/4058). http1.ts reads each connection into one buffer, reused.
  */
-function viaNode(
-  method: string,
-  url: string,
-  headers: Record<string, string>,
-  body: Uint8Array | AsyncIterable<Uint8Array> | undefined,
-  signal: AbortSignal,
-  progress: () => void,
-  source: { error?: { error: unknown } },
-): Promise<Wire> {
-  return new Promise<Wire>((resolve, reject) => {
-    const u = new URL(url);
-    const https = u.protocol === "https:";
-    const req = (https ? httpsRequest : httpRequest)(u, {
-      method,
-      headers: body instanceof Uint8Array ? { ...headers, "content-length": String(body.length) } : headers,
-      agent: https ? agents.https : agents.http,
-      signal,
-    });
-    // The first error fails the request; later ones (after the answer came) surface on the answer's body.
-    req.once("error", reject).on("error", () => {});
-    req.once("response", (res: IncomingMessage) => {
-      res.on("error", () => {}); // seen by whoever reads the body; an unread body must not crash the process
-      const h = new Headers();
-      for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(", ") : v);
-      resolve({
-        status: res.statusCode ?? 0,
-        headers: h,
-        pieces: res,
-        cancel: async () => {
-          res.destroy();
-        },
-      });
-    });
-    if (body === undefined || body instanceof Uint8Array) {
-      req.end(body);
-      return;
-    }
-    (async () => {
-      try {
-        for await (const piece of body) {
-          progress();
-          if (!req.write(piece)) await drained(req);
-        }
-      } catch (e) {
-        if (!req.destroyed) source.error = { error: e };
-        req.destroy(e as Error);
-        return;
-      }
-      req.end();
-    })();
-  });
-}
-
-/** Resolves once the request's socket takes more; rejects if the request fails or closes first. */
-function drained(req: ClientRequest): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const done = (e?: unknown) => {
-      req.off("drain", done).off("error", done).off("close", closed);
-      if (e === undefined) resolve();
-      else reject(e);
-    };
-    const closed = () => done(new Error("request closed"));
-    req.once("drain", done).once("error", done).once("close", closed);
-  });
-}
+const pool = new Pool(MAX_SOCKETS);
 
 /** The largest body discard() reads to its end rather than closing the connection. */
 const DRAIN_LIMIT = 64 << 10;
@@ -212,30 +139,16 @@ function bodyOf(
     try {
       if (res.pieces === null) return;
       arm(stallMs);
-      // Leaving this loop early (the consumer stopped) cancels the response stream, closing the request.
-      // The stall clock runs only while we wait for the server: a consumer that takes a while with a piece (an
-      // upload streaming it, waiting for its chunk's answer) is not a stalled download. With the announced last
-      // byte in hand, the end is read before that piece is handed on: a consumer that stops at it (a ranged
-      // read of exactly its length) then leaves a complete response, whose connection goes back to the pool,
-      // where an unfinished one would be destroyed (a new connection, and a TLS handshake, per download).
-      const it = res.pieces[Symbol.asyncIterator]();
-      let finished = false;
-      try {
-        let r = await it.next();
-        while (!r.done) {
-          const piece = r.value;
-          seen += piece.length;
-          // All announced bytes here: a failure after them costs the connection, not the body.
-          const next = seen === expected ? await it.next().catch(() => ({ done: true as const, value: undefined })) : undefined;
-          if (next?.done) finished = true;
-          hold();
-          yield piece;
-          arm(stallMs);
-          r = next ?? (await it.next());
-        }
-        finished = true;
-      } finally {
-        if (!finished) await it.return?.();
+      // Leaving this loop early (the consumer stopped) ends the exchange: its connection goes back to the pool if
+      // the body was read to its end (a ranged read of exactly its length), and is closed otherwise. The stall
+      // clock runs only while we wait for the server: a consumer that takes a while with a piece (an upload
+      // streaming it, waiting for its chunk's answer) is not a stalled download. Each piece is a view into the
+      // connection's buffer, valid until the next is asked for (http1.ts), as it is handed on.
+      for await (const piece of res.pieces) {
+        seen += piece.length;
+        hold();
+        yield piece;
+        arm(stallMs);
       }
     } catch (e) {
       throw classify(e, controller.signal, path);
@@ -259,7 +172,7 @@ function bodyOf(
       return plain(out);
     }
     const pieces: Uint8Array[] = [];
-    for await (const p of body()) pieces.push(p);
+    for await (const p of body()) pieces.push(Buffer.from(p)); // copied: a piece is valid until the next
     return plain(pieces.length === 1 ? (pieces[0] as Uint8Array) : Buffer.concat(pieces));
   };
   return {
@@ -306,8 +219,8 @@ function classify(e: unknown, signal: AbortSignal, path: string): unknown {
   if (err?.name === "TypeError" && /invalid url|failed to parse url/i.test(err.message)) {
     return new StorageIoError(`bad storage URL: ${err.message}`, { path });
   }
-  // fetch reports every network failure as TypeError("fetch failed" / "terminated") with the socket error as
-  // cause; node:http reports the socket error itself (ECONNRESET, EPIPE, "socket hang up").
+  // http1.ts reports the socket's own error (ECONNRESET, EPIPE, ETIMEDOUT), or "socket hang up" when the
+  // connection closed too early, as node:http does; a `cause` is still looked at for errors from elsewhere.
   const cause = err?.cause?.code ?? err?.cause?.message ?? (err as { code?: string })?.code ?? err?.message ?? String(e);
   const kind = /ECONNREFUSED/.test(cause) ? "refused" : "reset";
   return new TransientError(`connection failed: ${cause}`, kind);

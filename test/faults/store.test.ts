@@ -23,7 +23,7 @@ const once = (fault: FaultKind, match: (m: string, u: string) => boolean, times 
 
 async function drain(it: AsyncIterable<Uint8Array>): Promise<Buffer> {
   const pieces: Uint8Array[] = [];
-  for await (const p of it) pieces.push(p);
+  for await (const p of it) pieces.push(Buffer.from(p)); // a piece is valid until the next is asked for
   return Buffer.concat(pieces);
 }
 

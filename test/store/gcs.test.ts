@@ -30,7 +30,7 @@ describe("GcsStore on fake-gcs-server", () => {
     const pieces: Uint8Array[] = [];
     for await (const p of slow.readStream("held", 0, data.length)) {
       if (pieces.length < 3) await new Promise((r) => setTimeout(r, 250)); // an upload waiting for its chunk's answer
-      pieces.push(p);
+      pieces.push(Buffer.from(p));
     }
     expect(Buffer.concat(pieces).equals(data)).toBe(true);
     expect(retryStats().retries).toBe(0);
