@@ -24,8 +24,6 @@ process.on("exit", () => {
 });
 
 (async () => {
-  // Fewer major GCs while the heap is small (see src/util/heap.ts).
-  (await import("../dist/src/util/heap.js")).keepHeapFloor();
   const { main } = await import("../dist/src/cli/main.js");
   const { retryStats } = await import("../dist/src/store/retry.js");
   process.exitCode = await main(process.argv.slice(2));

@@ -17,11 +17,6 @@ export async function runJob(...args: Parameters<typeof Run.runJob>): ReturnType
 
 // Run when executed directly (not when imported by tests).
 if (typeof module !== "undefined" && require.main === module) {
-  // Fewer major GCs while the heap is small (see src/util/heap.ts).
-  import("../src/util/heap.js").then(
-    (heap) => heap.keepHeapFloor(),
-    () => {},
-  );
   import("../src/cloud/job/run.js").then(
     (run) => run.main(process.argv.slice(2)),
     (e: unknown) => {

@@ -139,9 +139,17 @@ export class LocalStore implements Store {
   /**
    * `length` bytes at `offset`, a piece of the range [`whole`, `whole + wholeLength`) the caller wants (checked
    * against the object's size first: a corrupted length must not become a huge buffer, and a stream fails
-   * before its first piece), through a descriptor held only meanwhile.
+   * before its first piece), through a descriptor held only meanwhile. Into `into` (at least `length` bytes) if
+   * given, a buffer the caller reuses.
    */
-  private readPiece(key: string, offset: number, length: number, whole: number, wholeLength: number): Promise<Uint8Array> {
+  private readPiece(
+    key: string,
+    offset: number,
+    length: number,
+    whole: number,
+    wholeLength: number,
+    into?: Uint8Array,
+  ): Promise<Uint8Array> {
     const path = this.file(key);
     return holding(READS, 1, async () => {
       let handle: FileHandle;
@@ -155,7 +163,7 @@ export class LocalStore implements Store {
         if (whole + wholeLength > size) {
           throw shortRead(describe(this, key), whole, wholeLength, size);
         }
-        const out = new Uint8Array(length);
+        const out = into !== undefined ? into.subarray(0, length) : new Uint8Array(length);
         let done = 0;
         while (done < length) {
           // fs reads take an int32 length; read large ranges in pieces.
@@ -183,9 +191,11 @@ export class LocalStore implements Store {
     });
   }
 
+  /** Every piece read into one buffer: a piece is valid until the next is asked for (Store.readStream). */
   private async *streamPieces(key: string, offset: number, length: number): AsyncGenerator<Uint8Array> {
+    const buffer = new Uint8Array(Math.min(STREAM_PIECE, length));
     for (let done = 0; done < length; ) {
-      const piece = await this.readPiece(key, offset + done, Math.min(STREAM_PIECE, length - done), offset, length);
+      const piece = await this.readPiece(key, offset + done, Math.min(STREAM_PIECE, length - done), offset, length, buffer);
       done += piece.length;
       yield piece;
     }
