@@ -271,6 +271,7 @@ export class Pool {
     const conn = await this.acquire(init.url, signal);
     const abort = () => conn.destroy(signal.reason instanceof Error ? signal.reason : connectionError("aborted"));
     signal.addEventListener("abort", abort, { once: true });
+    if (signal.aborted) abort(); // while the connection was being had
 
     // The exchange ends when both its request is written and its answer read (or either failed); then the
     // connection goes back to the pool if nothing went wrong and the server keeps it open.
