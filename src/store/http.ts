@@ -33,7 +33,10 @@ export interface SendInit {
 export interface Answer {
   readonly status: number;
   readonly headers: Headers;
-  /** The body as it arrives; fails with a TransientError on a stall, a reset or fewer bytes than announced. */
+  /**
+   * The body as it arrives, each piece valid until the next is asked for (a view into the connection's buffer);
+   * fails with a TransientError on a stall, a reset or fewer bytes than announced.
+   */
   body(): AsyncGenerator<Uint8Array>;
   bytes(): Promise<Uint8Array>;
   json<T>(): Promise<T>;
