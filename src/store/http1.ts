@@ -303,12 +303,14 @@ export class Pool {
       settle();
     };
 
+    let writeError: { error: unknown } | undefined;
     const writing = this.send(conn, init).then(
       () => {
         sent = true;
         settle();
       },
       (e: unknown) => {
+        writeError = { error: e };
         fail();
         throw e;
       },
@@ -353,12 +355,9 @@ export class Pool {
       };
     } catch (e) {
       fail();
-      // The request's own failure, if it came first, is the cause.
-      const first = await writing.then(
-        () => e,
-        (w: unknown) => w,
-      );
-      throw init.source?.error ? init.source.error.error : first;
+      // The cause: the body's source's error, or the request's own failure if it came first. Not waited for: a
+      // write may be waiting on its source, which only its own stall timeout ends.
+      throw init.source?.error ? init.source.error.error : (writeError?.error ?? e);
     }
   }
 

@@ -246,6 +246,21 @@ describe("requests", () => {
     for (let i = 0; i < n; i++) expect(got[i * piece.length + 100]).toBe(i);
   });
 
+  test("a request whose connection fails while its body waits on a stalled source fails at once", async () => {
+    const s = await serve(() => {});
+    const server = servers.at(-1) as net.Server;
+    server.on("connection", (socket) => setTimeout(() => socket.destroy(), 50));
+    const stalled = (async function* () {
+      yield Buffer.from("first piece");
+      await new Promise(() => {}); // a download that never delivers its next piece
+    })();
+    const t0 = Date.now();
+    await expect(new Pool(4).request(init(s.url, { method: "PUT", headers: { "content-length": "100" }, body: stalled }))).rejects.toThrow(
+      /socket hang up|ECONNRESET|EPIPE/,
+    );
+    expect(Date.now() - t0).toBeLessThan(2_000);
+  });
+
   test("a streamed body needs a content-length", async () => {
     const s = await serve((_, socket) => socket.write(ok("")));
     await expect(
