@@ -205,10 +205,10 @@ class Connection {
         throw connectionError("the connection closed within an answer's head");
       }
       const chunk = this.buffer.subarray(this.pos, this.len);
-      const joint = Buffer.concat([tail, chunk.subarray(0, 3)]).indexOf(CRLF2);
-      const at = joint >= 0 ? joint - tail.length : chunk.indexOf(CRLF2);
-      if (joint >= 0 || at >= 0) {
-        const used = at + 4;
+      // Searched with the head's last bytes in front (a copy only for a head that spans reads, which is rare).
+      const at = (tail.length === 0 ? chunk : Buffer.concat([tail, chunk])).indexOf(CRLF2);
+      if (at >= 0) {
+        const used = at + 4 - tail.length;
         parts.push(Buffer.from(chunk.subarray(0, used)));
         this.pos += used;
         return Buffer.concat(parts);
@@ -387,6 +387,12 @@ export class Pool {
       return;
     }
     if (body === undefined) return;
+    /** A failure of the body itself (its source's error, or a length that is not the one announced): the caller's. */
+    const bodyFailed = (e: unknown): unknown => {
+      if (init.source) init.source.error = { error: e };
+      conn.destroy();
+      return e;
+    };
     let written = 0;
     let piece: IteratorResult<Uint8Array>;
     const it = body[Symbol.asyncIterator]();
@@ -394,19 +400,14 @@ export class Pool {
       try {
         piece = await it.next();
       } catch (e) {
-        if (init.source) init.source.error = { error: e };
-        conn.destroy();
-        throw e;
+        throw bodyFailed(e);
       }
       if (piece.done) break;
       init.progress?.();
       written += piece.value.length;
       if (written > (length as number)) {
-        const e = new RangeError(`request body longer than its content-length ${length}`);
-        if (init.source) init.source.error = { error: e };
         await it.return?.(undefined);
-        conn.destroy();
-        throw e;
+        throw bodyFailed(new RangeError(`request body longer than its content-length ${length}`));
       }
       try {
         await conn.write(piece.value);
@@ -415,12 +416,7 @@ export class Pool {
         throw e;
       }
     }
-    if (written !== length) {
-      const e = new RangeError(`request body ended after ${written} of its ${length} bytes`);
-      if (init.source) init.source.error = { error: e };
-      conn.destroy();
-      throw e;
-    }
+    if (written !== length) throw bodyFailed(new RangeError(`request body ended after ${written} of its ${length} bytes`));
   }
 
   private originOf(url: URL): Origin {

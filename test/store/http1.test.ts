@@ -275,37 +275,27 @@ describe("requests", () => {
     ).rejects.toThrow(TypeError);
   });
 
-  test("a streamed body shorter than its content-length fails, and so does its source's own error, as that error", async () => {
+  /** A PUT announcing 10 bytes, its body from `body`, its source's error put in `source`. */
+  async function putTen(body: AsyncIterable<Uint8Array>, source: { error?: { error: unknown } }): Promise<Wire> {
     const s = await serve((_, socket) => socket.write(ok("")));
-    const pool = new Pool(4);
-    const short = { error: undefined as { error: unknown } | undefined };
-    await expect(
-      pool.request(
-        init(s.url, {
-          method: "PUT",
-          headers: { "content-length": "10" },
-          body: (async function* () {
-            yield Buffer.from("abc");
-          })(),
-          source: short,
-        }),
-      ),
-    ).rejects.toThrow(/ended after 3 of its 10 bytes/);
+    return new Pool(4).request(init(s.url, { method: "PUT", headers: { "content-length": "10" }, body, source }));
+  }
+
+  test("a streamed body shorter than its content-length fails, saying how short", async () => {
+    const body = (async function* () {
+      yield Buffer.from("abc");
+    })();
+    await expect(putTen(body, {})).rejects.toThrow(/ended after 3 of its 10 bytes/);
+  });
+
+  test("an error of a streamed body's own source fails the request as that error", async () => {
     const broken = new Error("the source broke");
-    const source = { error: undefined as { error: unknown } | undefined };
-    await expect(
-      pool.request(
-        init(s.url, {
-          method: "PUT",
-          headers: { "content-length": "10" },
-          body: (async function* () {
-            yield Buffer.from("abc");
-            throw broken;
-          })(),
-          source,
-        }),
-      ),
-    ).rejects.toBe(broken);
+    const body = (async function* () {
+      yield Buffer.from("abc");
+      throw broken;
+    })();
+    const source: { error?: { error: unknown } } = {};
+    await expect(putTen(body, source)).rejects.toBe(broken);
     expect(source.error?.error).toBe(broken);
   });
 });
