@@ -7,6 +7,14 @@
 //   for the rest (return-503, return-reset-connection, return-503-after-NK, stall-for-Ns-after-NK).
 // Requests and answers are streamed through untouched otherwise; a connection the testbench cuts is cut on the
 // client's side too, and close() cuts everything still open.
+//
+// Resumable upload sessions always come through here, and the testbench gets one request of a session at a
+// time. GCS takes a session's requests one after another; the testbench runs them on parallel threads over one
+// unlocked Upload, so the copy of a chunk a client gave up waiting for, still being read when the client asks
+// what was persisted and sends that chunk again, is appended a second time, and the object replaced by one
+// that is too long (seen once in CI as "1 planned object(s) ... of the wrong size"; test/faults/sessions.test.ts).
+// Here a session's next request waits until the testbench has answered the last one, or was cut off before it
+// had that request's whole body (then it stores none of it).
 import { createServer, type IncomingMessage, request, type ServerResponse } from "node:http";
 import { listenOnLoopback, viaProxy } from "./loopback.js";
 import { prng } from "./proxy.js";
@@ -63,12 +71,8 @@ export interface InstructionProxyOptions {
   readonly rawErrors?: boolean;
   /** At most this many instructions in all. */
   readonly limit?: number;
-  /**
-   * Rewrite resumable upload session URIs to this proxy, so that chunks get instructions too (otherwise they go
-   * to the testbench directly). Off for the seeded conversions: relayed, some seeds' uploads see dozens of
-   * 1 s stall timeouts (seed 3: 62), not yet explained.
-   */
-  readonly relayUploads?: boolean;
+  /** Give resumable upload chunks (PUT) instructions too; otherwise they are relayed untouched. */
+  readonly instructChunks?: boolean;
   /** Pass over the first this many requests an instruction would be given to (to fault the middle of an upload). */
   readonly skip?: number;
 }
@@ -93,6 +97,10 @@ function methodOf(r: IncomingMessage): string | undefined {
   return undefined;
 }
 
+/** The resumable upload session a request is to (its chunks and status queries), if any. */
+const sessionOf = (r: IncomingMessage): string | undefined =>
+  new URL(r.url ?? "/", "http://proxy").searchParams.get("upload_id") ?? undefined;
+
 const isDownload = (r: IncomingMessage) => r.method === "GET" && /[?&]alt=media\b/.test(r.url ?? "");
 
 export async function startInstructionProxy(o: InstructionProxyOptions): Promise<InstructionProxy> {
@@ -105,6 +113,7 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
 
   /** One draw for whether, one for which: the sequence depends only on the seed and the request order. */
   const pick = (r: IncomingMessage): Instruction | undefined => {
+    if (sessionOf(r) !== undefined && !o.instructChunks) return undefined;
     const method = methodOf(r);
     const [x, y] = [random(), random()];
     if (method === undefined || x >= o.rate || given >= (o.limit ?? Number.POSITIVE_INFINITY)) return undefined;
@@ -127,9 +136,24 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
     return ((await a.json()) as { id: string }).id;
   };
 
+  /** Per upload session, when its last request is over at the testbench: the next one is sent after. */
+  const sessions = new Map<string, Promise<void>>();
+  /** Waits for the session's turn (at once for a request of no session); resolves with the call that ends it. */
+  const turn = async (r: IncomingMessage): Promise<() => void> => {
+    const id = sessionOf(r);
+    if (id === undefined) return () => {};
+    const before = sessions.get(id) ?? Promise.resolve();
+    let over!: () => void;
+    const mine = new Promise<void>((resolve) => (over = resolve));
+    sessions.set(id, mine);
+    void mine.then(() => sessions.get(id) === mine && sessions.delete(id));
+    await before;
+    return over;
+  };
+
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     stats.requests++;
-    req.pause(); // until the instruction is in place
+    req.pause(); // until the instruction is in place and, in a session, the previous request is over
     const cut = () => req.socket.resetAndDestroy();
     const instruction = pick(req);
     const headers: Record<string, string | string[] | undefined> = { ...req.headers, host: upstream.host };
@@ -139,12 +163,18 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
       if (instruction.via === "header") headers["x-goog-emulator-instructions"] = instruction.name;
       else headers["x-retry-test-id"] = await retryTest(methodOf(req) as string, instruction.name);
     };
-    ready().then(
-      () => {
+    const session = sessionOf(req) !== undefined;
+    Promise.all([turn(req), ready()]).then(
+      ([over]) => {
+        let answered: IncomingMessage | undefined;
         const up = request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers }, (answer) => {
+          answered = answer;
+          answer.on("close", over);
+          // The client gave up before the answer came: it is read and dropped (see res's close below).
+          if (res.destroyed) return void answer.resume();
           if (!o.rawErrors && instruction?.via === "retry-test" && (answer.statusCode ?? 0) >= 400) return flattened(answer, res);
-          // A resumable upload's session URI names the testbench: relayUploads makes its chunks come through here.
-          const location = o.relayUploads ? viaProxy(answer.headers.location, upstream, self) : undefined;
+          // A resumable upload's session URI names the testbench: made to name this proxy, so that chunks come here.
+          const location = viaProxy(answer.headers.location, upstream, self);
           if (location !== undefined) answer.headers.location = location;
           res.writeHead(answer.statusCode ?? 502, answer.headers);
           answer.pipe(res);
@@ -152,10 +182,16 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
           answer.on("aborted", cut);
           answer.on("error", cut);
         });
+        up.on("close", () => {
+          if (answered === undefined) over(); // no answer will come
+        });
         up.on("error", cut);
-        // The client let go (its stall timeout, a cancelled read): let go of the testbench's answer too.
+        // The client let go (its stall timeout, a cancelled read): let go of the testbench's answer too, but for a
+        // session's request whose whole body the testbench has: that one runs to its end before the next is sent.
         res.on("close", () => {
-          if (!res.writableFinished) up.destroy();
+          if (res.writableFinished) return;
+          if (session && up.writableFinished) return void answered?.unpipe(res).resume();
+          up.destroy();
         });
         if (methodOf(req) === "storage.objects.insert") req.on("data", (p: Buffer) => (stats.uploadBytes += p.length));
         req.pipe(up);

@@ -41,18 +41,23 @@ describe.skipIf(missing !== undefined)("convert through the storage-testbench's 
 
   for (let seed = 1; seed <= 10; seed++) {
     test(`seed ${seed}: the conversion survives, reports its retries, and verifies`, async () => {
-      const proxy: InstructionProxy = await startInstructionProxy({ upstream: testbenchEndpoint() as string, seed, rate: RATE });
+      const proxy: InstructionProxy = await startInstructionProxy({
+        upstream: testbenchEndpoint() as string,
+        seed,
+        rate: RATE,
+        instructChunks: true,
+      });
       try {
         const env = { ORBAX2REG_GCS_ENDPOINT: proxy.url, ...FAST_ENV };
         const out = `gs://${dst}/seed-${seed}`;
         const convert = await runBinAsync(["convert", `gs://${src}/${STEP}`, out, "--json"], env);
         expect(convert.stderr).not.toMatch(/error/i);
-        expect(convert.code).toBe(0);
+        expect(convert.code, convert.stderr).toBe(0);
         const report = JSON.parse(convert.stdout) as { committed: boolean; storageRetries: number; storageRetriesByKind: object };
         expect(report).toMatchObject({ step: 1000, committed: true, storageRetries: expect.any(Number) });
         const verify = await runBinAsync(["verify", `gs://${src}/${STEP}`, `${out}/step_00001000`], env);
         expect(verify.stdout).toMatch(/ 0 failed/);
-        expect(verify.code).toBe(0);
+        expect(verify.code, verify.stderr).toBe(0);
         rows.push(
           `  seed ${seed}: ${proxy.stats.requests} requests, instructed ${JSON.stringify(proxy.stats.instructed)}; ` +
             `convert retried ${report.storageRetries} ${JSON.stringify(report.storageRetriesByKind)}`,
@@ -144,7 +149,7 @@ describe.skipIf(missing !== undefined)("resumable uploads on the testbench", () 
         limit: 1,
         skip: 3,
         only: [instruction],
-        relayUploads: true,
+        instructChunks: true,
       });
       const s = new GcsStore(bucket, "up", undefined, new Storage({ apiEndpoint: proxy.url, projectId: "test-project" }), {
         retry: { firstDelayMs: 5, maxDelayMs: 50, deadlineMs: 20_000 },
