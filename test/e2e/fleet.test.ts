@@ -1,6 +1,6 @@
-import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, inject, test, vi } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, inject, test, vi } from "vitest";
 import type { StepRow, StepStatus } from "../../src/cloud/ops/status.js";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { type CliResult, runBin, runBinAsync } from "../helpers/cli.js";
@@ -51,6 +51,16 @@ beforeAll(async () => {
     ORBAX2REG_GROUPS: deployed.workflowEnv.ORBAX2REG_GROUPS,
   };
 }, 180_000);
+
+// A failed test prints the end of what the pipeline logged, so that a failure seen once in CI can be read.
+afterEach((ctx) => {
+  if (ctx.task.result?.state !== "fail") return;
+  for (const name of ["transcript.txt", "hooks.jsonl", "jobs.jsonl", "workflows.log", "run-api.log"]) {
+    const file = join(work, name);
+    const tail = existsSync(file) ? readFileSync(file, "utf8").split("\n").slice(-40).join("\n") : "(none)";
+    process.stderr.write(`--- ${ctx.task.name}: the last lines of ${name}\n${tail}\n`);
+  }
+});
 
 afterAll(async () => {
   await Promise.all([workflows?.stop(), runApi?.stop()]);
