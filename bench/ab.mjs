@@ -32,7 +32,7 @@ const routes = [
           .map((e) => e.split("=")),
       ),
     };
-    return { label, env, cmd: [process.execPath, [join(repo, "bin/orbax2reg.js"), "convert", step, join(OUT, label)]] };
+    return { label, env, cmd: [join(repo, "bin/orbax2reg.js"), ["convert", step, join(OUT, label)]] };
   }),
 ];
 const times = Object.fromEntries(routes.map((r) => [r.label, []]));

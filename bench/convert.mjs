@@ -36,6 +36,7 @@ process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const GEN = "bench/.generated";
 const OUT = resolve(GEN, "out");
+/** Run as a command, as users run it: its launcher sets the runtime (bin/orbax2reg.js). */
 const CLI = "bin/orbax2reg.js";
 const TARGETS = { cpRatio: 0.5, cpRatioAim: 0.8, durableRatio: 0.8, pythonRatio: 5, rssMiB: 512 };
 
@@ -132,7 +133,7 @@ say();
 const DEST = { cp: join(OUT, "cp"), orbax2reg: join(OUT, "orbax2reg"), python: join(OUT, "python") };
 const ROUTES = {
   cp: { label: "`cp -r` (I/O floor)", cmd: ["cp", ["-r", STEP, `${DEST.cp}/`]] },
-  orbax2reg: { label: "`orbax2reg convert`", cmd: [process.execPath, [CLI, "convert", STEP, DEST.orbax2reg, "--json"]] },
+  orbax2reg: { label: "`orbax2reg convert`", cmd: [CLI, ["convert", STEP, DEST.orbax2reg, "--json"]] },
   python: { label: "Python route (orbax restore + TensorStore write)", cmd: [PYTHON, ["bench/python_route.py", STEP, DEST.python]] },
 };
 const results = { cp: [], orbax2reg: [], python: [] };

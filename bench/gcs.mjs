@@ -19,6 +19,7 @@ process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const GEN = "bench/.generated";
 const FS_ROOT = resolve(GEN, "gcs-fs");
+/** Run as a command, as users run it: its launcher sets the runtime (bin/orbax2reg.js). */
 const CLI = "bin/orbax2reg.js";
 const TARGETS = { wall: 1.0, cpu: 1.0, rss: 0.1 };
 
@@ -83,7 +84,7 @@ const ROUTES = {
   orbax2reg: {
     label: "`orbax2reg convert` gs:// -> gs://",
     dest: "o2r",
-    cmd: [process.execPath, [CLI, "convert", `gs://src/${SRC}`, "gs://dst/o2r", "--json"], { ORBAX2REG_GCS_ENDPOINT: GCS }],
+    cmd: [CLI, ["convert", `gs://src/${SRC}`, "gs://dst/o2r", "--json"], { ORBAX2REG_GCS_ENDPOINT: GCS }],
   },
   tensorstore: {
     label: "TensorStore C++ GCS client, raw chunk passthrough",

@@ -46,7 +46,7 @@ const env = {
 let n = 0;
 async function convert(source, dest, extra = []) {
   const out = dest === "local" ? join(GEN, `rss-out-${n++}`) : `gs://dst/run-${n++}`;
-  const r = await timed(process.execPath, [join(ROOT, "bin/orbax2reg.js"), "convert", source, out, "--json", ...extra], env);
+  const r = await timed(join(ROOT, "bin/orbax2reg.js"), ["convert", source, out, "--json", ...extra], env);
   if (dest === "local") rmSync(out, { recursive: true, force: true });
   if (r.status !== 0) throw new Error(`convert ${source} -> ${out} failed: ${r.stderr.slice(-500)}`);
   return { mib: Math.round(r.rssKiB / 1024), wall: r.seconds.toFixed(2), cpu: Math.round(r.cpu * 10) / 10 };

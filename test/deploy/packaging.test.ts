@@ -10,6 +10,8 @@ import { PYTHON } from "../helpers/paths.js";
 // function's source zip (built and loaded for real).
 
 const pkg = JSON.parse(readFileSync("package.json", "utf8")) as { dependencies: Record<string, string> };
+/** The flags every start of node carries (the launcher's comment says why). */
+const NODE_FLAGS = ["--max-semi-space-size=1"];
 
 function stages(dockerfile: string): string[][] {
   const lines = dockerfile
@@ -91,10 +93,23 @@ describe("the job image", () => {
     }[][];
     for (const [job] of jobs) {
       const container = job?.template[0]?.template[0]?.containers[0];
-      expect(container?.command).toEqual(["node"]);
+      expect(container?.command).toEqual(["node", ...NODE_FLAGS]);
       expect(container?.args[0]).toBe("dist/jobs/main.js");
     }
     expect(runtime).toContain('CMD ["dist/jobs/main.js"]');
+  });
+
+  test("the CLI, the image and the deployed jobs start node with the same runtime settings", () => {
+    const shebang = readFileSync("bin/orbax2reg.js", "utf8").split("\n")[0];
+    expect(shebang).toBe(`#!/usr/bin/env -S MALLOC_ARENA_MAX=1 node ${NODE_FLAGS.join(" ")}`);
+    expect(runtime).toContain(`ENTRYPOINT ${JSON.stringify(["node", ...NODE_FLAGS])}`.replaceAll(",", ", "));
+    expect(runtime).toContain("ENV MALLOC_ARENA_MAX=1");
+  });
+
+  test("the CLI runs as a command, through its launcher's runtime settings", () => {
+    const r = spawnSync("bin/orbax2reg.js", ["--version"], { encoding: "utf8" });
+    expect(r.stderr).toBe("");
+    expect(r.stdout.trim()).toBe(JSON.parse(readFileSync("package.json", "utf8")).version);
   });
 
   test("every package the compiled code imports is a production dependency", () => {

@@ -63,7 +63,7 @@ resource "google_cloud_run_v2_job" "phase" {
 
       containers {
         image   = local.image
-        command = ["node"]
+        command = ["node", "--max-semi-space-size=1"] # as the image's ENTRYPOINT, which this replaces (Dockerfile)
         args    = ["dist/jobs/main.js", each.key]
 
         resources {
