@@ -316,13 +316,14 @@ describe("Cloud Run jobs", () => {
   const job = (phase: string) => instance(mod, "google_cloud_run_v2_job", "phase", phase);
   const container = (phase: string) => at(job(phase), "template", 0, "template", 0, "containers", 0);
 
-  test("plan, convert-group and finalize run `node dist/jobs/main.js <phase>` from the same image", () => {
+  // The node flag the image's ENTRYPOINT carries too (which `command` replaces; test/deploy/packaging.test.ts).
+  test("plan, convert-group and finalize run `node --max-semi-space-size=1 dist/jobs/main.js <phase>` from the same image", () => {
     expect(Object.keys(mod.resource.google_cloud_run_v2_job ?? {})).toEqual(["phase"]);
     expect(resource(mod, "google_cloud_run_v2_job", "phase").for_each).toBe(ex("local.jobs"));
     expect(Object.keys(mod.locals.jobs as Obj).sort()).toEqual([...PHASES].sort());
     for (const phase of PHASES) {
       expect(at(container(phase), "image"), phase).toBe(ex("local.image"));
-      expect(at(container(phase), "command"), phase).toEqual(["node"]);
+      expect(at(container(phase), "command"), phase).toEqual(["node", "--max-semi-space-size=1"]);
       expect(at(container(phase), "args"), phase).toEqual(["dist/jobs/main.js", phase]);
     }
   });
