@@ -18,6 +18,7 @@
 //   E2E_RUN_STATE  directory for the executions' state (default: next to E2E_HOOK_LOG, else the temp dir)
 //   E2E_PUBSUB_LOG when set, publish appends the messages to this file instead of using the Pub/Sub emulator
 //   E2E_HANG_LIMIT_MS, E2E_POLL_HOLD_MS   how long a hung execution lasts (60 s), how long a poll is held (300 ms)
+//   E2E_JOB_NODE_ARGS  JSON list: node's flags from the jobs' container command (jobs.tf), given to every task
 //   E2E_FAULTS     JSON file: a list of faults, each {"destination": "gs://...", ...}:
 //                    {"group": 1}                       that group's executions fail without a report
 //                    {"group": 1, "fault": "hang"}      its execution never finishes (gives up after 60 s)
@@ -35,6 +36,7 @@ import * as runState from "./run-state.mjs";
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const JOB_MAIN = fileURLToPath(new URL("../../dist/jobs/main.js", import.meta.url));
+const NODE_ARGS = JSON.parse(process.env.E2E_JOB_NODE_ARGS ?? "[]");
 // A hung execution gives up after this long; operations.get holds its answer this long while one runs (both
 // may be changed by a test whose workflow waits on the emulator's clock, which needs neither).
 const HANG_LIMIT_MS = Number(process.env.E2E_HANG_LIMIT_MS ?? 60_000);
@@ -81,7 +83,7 @@ function takeFault(test) {
 async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}) {
   const codes = await Promise.all(
     Array.from({ length: taskCount }, (_, task) => {
-      const child = spawn(process.execPath, [JOB_MAIN, phase], {
+      const child = spawn(process.execPath, [...NODE_ARGS, JOB_MAIN, phase], {
         env: {
           ...process.env,
           // E2E_JOB_ENV, {phase: {NAME: VALUE}}: the job's own env (jobs.tf), under the execution's overrides, which

@@ -44,6 +44,8 @@ export interface Deployed {
   readonly workflowName: string;
   /** Each job's static env by phase (plan, convert-group, finalize), under the workflow's per-execution overrides. */
   readonly jobEnv: Record<string, Record<string, string>>;
+  /** The flags of the jobs' container `command` after `node` (jobs.tf), which the hook starts each task with. */
+  readonly jobNodeArgs: readonly string[];
 }
 
 type Obj = Record<string, unknown>;
@@ -87,9 +89,14 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
   const jobLocals: Obj = Object.assign({}, ...((jobsTf.locals ?? []) as Obj[]));
   const jobs = first(first(jobsTf.resource as Obj).google_cloud_run_v2_job);
   const jobEnvMaps: string[] = [];
+  let jobNodeArgs: string[] | undefined;
   for (const [name, body] of Object.entries(jobs)) {
     const job = first(body);
     const container = first(first(first(job.template).template).containers);
+    const command = container.command as unknown[];
+    if (!Array.isArray(command) || command[0] !== "node" || command.some((c) => typeof c !== "string" || c.includes("${")))
+      throw new Error(`jobs.tf: job ${name}'s command is not a literal ["node", flags...]`);
+    jobNodeArgs = command.slice(1) as string[];
     const phase = (container.args as unknown[])[1];
     const forEach = first(first(container.dynamic).env).for_each;
     if (typeof phase !== "string" || typeof forEach !== "string")
@@ -140,6 +147,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
     workflowEnv: values.workflow_env as Record<string, string>,
     workflowName: values.workflow_name as string,
     jobEnv: values.job_env as Record<string, Record<string, string>>,
+    jobNodeArgs: jobNodeArgs ?? [],
   };
 }
 

@@ -75,6 +75,7 @@ export function startDeployedWorkflow(work: string, deployed: Deployed, env: Nod
         E2E_RUN_STATE: join(work, "runs"),
         E2E_FAULTS: join(work, "faults.json"),
         E2E_JOB_ENV: JSON.stringify(deployed.jobEnv),
+        E2E_JOB_NODE_ARGS: JSON.stringify(deployed.jobNodeArgs),
       },
     },
     join(work, "workflows.log"),
