@@ -102,7 +102,7 @@ describe("the job image", () => {
   test("the CLI, the image and the deployed jobs start node with the same runtime settings", () => {
     const shebang = readFileSync("bin/orbax2reg.js", "utf8").split("\n")[0];
     expect(shebang).toBe(`#!/usr/bin/env -S MALLOC_ARENA_MAX=1 node ${NODE_FLAGS.join(" ")}`);
-    expect(runtime).toContain(`ENTRYPOINT ${JSON.stringify(["node", ...NODE_FLAGS])}`.replaceAll(",", ", "));
+    expect(runtime).toContain(`ENTRYPOINT [${["node", ...NODE_FLAGS].map((a) => JSON.stringify(a)).join(", ")}]`);
     expect(runtime).toContain("ENV MALLOC_ARENA_MAX=1");
   });
 

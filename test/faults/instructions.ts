@@ -12,7 +12,7 @@
 // time. GCS takes a session's requests one after another; the testbench runs them on parallel threads over one
 // unlocked Upload, so the copy of a chunk a client gave up waiting for, still being read when the client asks
 // what was persisted and sends that chunk again, is appended a second time, and the object replaced by one
-// that is too long (seen once in CI as "1 planned object(s) ... of the wrong size"; test/faults/sessions.test.ts).
+// that is too long (reproduced with raw sockets: test/faults/sessions.test.ts).
 // Here a session's next request waits until the testbench has answered the last one, or was cut off before it
 // had that request's whole body (then it stores none of it).
 import { createServer, type IncomingMessage, request, type ServerResponse } from "node:http";
