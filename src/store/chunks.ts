@@ -150,21 +150,16 @@ export class RangeReader {
    */
   async *pieces(n: number): AsyncGenerator<Uint8Array> {
     const p = this.point;
-    // The source as this call found it. A failed request's body may still be pulled after the reader was reopened
-    // for the next attempt (http1.ts does not wait for a write stalled on its source): that call then ends, and
-    // takes nothing from the new source, nor touches the carry or the point.
     const it = this.it;
     if (p === undefined || it === undefined) throw new RangeError("RangeReader read before seek");
     this.point = undefined;
     let { at, crc } = p;
     const end = at + n;
     while (at < end) {
-      if (this.it !== it) return;
       let piece = this.carry;
       this.carry = undefined;
       if (piece === undefined) {
         const r = await it.next();
-        if (this.it !== it) return;
         if (r.done) throw this.tooShort(at);
         piece = r.value;
       }
@@ -176,7 +171,7 @@ export class RangeReader {
       at += piece.length;
       yield piece;
     }
-    if (this.it === it) this.point = { at, crc };
+    this.point = { at, crc };
   }
 
   async close(): Promise<void> {

@@ -1,7 +1,7 @@
 import { crc32c } from "../codecs/crc32c.js";
 import { FormatError } from "../errors.js";
 import { memoryChunks, RangeReader, streamChunks } from "./chunks.js";
-import { authHeaders, type GcsClient, storageClient } from "./gcs/auth.js";
+import { credentialsOf, type GcsClient, storageClient } from "./gcs/auth.js";
 import { type GcsRequest, hashHeader, JsonApi, type ObjectResource, storedCrc } from "./gcs/json-api.js";
 import { Uploads } from "./gcs/uploads.js";
 import { type Answer, defaultTimeouts, Http, type Timeouts } from "./http.js";
@@ -72,7 +72,7 @@ export class GcsStore implements Store {
     client: GcsClient = storageClient(),
     options: GcsOptions = {},
   ) {
-    const http = new Http(authHeaders(client), options.timeouts ?? defaultTimeouts());
+    const http = new Http(credentialsOf(client), options.timeouts ?? defaultTimeouts());
     this.api = new JsonApi(client.apiEndpoint, bucketName, http, options.retry ?? defaultRetryPolicy());
     this.uploads = new Uploads(this.api);
     this.chunk = Math.max(CHUNK_UNIT, Math.floor((options.chunkBytes ?? defaultChunk()) / CHUNK_UNIT) * CHUNK_UNIT);

@@ -191,11 +191,10 @@ export class LocalStore implements Store {
     });
   }
 
-  /** Every piece read into one buffer: a piece is valid until the next is asked for (Store.readStream). */
+  /** Each piece in a buffer of its own (Store.readStream): an upload's socket may still hold one when the next is read. */
   private async *streamPieces(key: string, offset: number, length: number): AsyncGenerator<Uint8Array> {
-    const buffer = new Uint8Array(Math.min(STREAM_PIECE, length));
     for (let done = 0; done < length; ) {
-      const piece = await this.readPiece(key, offset + done, Math.min(STREAM_PIECE, length - done), offset, length, buffer);
+      const piece = await this.readPiece(key, offset + done, Math.min(STREAM_PIECE, length - done), offset, length);
       done += piece.length;
       yield piece;
     }

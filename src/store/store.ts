@@ -46,8 +46,8 @@ export interface Store {
   readRange(key: string, offset: number, length: number): Promise<Uint8Array>;
   /**
    * The same bytes as readRange, as a stream of pieces, so a large range never sits in memory whole.
-   * Ends with a FormatError if the object is shorter than `offset + length`. A piece is valid until the next
-   * one is asked for (GCS reads each connection into one buffer, reused): a reader that keeps one copies it.
+   * Ends with a FormatError if the object is shorter than `offset + length`. Each piece is the reader's: the
+   * store never writes into it again (an upload's socket may still hold one while the next is read).
    */
   readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array>;
   /** Every object whose key starts with `prefix` (a plain string prefix, not only a directory), sorted by key. */

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "vitest";
 import { crc32c } from "../../src/codecs/crc32c.js";
-import { memoryChunks, RangeReader, streamChunks } from "../../src/store/chunks.js";
+import { memoryChunks, streamChunks } from "../../src/store/chunks.js";
 
 const data = Uint8Array.from({ length: 1000 }, (_, i) => (i * 7) & 0xff);
 
@@ -44,24 +44,5 @@ describe("the chunks of an upload", () => {
     expect(a.last).toBe(false);
     expect((await source.take(700, 400)).last).toBe(true);
     expect(source.total).toEqual({ size: 1000, crc32c: crc32c(data) });
-  });
-});
-
-describe("a ranged source read for a resumable upload (RangeReader)", () => {
-  /** `data` from any offset, in pieces of 100 bytes. */
-  const ranged = { length: data.length, from: (skip: number) => pieces(data.subarray(skip), 100) };
-
-  test("a failed attempt's body, still pulled after the reader was reopened, takes nothing from the next attempt", async () => {
-    const reader = new RangeReader(ranged, (got) => new RangeError(`short: ${got}`));
-    await reader.seek({ at: 0, crc: 0 }, 0);
-    const failed = reader.pieces(400);
-    await failed.next(); // the first attempt sent 100 bytes, then its request failed
-    await reader.seek({ at: 0, crc: 0 }, 0); // the next attempt starts over
-    const stale = failed.next(); // the failed request's write loop pulls once more
-    const sent: Uint8Array[] = [];
-    for await (const p of reader.pieces(data.length)) sent.push(Buffer.from(p));
-    expect(await stale).toEqual({ done: true, value: undefined });
-    expect(Buffer.concat(sent)).toEqual(Buffer.from(data));
-    expect(reader.position).toEqual({ at: data.length, crc: crc32c(data) });
   });
 });

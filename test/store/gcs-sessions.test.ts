@@ -8,7 +8,7 @@ import { crc32c } from "../../src/codecs/crc32c.js";
 import { type ChunkSource, memoryChunks, RangeReader } from "../../src/store/chunks.js";
 import { crcBase64, JsonApi } from "../../src/store/gcs/json-api.js";
 import { Uploads } from "../../src/store/gcs/uploads.js";
-import { Http } from "../../src/store/http.js";
+import { Http, NO_CREDENTIALS } from "../../src/store/http.js";
 import { resetRetryStats, retryStats } from "../../src/store/retry.js";
 
 const CHUNK = 256 * 1024;
@@ -80,7 +80,7 @@ afterEach(() => {
 });
 
 function uploads(): Uploads {
-  const http = new Http(async () => ({}), { stallMs: 5_000 });
+  const http = new Http(NO_CREDENTIALS, { stallMs: 5_000 });
   return new Uploads(new JsonApi(endpoint, "b", http, { firstDelayMs: 1, maxDelayMs: 5, deadlineMs: 10_000 }));
 }
 

@@ -2,7 +2,7 @@
 import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { StorageIoError } from "../../src/errors.js";
-import { Http } from "../../src/store/http.js";
+import { Http, NO_CREDENTIALS } from "../../src/store/http.js";
 import { TransientError, transientStatus } from "../../src/store/retry.js";
 
 let server: Server;
@@ -20,7 +20,7 @@ beforeAll(async () => {
 });
 afterAll(() => new Promise<void>((r) => server.close(() => r())));
 
-const http = new Http(async () => ({}), { stallMs: 5_000 });
+const http = new Http(NO_CREDENTIALS, { stallMs: 5_000 });
 const failure = (path: string) => http.send("GET", `${base}${path}`, { accept: [200], path: "gs://b/o" }).catch((e: unknown) => e);
 
 describe("an answer the caller did not accept", () => {

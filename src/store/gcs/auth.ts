@@ -1,5 +1,7 @@
-// Where GcsStore's requests go and with which credentials: the endpoint (Google's, or an emulator's) and
-// Application Default Credentials from google-auth-library, loaded on first use.
+// Where GcsStore's requests go and with which credentials: the endpoint (Google's, another of Google's, or an
+// emulator's) and Application Default Credentials from google-auth-library, loaded on first use.
+import { ConfigError } from "../../errors.js";
+import { type Credentials, NO_CREDENTIALS } from "../http.js";
 
 /**
  * What GcsStore takes from a client: the endpoint and the credentials (a @google-cloud/storage `Storage` is
@@ -7,30 +9,60 @@
  */
 export interface GcsClient {
   readonly apiEndpoint: string;
-  /** An emulator: no credentials are sent (as in the client library, unless told otherwise). */
+  /** No credentials are sent (an emulator; as in the client library, unless told otherwise). */
   readonly customEndpoint: boolean;
-  readonly authClient: { getRequestHeaders(): Promise<unknown> };
+  readonly authClient: { getRequestHeaders(): Promise<unknown>; refresh?(): Promise<void> };
 }
 
 let sharedClient: GcsClient | undefined;
 
 /**
- * One client per process. ORBAX2REG_GCS_ENDPOINT (e.g. http://127.0.0.1:4443) points it at a GCS emulator
- * such as fake-gcs-server (STORAGE_EMULATOR_HOST, the client library's variable, too). Otherwise the JSON
- * API at https://storage.googleapis.com, with Application Default Credentials from google-auth-library,
- * loaded only then: @google-cloud/storage itself, ~30 MiB resident, is not loaded at all.
+ * One client per process. Requests go to the JSON API at https://storage.googleapis.com with Application
+ * Default Credentials (google-auth-library, loaded only then: @google-cloud/storage itself, ~30 MiB resident, is
+ * not loaded at all), or to ORBAX2REG_GCS_ENDPOINT: a GCS emulator such as fake-gcs-server, or another endpoint
+ * of Google's (Private Service Connect, a regional one). STORAGE_EMULATOR_HOST, the client library's variable,
+ * names an emulator. Whether credentials are sent: see sendsCredentials.
  */
 export function storageClient(): GcsClient {
-  const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT || process.env.STORAGE_EMULATOR_HOST;
-  sharedClient ??= endpoint
-    ? { apiEndpoint: sanitizeEndpoint(endpoint), customEndpoint: true, authClient: { getRequestHeaders: async () => ({}) } }
-    : { apiEndpoint: "https://storage.googleapis.com", customEndpoint: false, authClient: lazyAuth() };
+  if (sharedClient !== undefined) return sharedClient;
+  const endpoint = process.env.ORBAX2REG_GCS_ENDPOINT || undefined;
+  const emulator = process.env.STORAGE_EMULATOR_HOST || undefined;
+  const url = sanitizeEndpoint(endpoint ?? emulator ?? "https://storage.googleapis.com");
+  const credentials = sendsCredentials(url, endpoint === undefined && emulator !== undefined, process.env.ORBAX2REG_GCS_AUTH);
+  sharedClient = {
+    apiEndpoint: url,
+    customEndpoint: !credentials,
+    authClient: credentials ? lazyAuth() : { getRequestHeaders: async () => ({}) },
+  };
   return sharedClient;
 }
 
-/** The headers every request of `client` carries: none for an emulator (as in the library, unless told otherwise). */
-export function authHeaders(client: GcsClient): () => Promise<Record<string, string>> {
-  return client.customEndpoint ? async () => ({}) : async () => headerRecord(await client.authClient.getRequestHeaders());
+/**
+ * Whether requests to `url` carry a bearer token. ORBAX2REG_GCS_AUTH says so outright ("adc" or "none");
+ * otherwise an emulator gets none (STORAGE_EMULATOR_HOST, or an endpoint over plain http:// or on loopback, as
+ * every GCS emulator is) and any other endpoint gets Application Default Credentials, since it is Google's.
+ */
+export function sendsCredentials(url: string, emulatorVariable: boolean, setting: string | undefined): boolean {
+  if (setting !== undefined && setting !== "") {
+    if (setting === "adc") return true;
+    if (setting === "none") return false;
+    throw new ConfigError("ORBAX2REG_GCS_AUTH", setting, 'expected "adc" (Application Default Credentials) or "none"');
+  }
+  if (emulatorVariable) return false;
+  const u = new URL(url);
+  if (u.protocol === "http:") return false;
+  const host = u.hostname.replace(/^\[|\]$/g, "");
+  return !(host === "localhost" || host === "::1" || /^127\./.test(host));
+}
+
+/** What every request of `client` is sent with: nothing for an emulator, else its token, renewed after a 401. */
+export function credentialsOf(client: GcsClient): Credentials {
+  if (client.customEndpoint) return NO_CREDENTIALS;
+  const auth = client.authClient;
+  return {
+    headers: async () => headerRecord(await auth.getRequestHeaders()),
+    refresh: async () => auth.refresh?.(),
+  };
 }
 
 /** As the client library takes an endpoint: https:// unless it names a scheme, no trailing slash. */
@@ -38,16 +70,22 @@ const sanitizeEndpoint = (url: string) => (/^\w+:\/\//.test(url) ? url : `https:
 
 /** Application Default Credentials, google-auth-library loaded on the first request that needs them. */
 function lazyAuth(): GcsClient["authClient"] {
-  let auth: Promise<{ getRequestHeaders(): Promise<unknown> }> | undefined;
+  type Auth = { getRequestHeaders(): Promise<unknown>; getClient(): Promise<unknown> };
+  let auth: Promise<Auth> | undefined;
+  const load = () =>
+    (auth ??= import("google-auth-library").then(
+      ({ GoogleAuth }) =>
+        new GoogleAuth({
+          scopes: ["https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/devstorage.full_control"],
+        }),
+    ));
   return {
-    getRequestHeaders: async () => {
-      auth ??= import("google-auth-library").then(
-        ({ GoogleAuth }) =>
-          new GoogleAuth({
-            scopes: ["https://www.googleapis.com/auth/cloud-platform", "https://www.googleapis.com/auth/devstorage.full_control"],
-          }),
-      );
-      return (await auth).getRequestHeaders();
+    getRequestHeaders: async () => (await load()).getRequestHeaders(),
+    // A token the server refused (revoked, or its clock ahead of ours): OAuth2 clients renew on demand; a client
+    // without refreshAccessToken renews when its token nears expiry, as it would anyway.
+    refresh: async () => {
+      const client = (await (await load()).getClient()) as { refreshAccessToken?: () => Promise<unknown> };
+      if (typeof client.refreshAccessToken === "function") await client.refreshAccessToken();
     },
   };
 }
