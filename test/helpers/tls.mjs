@@ -5,7 +5,7 @@
 // it must be in a process's environment before it starts. Plain JavaScript, so that the benchmarks (bench/*.mjs)
 // use the same module as the vitest setup; its types are in tls.d.mts.
 import { spawn, spawnSync } from "node:child_process";
-import { randomBytes, X509Certificate } from "node:crypto";
+import { createHash, randomBytes, X509Certificate } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { get as httpGet } from "node:http";
 import { get as httpsGet } from "node:https";
@@ -131,18 +131,42 @@ export const serverTls = () => ({ key: testTls().key, cert: testTls().cert });
 /** Options for a node `https`/`tls` client that trusts the test CA, in a process started without it (see trustTestCa). */
 export const clientTls = () => ({ ca: testTls().ca });
 
+/** Bundles of the test CA and a machine's own NODE_EXTRA_CA_CERTS are named so in TLS_DIR. */
+const BUNDLE = /^trust-[0-9a-f]{16}\.pem$/;
+const ours = (file) => file === testTls().caFile || (dirname(file) === TLS_DIR && BUNDLE.test(file.slice(TLS_DIR.length + 1)));
+
 /**
  * Sets NODE_EXTRA_CA_CERTS in `env` (process.env by default) to the test CA, so that every node process started
  * with it afterwards (vitest's forked workers, the CLI, the jobs, the function, the hooks' processes) trusts the
- * emulators. The current process does not: node read its own at its start.
+ * emulators. The current process does not: node read its own at its start. A machine that already sets it (a
+ * corporate CA, a system bundle) keeps it: the variable names one file, so it then names a bundle of both.
  */
 export function trustTestCa(env = process.env) {
-  env.NODE_EXTRA_CA_CERTS = testTls().caFile;
+  const { caFile, ca } = testTls();
+  const before = env.NODE_EXTRA_CA_CERTS;
+  if (!before || ours(before)) {
+    env.NODE_EXTRA_CA_CERTS = before || caFile;
+    return env;
+  }
+  let theirs = "";
+  try {
+    theirs = readFileSync(before, "utf8");
+  } catch {
+    // unreadable: node would only warn about it; the test CA alone, then
+  }
+  const content = `${theirs.trimEnd()}\n${ca.toString()}`;
+  const bundle = join(TLS_DIR, `trust-${createHash("sha256").update(content).digest("hex").slice(0, 16)}.pem`);
+  if (!existsSync(bundle)) {
+    const scratch = `${bundle}.${process.pid}`;
+    writeFileSync(scratch, content);
+    renameSync(scratch, bundle);
+  }
+  env.NODE_EXTRA_CA_CERTS = bundle;
   return env;
 }
 
 /** Whether this process was started trusting the test CA. */
-export const trusted = () => process.env.NODE_EXTRA_CA_CERTS === testTls().caFile;
+export const trusted = () => process.env.NODE_EXTRA_CA_CERTS !== undefined && ours(process.env.NODE_EXTRA_CA_CERTS);
 
 /**
  * For a benchmark's entry point: returns at once when this process trusts the test CA; otherwise runs the same
