@@ -1,12 +1,19 @@
 // fake-gcs-server on loopback and the few JSON API calls the benchmarks make of it:
 // buckets, uploads, listings, deletes and server-side copies. Used by bench/gcs.mjs, bench/rss.mjs and
 // bench/scale.mjs: the one place the emulator is started, and stopped (its folder removed) when the benchmark
-// exits or is killed.
+// exits or is killed. It serves HTTPS, as Cloud Storage does, with the tests' loopback certificate
+// (test/helpers/tls.mjs); a benchmark that also needs plain HTTP (TensorStore's side-by-side) gets both, on two
+// ports over the same objects. A benchmark's process and its children must trust the test CA (NODE_EXTRA_CA_CERTS):
+// its entry point calls runTrustingTestCa() first.
 import { spawn } from "node:child_process";
 import { createReadStream, mkdirSync, rmSync, statSync } from "node:fs";
-import { request } from "node:http";
+import { request as httpRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
 import { createServer } from "node:net";
 import os from "node:os";
+import { answersOk, clientTls, testTls } from "../test/helpers/tls.mjs";
+
+export { runTrustingTestCa } from "../test/helpers/tls.mjs";
 
 export const FAKE_GCS = ".tools/bin/fake-gcs-server";
 
@@ -23,14 +30,19 @@ async function freePort() {
 
 /**
  * Starts the emulator, with its filesystem backend over an empty `root` or, without one, its memory backend;
- * resolves to its URL and a stop function. The filesystem backend fsyncs each object before answering
+ * resolves to its https:// URL, with `plain` also to a plain-HTTP one over the same objects (`-scheme both`, whose
+ * resumable session URIs keep the scheme of the request that opened them), and a stop function. The filesystem backend fsyncs each object before answering
  * (~190 small objects/s on this machine's disk, ~1,800/s with `root` on tmpfs, where the fsync is free); the
  * memory backend scans a list of the bucket's objects on every request (~230/s at a few thousand objects).
  * Both backends read every object of the bucket for each page of a listing: O(objects) per 1,000 keys.
  */
-export async function startEmulator(root) {
+export async function startEmulator(root, { plain = false } = {}) {
   const port = await freePort();
-  const argv = ["-scheme", "http", "-host", "127.0.0.1", "-port", String(port), "-log-level", "error"];
+  const { certFile, keyFile } = testTls();
+  const argv = ["-scheme", plain ? "both" : "https", "-cert-location", certFile, "-private-key-location", keyFile];
+  argv.push("-host", "127.0.0.1", "-port", String(port), "-log-level", "error");
+  const plainPort = plain ? await freePort() : undefined;
+  if (plainPort !== undefined) argv.push("-port-http", String(plainPort));
   if (root === undefined) argv.push("-backend", "memory");
   else {
     rmSync(root, { recursive: true, force: true });
@@ -38,7 +50,8 @@ export async function startEmulator(root) {
     argv.push("-backend", "filesystem", "-filesystem-root", root);
   }
   const child = spawn(FAKE_GCS, argv, { stdio: ["ignore", "ignore", "inherit"] });
-  const url = `http://127.0.0.1:${port}`;
+  const url = `https://127.0.0.1:${port}`;
+  const plainUrl = plainPort === undefined ? undefined : `http://127.0.0.1:${plainPort}`;
   const running = () => child.exitCode === null && child.signalCode === null;
   const exited = new Promise((done) => child.once("exit", done));
   const stop = () => running() && child.kill("SIGTERM");
@@ -59,9 +72,8 @@ export async function startEmulator(root) {
     });
   }
   for (let i = 0; i < 300; i++) {
-    try {
-      if ((await fetch(`${url}/storage/v1/b`)).ok) return { url, stop };
-    } catch {}
+    const ready = (await answersOk(`${url}/storage/v1/b`)) && (plainUrl === undefined || (await answersOk(`${plainUrl}/storage/v1/b`)));
+    if (ready) return { url, ...(plainUrl ? { plainUrl } : {}), stop };
     await new Promise((r) => setTimeout(r, 100));
   }
   stop();
@@ -86,8 +98,10 @@ export function upload(gcs, bucket, name, fileOrBytes) {
   return new Promise((done, fail) => {
     const u = new URL(`${gcs}/upload/storage/v1/b/${bucket}/o?uploadType=media&name=${encodeURIComponent(name)}`);
     const bytes = typeof fileOrBytes === "string" ? undefined : fileOrBytes;
-    const req = request(
+    const secure = u.protocol === "https:";
+    const req = (secure ? httpsRequest : httpRequest)(
       {
+        ...(secure ? clientTls() : {}),
         host: u.hostname,
         port: u.port,
         method: "POST",

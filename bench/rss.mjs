@@ -2,25 +2,31 @@
 // Peak RSS of `orbax2reg convert` on the GCS path (see bench/README.md, "rss.mjs"): the step holding one 1 GiB
 // chunk (bench/gen_big.py) local -> local, gs:// -> local, local -> gs://, gs:// -> gs://, and the 2 GB
 // fuji-shaped step (bench/gen_fuji.py) gs:// -> gs:// at several --concurrency and --memory settings, on
-// fake-gcs-server with its filesystem backend. Peak RSS is GNU time's maximum resident set size
-// (bench/lib.mjs's timed()).
+// fake-gcs-server with its filesystem backend, over HTTPS as GCS serves (--plain: over plain HTTP instead, to
+// compare). Peak RSS is GNU time's maximum resident set size (bench/lib.mjs's timed()).
 //
-//   node bench/rss.mjs [--only big|fuji] [--chunk-mib N]
+//   node bench/rss.mjs [--only big|fuji] [--chunk-mib N] [--plain]
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
-import { createBucket, startEmulator } from "./fake-gcs.mjs";
+import { createBucket, runTrustingTestCa, startEmulator } from "./fake-gcs.mjs";
 import { ROOT, timed } from "./lib.mjs";
 
+// The emulator serves HTTPS with the tests' CA: this process (its uploads) and the CLI it runs trust it.
+await runTrustingTestCa();
 process.chdir(ROOT);
 const GEN = join(ROOT, "bench/.generated");
 const args = process.argv.slice(2);
 const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefined;
 const chunkMib = args.includes("--chunk-mib") ? args[args.indexOf("--chunk-mib") + 1] : undefined;
+const plain = args.includes("--plain");
 
 const fsRoot = join(GEN, "rss-gcs");
 // Stopped, and its folder removed, on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
-const { url: endpoint, stop } = await startEmulator(fsRoot);
+const emulator = await startEmulator(fsRoot, { plain });
+const { stop } = emulator;
+const endpoint = plain ? emulator.plainUrl : emulator.url;
+console.log(`fake-gcs-server over ${plain ? "plain HTTP" : "HTTPS"}: ${endpoint}`);
 
 /**
  * Uploads a step directory to gs://src/<prefix> with the converter's own store, in chunks of 256 MiB: the

@@ -6,8 +6,9 @@
 //
 //   npm run bench:scale [-- --shapes 300x64,1000x64,2000x64 --runs N --gcs 2000x64|none --root-steps 1000]
 //
-// Then, on fake-gcs-server (bench/fake-gcs.mjs): the --gcs step converted gs:// -> gs:// and verified, beside
-// TensorStore's C++ GCS client moving the same chunks (bench/tensorstore_gcs_route.py); and `convert ROOT`
+// Then, on fake-gcs-server (bench/fake-gcs.mjs), over HTTPS as GCS serves: the --gcs step converted gs:// -> gs://
+// and verified, beside TensorStore's C++ GCS client moving the same chunks (bench/tensorstore_gcs_route.py) over
+// plain HTTP from the same emulator (it has no fair TLS run against fake-gcs-server: see bench/README.md); and `convert ROOT`
 // of a root of --root-steps copies of the tiny fixture step (commit markers included), with AXLearn's tracker
 // file and without it, beside the same root holding one step.
 //
@@ -16,9 +17,21 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
-import { copyObject, createBucket, deleteObject, deletePrefix, each, FAKE_GCS, startEmulator, upload } from "./fake-gcs.mjs";
+import {
+  copyObject,
+  createBucket,
+  deleteObject,
+  deletePrefix,
+  each,
+  FAKE_GCS,
+  runTrustingTestCa,
+  startEmulator,
+  upload,
+} from "./fake-gcs.mjs";
 import { bytesUnder, filesUnder, freshDir, ROOT, say, timed } from "./lib.mjs";
 
+// The emulator serves HTTPS with the tests' CA: this process and the CLI it runs trust it (NODE_EXTRA_CA_CERTS).
+await runTrustingTestCa();
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const CLI = "bin/orbax2reg.js";
@@ -178,13 +191,13 @@ async function gcsPart() {
   // 2 KiB uploads run at ~1,800 objects/s.
   const ramRoot = existsSync("/dev/shm") ? join("/dev/shm", `orbax2reg-bench-scale-${process.pid}`) : undefined;
   const backend = ramRoot === undefined ? "memory backend" : "filesystem backend on tmpfs";
-  const { url: gcs, stop } = await startEmulator(ramRoot);
+  const { url: gcs, plainUrl, stop } = await startEmulator(ramRoot, { plain: true });
   const env = { ORBAX2REG_GCS_ENDPOINT: gcs };
   const gnode = (...argv) => run(process.execPath, [CLI, ...argv], env);
   try {
     await createBucket(gcs, "src");
     await createBucket(gcs, "dst");
-    if (GCS_SHAPE !== "none") await gcsStep(gcs, gnode, backend);
+    if (GCS_SHAPE !== "none") await gcsStep(gcs, plainUrl, gnode, backend);
     if (ROOT_STEPS > 0) await rootPart(gcs, gnode);
   } finally {
     stop();
@@ -192,7 +205,7 @@ async function gcsPart() {
 }
 
 /** The GCS_SHAPE step converted gs:// -> gs:// and verified, beside TensorStore moving the same chunks. */
-async function gcsStep(gcs, gnode, backend) {
+async function gcsStep(gcs, plainUrl, gnode, backend) {
   const [arrays, chunks] = GCS_SHAPE.split("x").map(Number);
   const gen = spawnSync(PYTHON, ["bench/gen_scale.py", String(arrays), String(chunks)], {
     encoding: "utf8",
@@ -212,7 +225,7 @@ async function gcsStep(gcs, gnode, backend) {
       rows.convert.push(await best(() => gnode("convert", `gs://src/${src}`, "gs://dst/o2r", "--json")));
       await deletePrefix(gcs, "dst", "ts/");
       const t = await run(PYTHON, ["bench/tensorstore_gcs_route.py", "src", src, "dst", `ts/${stepName}`], {
-        TENSORSTORE_GCS_HTTP_URL: gcs,
+        TENSORSTORE_GCS_HTTP_URL: plainUrl,
         TENSORSTORE_GCS_HTTP_VERSION: "1.1",
         GOOGLE_AUTH_TOKEN_FOR_TESTING: "bench",
       });
@@ -227,13 +240,13 @@ async function gcsStep(gcs, gnode, backend) {
     if (verify.stdout !== undefined && JSON.parse(verify.stdout).failed !== 0)
       throw new Error(`verify through GCS failed:\n${verify.stdout.slice(-2000)}`);
     const per = (r) => ((r.seconds * 1000) / info.objects).toFixed(3);
-    say(`  convert gs:// -> gs://: ${s(convert)}${convert.failed ? "" : ` (${per(convert)} ms per object)`}`);
-    say(`  TensorStore read + write, gs:// -> gs:// (same chunks, raw): ${s(ts)} (${per(ts)} ms per object)`);
+    say(`  convert gs:// -> gs:// (HTTPS): ${s(convert)}${convert.failed ? "" : ` (${per(convert)} ms per object)`}`);
+    say(`  TensorStore read + write, gs:// -> gs:// (same chunks, raw; plain HTTP): ${s(ts)} (${per(ts)} ms per object)`);
     if (!convert.failed)
       say(
-        `  convert ÷ TensorStore: ${(convert.seconds / ts.seconds).toFixed(2)}x wall, ${(convert.rssMB / ts.rssMB).toFixed(2)}x peak RSS`,
+        `  convert (HTTPS) ÷ TensorStore (plain HTTP): ${(convert.seconds / ts.seconds).toFixed(2)}x wall, ${(convert.rssMB / ts.rssMB).toFixed(2)}x peak RSS`,
       );
-    say(`  verify through gs://: ${s(verify)}`);
+    say(`  verify through gs:// (HTTPS): ${s(verify)}`);
   }
 }
 

@@ -45,7 +45,7 @@ describe("the benchmarks' fake-gcs-server", () => {
     const root = join(scratch("fake-gcs"), "fs");
     const r = await run(root, end);
     expect(r.code).toBe(code);
-    expect(r.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(r.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/); // HTTPS, as GCS serves
     expect(existsSync(root)).toBe(false);
     await expect(fetch(`${r.url}/storage/v1/b`)).rejects.toThrow();
   });

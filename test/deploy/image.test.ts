@@ -8,6 +8,7 @@ import { type FaultProxy, isDownload, startFaultProxy } from "../faults/proxy.js
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { testTls } from "../helpers/tls.mjs";
 
 // The job image, built from the Dockerfile and run as Cloud Run runs it: one container per task, as user
 // `node` on a read-only root, the command `node dist/jobs/main.js PHASE`, and the environment the workflow
@@ -44,10 +45,17 @@ interface Ran {
   readonly stderr: string;
 }
 
-/** One task: a container of the image running `node dist/jobs/main.js PHASE`, as user node on a read-only root. */
+/** Where a task's container finds the test CA, mounted read-only: fake-gcs-server serves HTTPS with its certificate. */
+const CONTAINER_CA = "/run/orbax2reg-test-ca.pem";
+
+/**
+ * One task: a container of the image running `node dist/jobs/main.js PHASE`, as user node on a read-only root,
+ * trusting the test CA (NODE_EXTRA_CA_CERTS, as a deployment behind a private CA would set it).
+ */
 function runTask(phase: string, env: Env, name = `orbax2reg-test-${randomUUID().slice(0, 8)}`): Promise<Ran> {
-  const vars = Object.entries(env).flatMap(([k, v]) => ["--env", `${k}=${v}`]);
-  const args = ["run", "--rm", "--name", name, "--network", "host", "--user", "node", "--read-only", ...vars, IMAGE];
+  const vars = Object.entries({ ...env, NODE_EXTRA_CA_CERTS: CONTAINER_CA }).flatMap(([k, v]) => ["--env", `${k}=${v}`]);
+  const ca = ["--volume", `${testTls().caFile}:${CONTAINER_CA}:ro`];
+  const args = ["run", "--rm", "--name", name, "--network", "host", "--user", "node", "--read-only", ...ca, ...vars, IMAGE];
   const child = spawn(ENGINE, [...args, "dist/jobs/main.js", phase]);
   let stdout = "";
   let stderr = "";

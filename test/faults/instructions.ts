@@ -6,7 +6,8 @@
 // - a Retry Test (POST /retry_test, one instruction for one JSON API method) named by `x-retry-test-id`,
 //   for the rest (return-503, return-reset-connection, return-503-after-NK, stall-for-Ns-after-NK).
 // Requests and answers are streamed through untouched otherwise; a connection the testbench cuts is cut on the
-// client's side too, and close() cuts everything still open.
+// client's side too, and close() cuts everything still open. HTTPS on both sides, as in front of GCS: it
+// terminates TLS toward the product (the test CA's loopback certificate) and speaks TLS to the testbench.
 //
 // Resumable upload sessions always come through here, and the testbench gets one request of a session at a
 // time. GCS takes a session's requests one after another; the testbench runs them on parallel threads over one
@@ -15,8 +16,9 @@
 // that is too long (reproduced with raw sockets: test/faults/sessions.test.ts).
 // Here a session's next request waits until the testbench has answered the last one, or was cut off before it
 // had that request's whole body (then it stores none of it).
-import { createServer, type IncomingMessage, request, type ServerResponse } from "node:http";
-import { listenOnLoopback, viaProxy } from "./loopback.js";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { request } from "node:https";
+import { httpsServer, type Listening, listenOnLoopback, upstreamTls, viaProxy } from "./loopback.js";
 import { prng } from "./proxy.js";
 
 /** An instruction, and how the testbench takes it. */
@@ -151,10 +153,11 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
     return over;
   };
 
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+  let listening: Listening | undefined; // set before the first request can come
+  const server = httpsServer((req: IncomingMessage, res: ServerResponse) => {
     stats.requests++;
     req.pause(); // until the instruction is in place and, in a session, the previous request is over
-    const cut = () => req.socket.resetAndDestroy();
+    const cut = () => listening?.reset(req.socket);
     const instruction = pick(req);
     const headers: Record<string, string | string[] | undefined> = { ...req.headers, host: upstream.host };
     const ready = async () => {
@@ -167,21 +170,24 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
     Promise.all([turn(req), ready()]).then(
       ([over]) => {
         let answered: IncomingMessage | undefined;
-        const up = request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers }, (answer) => {
-          answered = answer;
-          answer.on("close", over);
-          // The client gave up before the answer came: it is read and dropped (see res's close below).
-          if (res.destroyed) return void answer.resume();
-          if (!o.rawErrors && instruction?.via === "retry-test" && (answer.statusCode ?? 0) >= 400) return flattened(answer, res);
-          // A resumable upload's session URI names the testbench: made to name this proxy, so that chunks come here.
-          const location = viaProxy(answer.headers.location, upstream, self);
-          if (location !== undefined) answer.headers.location = location;
-          res.writeHead(answer.statusCode ?? 502, answer.headers);
-          answer.pipe(res);
-          // The testbench cut the connection mid-answer: so does the proxy, so the client sees a reset too.
-          answer.on("aborted", cut);
-          answer.on("error", cut);
-        });
+        const up = request(
+          { ...upstreamTls(), host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers },
+          (answer) => {
+            answered = answer;
+            answer.on("close", over);
+            // The client gave up before the answer came: it is read and dropped (see res's close below).
+            if (res.destroyed) return void answer.resume();
+            if (!o.rawErrors && instruction?.via === "retry-test" && (answer.statusCode ?? 0) >= 400) return flattened(answer, res);
+            // A resumable upload's session URI names the testbench: made to name this proxy, so that chunks come here.
+            const location = viaProxy(answer.headers.location, upstream, self);
+            if (location !== undefined) answer.headers.location = location;
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+            // The testbench cut the connection mid-answer: so does the proxy, so the client sees a reset too.
+            answer.on("aborted", cut);
+            answer.on("error", cut);
+          },
+        );
         up.on("close", () => {
           if (answered === undefined) over(); // no answer will come
         });
@@ -199,7 +205,7 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
       () => cut(),
     );
   });
-  const listening = await listenOnLoopback(server, "instruction proxy");
+  listening = await listenOnLoopback(server, "instruction proxy");
   self = listening.url;
   return { url: self, stats, close: listening.close };
 }

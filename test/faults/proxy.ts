@@ -1,9 +1,12 @@
-// A fault-injecting HTTP proxy on loopback, in front of fake-gcs-server: the product is pointed at it through
-// ORBAX2REG_GCS_ENDPOINT and sees the faults a real network and a busy GCS produce. Faults are drawn from a
+// A fault-injecting HTTPS proxy on loopback, in front of fake-gcs-server: the product is pointed at it through
+// ORBAX2REG_GCS_ENDPOINT and sees the faults a real network and a busy GCS produce. It terminates TLS toward the
+// product (the test CA's loopback certificate) and speaks TLS to the emulator behind it, so the product's TLS
+// layer meets every fault, as it would on a real network. Faults are drawn from a
 // seeded PRNG (the same seed, the same faults for the same request sequence) or forced by rules; every fault
 // is counted, every socket and timer is closed by close(), and it listens on 127.0.0.1 only.
-import { createServer, type IncomingMessage, request, type ServerResponse } from "node:http";
-import { listenOnLoopback, viaProxy } from "./loopback.js";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { request } from "node:https";
+import { httpsServer, type Listening, listenOnLoopback, upstreamTls, viaProxy } from "./loopback.js";
 
 export const FAULT_KINDS = [
   "503", // answered 503 without reaching the server
@@ -100,7 +103,8 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
     timers.add(t);
   };
 
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+  let listening: Listening | undefined; // set before the first request can come
+  const server = httpsServer((req: IncomingMessage, res: ServerResponse) => {
     stats.requests++;
     log.push({
       method: req.method ?? "GET",
@@ -114,7 +118,7 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
     const fault = pick(req.method ?? "GET", req.url ?? "/");
     if (fault) stats.faults[fault] = (stats.faults[fault] ?? 0) + 1;
     const cut = () => {
-      req.socket.resetAndDestroy();
+      listening?.reset(req.socket);
       done();
     };
 
@@ -148,6 +152,7 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
       if (at >= 0) body.writeUInt8(body.readUInt8(at) ^ 0xff, at);
       const up = request(
         {
+          ...upstreamTls(),
           host: upstream.hostname,
           port: upstream.port,
           method: req.method,
@@ -218,8 +223,8 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
       up.end(body);
     });
   });
-  const listening = await listenOnLoopback(server, "fault proxy");
-  const url = listening.url;
+  listening = await listenOnLoopback(server, "fault proxy");
+  const { url, close } = listening;
 
   return {
     url,
@@ -232,7 +237,7 @@ export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {
     },
     close: () => {
       for (const t of timers) clearTimeout(t);
-      return listening.close();
+      return close();
     },
   };
 }

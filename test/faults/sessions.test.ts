@@ -2,7 +2,7 @@
 // at a time, as GCS takes them. The testbench runs a session's requests on parallel threads over one unlocked
 // Upload: a copy of the last chunk that is still being read when the client, having given up on it, asks what
 // was persisted and sends the chunk again is appended a second time, and replaces the object with one too long.
-import { connect } from "node:net";
+import { connect } from "node:tls";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { newTestbenchBucket, testbenchEndpoint, testbenchMissing, testbenchStorage } from "../helpers/testbench.js";
 import { type InstructionProxy, startInstructionProxy } from "./instructions.js";
@@ -36,7 +36,7 @@ describe.skipIf(missing !== undefined)("upload sessions through the instruction 
 
     // The last chunk's first copy: its head and a few bytes now, the rest later (a testbench slow to read it).
     const last = new Uint8Array(SIZE - FIRST).fill(2);
-    const first = connect(Number(session.port), session.hostname);
+    const first = connect(Number(session.port), session.hostname); // TLS, as the proxy serves (the workers trust the test CA)
     const firstAnswer = new Promise<string>((resolve) => first.once("data", (d) => resolve(d.toString("latin1").split("\r\n")[0] ?? "")));
     first.write(
       `PUT ${session.pathname}${session.search} HTTP/1.1\r\nhost: ${session.host}\r\ncontent-type: application/octet-stream\r\n` +

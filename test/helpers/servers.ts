@@ -3,6 +3,7 @@
 import { spawn } from "node:child_process";
 import { createWriteStream, existsSync } from "node:fs";
 import { createServer, Socket } from "node:net";
+import { answersOk } from "./tls.mjs";
 
 /** A TCP port on loopback nobody listens on right now. */
 export async function freePort(): Promise<number> {
@@ -36,6 +37,8 @@ export interface ServeOptions {
   /** When it is ready; by default, when its port accepts connections. */
   readonly ready?: (url: string) => Promise<boolean>;
   readonly timeoutMs?: number;
+  /** What it speaks: its url's scheme (https: the GCS emulators, with the test CA's certificate, test/helpers/tls.mjs). */
+  readonly scheme?: "http" | "https";
 }
 
 const listening = (port: number) =>
@@ -51,7 +54,7 @@ const listening = (port: number) =>
 
 /** Spawns a server listening on `port` of loopback and waits until it is ready. */
 export async function serve(name: string, command: string, args: string[], port: number, o: ServeOptions = {}): Promise<Running> {
-  const url = `http://127.0.0.1:${port}`;
+  const url = `${o.scheme ?? "http"}://127.0.0.1:${port}`;
   const child = spawn(command, args, {
     env: { ...process.env, ...o.env },
     stdio: ["ignore", o.logFile ? "pipe" : "ignore", o.logFile ? "pipe" : "inherit"],
@@ -102,6 +105,15 @@ export async function serve(name: string, command: string, args: string[], port:
     },
   };
 }
+
+/**
+ * A readiness probe: ready when a GET of `path` under the server's url answers 2xx, over https trusting the test CA
+ * (the global setup runs in vitest's main process, which was started without it).
+ */
+export const answers =
+  (path: string) =>
+  (url: string): Promise<boolean> =>
+    answersOk(`${url}${path}`);
 
 /** Whether a process with this pid exists (signal 0 only asks). */
 export function processAlive(pid: number): boolean {

@@ -143,7 +143,7 @@ describe.skipIf(!existsSync("/proc/self/task"))("the job process", () => {
 
   test("with storage unreachable, the first failed attempt is a WARNING at once; the report and record writes give up too", async () => {
     // Nothing listens on the port: every request is refused, and retried until the (shortened) deadline.
-    const unreachable = `http://127.0.0.1:${await freePort()}`;
+    const unreachable = `https://127.0.0.1:${await freePort()}`;
     const job = startJob("plan", {
       ...baseEnv("gs://nowhere/regular"),
       ORBAX2REG_GCS_ENDPOINT: unreachable,

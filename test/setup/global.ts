@@ -1,11 +1,15 @@
 // Vitest global setup: generates the real Orbax fixtures (once, cached) and starts fake-gcs-server and, when
 // it is installed, Google's storage-testbench on loopback for the whole run (scripts/install.sh installs them).
+// Both serve HTTPS, as Cloud Storage does, with the test CA's loopback certificate (test/helpers/tls.mjs), and
+// every process started after this trusts that CA through NODE_EXTRA_CA_CERTS: vitest's pool is "forks", so the
+// test workers, and every process they start, inherit it from process.env set here before they start.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { TestProject } from "vitest/node";
 import { GENERATED, GENERATOR_INPUTS, INTERRUPTED_ROOT, MANY_CHUNKS_ROOT, PYTHON, TESTBENCH_VENV, TOOLS } from "../helpers/paths.js";
-import { freePort, need, type Running, serve } from "../helpers/servers.js";
+import { answers, freePort, need, type Running, serve } from "../helpers/servers.js";
+import { testTls, trustTestCa } from "../helpers/tls.mjs";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -21,6 +25,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   generateFixtures();
   generateInterrupted();
   generateManyChunks();
+  trustTestCa(); // before any worker or server starts
   const gcs = await startFakeGcs();
   project.provide("gcsEndpoint", gcs.url);
   process.env.ORBAX2REG_GCS_ENDPOINT = gcs.url; // inherited by the test workers
@@ -81,24 +86,22 @@ function generateOnce(script: string, out: string): void {
   writeFileSync(stampFile, stamp);
 }
 
-/** fake-gcs-server in memory; ready when its JSON API answers. */
+/**
+ * fake-gcs-server in memory over HTTPS (its -scheme, -cert-location and -private-key-location flags,
+ * internal/config/config.go of v1.56.1); ready when its JSON API answers.
+ */
 async function startFakeGcs(): Promise<Running> {
   const bin = `${TOOLS}/fake-gcs-server`;
   need(bin);
   const port = await freePort();
-  const args = ["-scheme", "http", "-host", "127.0.0.1", "-port", String(port), "-backend", "memory", "-log-level", "error"];
-  const answers = async (url: string) => {
-    try {
-      return (await fetch(`${url}/storage/v1/b`)).ok;
-    } catch {
-      return false; // not listening yet
-    }
-  };
-  return serve("fake-gcs-server", bin, args, port, { ready: answers, timeoutMs: 30_000 });
+  const { certFile, keyFile } = testTls();
+  const args = ["-scheme", "https", "-cert-location", certFile, "-private-key-location", keyFile];
+  args.push("-host", "127.0.0.1", "-port", String(port), "-backend", "memory", "-log-level", "error");
+  return serve("fake-gcs-server", bin, args, port, { scheme: "https", ready: answers("/storage/v1/b"), timeoutMs: 30_000 });
 }
 
 /**
- * Google's storage-testbench (github.com/googleapis/storage-testbench), as its README runs it: gunicorn, one
+ * Google's storage-testbench (github.com/googleapis/storage-testbench), as its README runs it (but over HTTPS): gunicorn, one
  * worker process (it holds every bucket and object in that process's memory, so there must be only one) with
  * threads for concurrent requests. Not installed: the tests that need it skip, and this says why once.
  */
@@ -111,16 +114,13 @@ async function startTestbench(): Promise<{ running?: Running; missing?: string }
   }
   const port = await freePort();
   mkdirSync("test/.generated", { recursive: true });
-  const args = ["--bind", `127.0.0.1:${port}`, "--worker-class", "gthread", "--workers", "1", "--threads", "16", "testbench:run()"];
-  const answers = async (url: string) => {
-    try {
-      return (await fetch(`${url}/storage/v1/b?project=test-project`)).ok;
-    } catch {
-      return false; // not listening yet
-    }
-  };
+  // Over HTTPS: gunicorn's --certfile and --keyfile (https://docs.gunicorn.org/en/stable/settings.html#ssl).
+  const { certFile, keyFile } = testTls();
+  const args = ["--bind", `127.0.0.1:${port}`, "--certfile", certFile, "--keyfile", keyFile];
+  args.push("--worker-class", "gthread", "--workers", "1", "--threads", "16", "testbench:run()");
   const running = await serve("storage-testbench", gunicorn, args, port, {
-    ready: answers,
+    scheme: "https",
+    ready: answers("/storage/v1/b?project=test-project"),
     timeoutMs: 60_000,
     logFile: "test/.generated/storage-testbench.log",
   });

@@ -1,8 +1,9 @@
 // A resumable upload session's answers, as both session loops take them (bytes in memory, and a ranged source
 // streamed chunk by chunk), against a stub that plays GCS's session protocol
-// (https://cloud.google.com/storage/docs/performing-resumable-uploads) and can bend one answer: answers
+// (https://cloud.google.com/storage/docs/performing-resumable-uploads) over HTTPS and can bend one answer: answers
 // fake-gcs-server and the fault proxy cannot give (a 404 session, a Range that goes back or past the end).
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { createServer, type Server } from "node:https";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "vitest";
 import { crc32c } from "../../src/codecs/crc32c.js";
 import { type ChunkSource, memoryChunks, RangeReader } from "../../src/store/chunks.js";
@@ -10,6 +11,7 @@ import { crcBase64, JsonApi } from "../../src/store/gcs/json-api.js";
 import { Uploads } from "../../src/store/gcs/uploads.js";
 import { Http, NO_CREDENTIALS } from "../../src/store/http.js";
 import { resetRetryStats, retryStats } from "../../src/store/retry.js";
+import { serverTls } from "../helpers/tls.mjs";
 
 const CHUNK = 256 * 1024;
 const SIZE = 3 * CHUNK + 17;
@@ -66,10 +68,10 @@ function handle(req: IncomingMessage, res: ServerResponse): void {
 const state = new Map<number, Buffer>();
 
 beforeAll(async () => {
-  server = createServer(handle);
+  server = createServer(serverTls(), handle); // HTTPS, as GCS answers (the test CA's loopback certificate)
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const a = server.address();
-  endpoint = `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
+  endpoint = `https://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
 });
 afterAll(() => new Promise<void>((r) => server.close(() => r())));
 afterEach(() => {

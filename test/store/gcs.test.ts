@@ -37,7 +37,7 @@ describe("GcsStore on fake-gcs-server", () => {
   });
 
   test("ranged downloads read to their length and resumable chunks' answers leave their connections open for the next request", async () => {
-    // A TCP proxy in front of the emulator counts the connections the store opens.
+    // A TCP proxy in front of the emulator counts the connections the store opens (TLS passes through it).
     const target = new URL(inject("gcsEndpoint"));
     let connections = 0;
     const proxy = createServer((client) => {
@@ -54,7 +54,7 @@ describe("GcsStore on fake-gcs-server", () => {
     await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
     try {
       const port = (proxy.address() as { port: number }).port;
-      const client = { ...emulatorStorage(), apiEndpoint: `http://127.0.0.1:${port}`, customEndpoint: true };
+      const client = { ...emulatorStorage(), apiEndpoint: `https://127.0.0.1:${port}`, customEndpoint: true };
       const counted = new GcsStore(bucket, "root/kept", undefined, client, { chunkBytes: 256 << 10 });
       const data = Uint8Array.from({ length: 1 << 20 }, (_, i) => (i * 13) & 0xff);
       await counted.write("source", data);

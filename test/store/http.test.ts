@@ -1,22 +1,24 @@
-// Http.send's verdict on an answer its caller did not accept, against a stub server answering the status asked for.
-import { createServer, type Server } from "node:http";
+// Http.send's verdict on an answer its caller did not accept, against a stub server answering the status asked for
+// (over HTTPS with the test CA's loopback certificate, as GCS answers).
+import { createServer, type Server } from "node:https";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { StorageIoError } from "../../src/errors.js";
 import { Http, NO_CREDENTIALS } from "../../src/store/http.js";
 import { TransientError, transientStatus } from "../../src/store/retry.js";
+import { serverTls } from "../helpers/tls.mjs";
 
 let server: Server;
 let base: string;
 
 beforeAll(async () => {
-  server = createServer((req, res) => {
+  server = createServer(serverTls(), (req, res) => {
     const [, status, after] = /^\/(\d+)(?:\/(\d+))?$/.exec(req.url ?? "") ?? [];
     const body = JSON.stringify({ error: { code: Number(status), message: `answered ${status}` } });
     res.writeHead(Number(status), { "content-type": "application/json", ...(after ? { "retry-after": after } : {}) }).end(body);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const a = server.address();
-  base = `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
+  base = `https://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
 });
 afterAll(() => new Promise<void>((r) => server.close(() => r())));
 
