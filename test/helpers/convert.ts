@@ -58,6 +58,13 @@ export const FIXTURE_CASES: readonly FixtureCase[] = [
   axlearnStep("large", "generated large (multi-MB out-of-line chunks, subchunked)", `${GENERATED}/large`, "step_00000200", 2, true),
   axlearnStep("multiprocess", "generated two-process save (merged root)", `${GENERATED}/multiprocess`, "step_00000100", 2),
   axlearnStep("iterators", "generated iterators (python state file)", `${GENERATED}/iterators`, "step_00000100", 2),
+  axlearnStep(
+    "multiprocess-iterators",
+    "generated two-process save, each process's python iterator",
+    `${GENERATED}/multiprocess_iterators`,
+    "step_00000100",
+    2,
+  ),
   {
     id: "emergency",
     label: "generated emergency layout (tensors/ + non-tensors/)",
