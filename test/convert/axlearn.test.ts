@@ -71,6 +71,9 @@ beforeAll(async () => {
     const validation = c.id === "emergency" ? "CONTAINS_STATE" : "EXACT";
     cases.push({ name: `full:${c.id}`, root: join(out, "full", c.id), mode: "trainer", validation, ...source(c) });
   }
+  // The two-process step restored on two jax.distributed processes: each reads its own python_<i>.
+  const mp = fixtureCase("multiprocess-iterators");
+  cases.push({ name: "two-processes", root: join(out, "full", mp.id), mode: "trainer", processes: 2, ...source(mp) });
   for (const c of CAST_CASES) {
     await convertWith(c.location, join(out, "cast", c.id), { dtype: "bfloat16" });
     cases.push({ name: `cast:${c.id}`, root: join(out, "cast", c.id), mode: "trainer", cast: "bfloat16", ...source(c) });
@@ -115,6 +118,16 @@ describe(`AXLearn's Checkpointer.restore, validation EXACT${skipName}`, () => {
       expect(results.get(`full:${id}`)?.iterators).toEqual({ input_iter: true });
     },
   );
+
+  test("restores the two-process step on two processes: each process gets its own iterator's state, every array bit-exact", (ctx) => {
+    if (unavailable !== undefined) ctx.skip();
+    const r = results.get("two-processes");
+    expect(r?.problems).toEqual([]);
+    expect(r?.processes?.map((p) => [p.process, p.validation, p.matched === p.arrays, p.iterators])).toEqual([
+      [0, "EXACT", true, { input_iter: true }],
+      [1, "EXACT", true, { input_iter: true }],
+    ]);
+  });
 
   test.for(CAST_CASES)(
     "restores --dtype bfloat16 of $label with the source's specs cast to bfloat16, bit-equal to jnp's cast",

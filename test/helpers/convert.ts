@@ -325,6 +325,8 @@ export interface RestoreCase {
   cast?: "bfloat16";
   /** inference mode: the dtype of the model's floating-point specs. */
   model_dtype?: "bfloat16" | "float32";
+  /** trainer mode: restore on this many jax.distributed processes (each compares its own iterator). */
+  processes?: number;
 }
 
 export interface RestoreSummary {
@@ -337,6 +339,8 @@ export interface RestoreSummary {
   dtypes?: Record<string, string>;
   iterators?: Record<string, boolean>;
   small?: Record<string, unknown>;
+  /** With `processes`: each process's own summary. */
+  processes?: (RestoreSummary & { process: number })[];
 }
 
 /** Why AXLearn's restore cannot run here (scripts/install.sh installs it only with ORBAX2REG_AXLEARN), or undefined. */

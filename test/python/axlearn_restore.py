@@ -14,7 +14,9 @@ CASES.json: a list of
      "mode": "trainer" | "inference",
      "validation": "EXACT" | "CONTAINS_STATE" (trainer mode; default EXACT),
      "cast": "bfloat16" (optional: the export was written with --dtype bfloat16),
-     "model_dtype": "bfloat16" | "float32" (inference mode: the dtype of the model's floating-point specs)}
+     "model_dtype": "bfloat16" | "float32" (inference mode: the dtype of the model's floating-point specs),
+     "processes": 2 (optional, trainer mode: restore on that many jax.distributed processes on loopback, one CPU
+                     device each; each process compares its own iterator with the source's python_<i>)}
 
 trainer: AXLearn's `Checkpointer.restore(step, state)`, its config's validation (EXACT by default), with the
     state AXLearn's `read_state_spec` reads from the source step's own index (its float32/float64 specs as
@@ -35,8 +37,14 @@ Prints one JSON line per case: step, validation, arrays, matched, iterators rest
 import ast
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 
+_WORKER = len(sys.argv) > 1 and sys.argv[1] == "--_worker"
+if _WORKER:
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -185,6 +193,13 @@ def restore_inference(case, step_dir, mesh):
     return case["step"], builder_cfg.validation.name, restored, {}
 
 
+def local(value):
+    """This process's copy of a (replicated) restored array."""
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        return np.asarray(value.addressable_data(0))
+    return np.asarray(value)
+
+
 def check(case, mesh):
     out = {"name": case["name"], "problems": []}
     step_dir = os.path.join(case["root"], f"step_{case['step']:08d}")
@@ -192,11 +207,11 @@ def check(case, mesh):
         step, validation, restored, iterators = restore_inference(case, step_dir, mesh)
     else:
         step, validation, restored, iterators = restore_trainer(case, step_dir, mesh)
-    got = {p: v for p, v in flat(restored).items() if not isinstance(v, _Iterator)}
+    got = {p: local(v) for p, v in flat(restored).items() if not isinstance(v, _Iterator)}
     out.update({"step": step, "validation": validation, "arrays": len(got)})
-    out["dtypes"] = {p: str(np.asarray(v).dtype) for p, v in got.items()}
+    out["dtypes"] = {p: str(v.dtype) for p, v in got.items()}
     if not case.get("source_item"):
-        out["small"] = {p: np.asarray(v).tolist() for p, v in got.items() if np.asarray(v).size <= 8}
+        out["small"] = {p: v.tolist() for p, v in got.items() if v.size <= 8}
         return out
     leaves, zarr3 = check_regular.source_leaves(case["source_item"], case.get("source_kvstore") or case["source_item"])
     wanted = {p for p in got}
@@ -217,7 +232,10 @@ def check(case, mesh):
     out["matched"] = matched
     restored_iterators = {}
     for path, it in iterators.items():
-        raw = os.path.join(case["source_python"], path.replace("/", "."))
+        # Process i restores python_<i> (checkpointer.py); the source's file of process i is python/python_<i>.
+        python_dir = case["source_python"].rstrip("/")
+        python_dir = f"{python_dir.rsplit('_', 1)[0]}_{jax.process_index()}"
+        raw = os.path.join(python_dir, path.replace("/", "."))
         with open(raw, "rb") as f:
             want = msgpack.unpackb(f.read())
         restored_iterators[path] = it.state == want
@@ -227,18 +245,71 @@ def check(case, mesh):
     return out
 
 
+def run_case(case, mesh):
+    try:
+        return check(case, mesh)
+    except Exception as e:  # noqa: BLE001 - report and go on with the next case
+        return {"name": case["name"], "problems": [f"{type(e).__name__}: {str(e)[:3000]}"]}
+
+
+def worker(process_id, count, port, case_json):
+    """One process of a multi-process restore: joins the others, restores on the global mesh, prints its result."""
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}", num_processes=count, process_id=process_id, initialization_timeout=120
+    )
+    mesh = Mesh(np.array(jax.devices()).reshape(count, 1), ("data", "model"))
+    out = run_case(json.loads(case_json), mesh)
+    print(json.dumps({**out, "process": jax.process_index()}), flush=True)
+    jax.distributed.shutdown()
+
+
+def run_processes(case, timeout=240):
+    """Runs `case` on case["processes"] processes; one line with every process's result (or how it ended)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    count = case["processes"]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--_worker", str(i), str(count), str(port), json.dumps(case)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(count)
+    ]
+    deadline = time.monotonic() + timeout
+    outs = []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+            stdout += "\n" + json.dumps({"problems": [f"timed out after {timeout} s"]})
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        outs.append(json.loads(lines[-1]) if lines else {"problems": [f"exit {p.returncode}: {stderr[-1500:]}"]})
+    return {
+        "name": case["name"],
+        "processes": outs,
+        "problems": [f"process {i}: {m}" for i, o in enumerate(outs) for m in o.get("problems", [])],
+    }
+
+
 def main(argv):
     with open(argv[1]) as f:
         cases = json.load(f)
     mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
     for case in cases:
-        try:
-            out = check(case, mesh)
-        except Exception as e:  # noqa: BLE001 - report and go on with the next case
-            out = {"name": case["name"], "problems": [f"{type(e).__name__}: {str(e)[:3000]}"]}
+        out = run_processes(case) if case.get("processes", 1) > 1 else run_case(case, mesh)
         print(json.dumps(out), flush=True)
     return 0
 
 
 if __name__ == "__main__":
+    if _WORKER:
+        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        sys.exit(0)
     sys.exit(main(sys.argv))
