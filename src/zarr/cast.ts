@@ -29,23 +29,28 @@ export function castToBfloat16(elements: Uint8Array, from: DType): Uint8Array {
   throw new TypeError(`castToBfloat16: ${from.name} is not float32 or float64`);
 }
 
-/** A Uint32Array over the bytes (copied when they are not 4-byte aligned). */
-function u32View(b: Uint8Array): Uint32Array {
-  if (b.byteOffset % 4 === 0) return new Uint32Array(b.buffer, b.byteOffset, b.length >>> 2);
-  return new Uint32Array(b.slice().buffer, 0, b.length >>> 2);
+/** An Int32Array over the bytes (copied when they are not 4-byte aligned). */
+function u32View(b: Uint8Array): Int32Array {
+  if (b.byteOffset % 4 === 0) return new Int32Array(b.buffer, b.byteOffset, b.length >>> 2);
+  return new Int32Array(b.slice().buffer, 0, b.length >>> 2);
 }
 
-function f32ToBf16(src: Uint32Array): Uint8Array {
+function f32ToBf16(src: Int32Array): Uint8Array {
   const out = new Uint16Array(src.length);
   for (let i = 0; i < src.length; i++) out[i] = bf16Bits(src[i] as number);
   return new Uint8Array(out.buffer);
 }
 
-/** bfloat16 bits of float32 bits `u`: round to nearest even; NaN -> quiet NaN of the same sign. */
+/**
+ * bfloat16 bits of float32 bits `u` (as a signed 32-bit integer): round to nearest even; NaN -> quiet NaN of
+ * the same sign. Worked on the two 16-bit halves so that every value stays a small integer (V8 keeps those
+ * unboxed; `u + 0x7fff` on the whole word would leave the int32 range and run ~2x slower).
+ */
 function bf16Bits(u: number): number {
-  if ((u & 0x7fffffff) >>> 0 > 0x7f800000) return ((u >>> 16) & 0x8000) | 0x7fc0;
-  // u + 0x7fff + lsb stays below 2^32 for every non-NaN u (the largest is -inf: 0xff800000).
-  return (u + 0x7fff + ((u >>> 16) & 1)) >>> 16;
+  const hi = u >>> 16;
+  if ((u & 0x7fffffff) > 0x7f800000) return (hi & 0x8000) | 0x7fc0;
+  // Carrying out of 0xffff into bit 16 rounds up; -inf (0xff80) + 1 cannot happen (its low half is 0).
+  return (hi + (((u & 0xffff) + 0x7fff + (hi & 1)) >>> 16)) & 0xffff;
 }
 
 function f64ToBf16(elements: Uint8Array): Uint8Array {
