@@ -327,6 +327,8 @@ export interface RestoreCase {
   model_dtype?: "bfloat16" | "float32";
   /** trainer mode: restore on this many jax.distributed processes (each compares its own iterator). */
   processes?: number;
+  /** The index's tf.data iterator is `iter(tf.data.Dataset.range(range))`; process i's must yield next[i] first. */
+  tf_iterator?: { range: number; next: number[] };
 }
 
 export interface RestoreSummary {

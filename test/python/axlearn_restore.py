@@ -16,7 +16,10 @@ CASES.json: a list of
      "cast": "bfloat16" (optional: the export was written with --dtype bfloat16),
      "model_dtype": "bfloat16" | "float32" (inference mode: the dtype of the model's floating-point specs),
      "processes": 2 (optional, trainer mode: restore on that many jax.distributed processes on loopback, one CPU
-                     device each; each process compares its own iterator with the source's python_<i>)}
+                     device each; each process compares its own iterator with the source's python_<i>),
+     "tf_iterator": {"range": N, "next": [<per process>]} (optional: the index's tf.data iterator is
+                     `iter(tf.data.Dataset.range(N))`, restored by AXLearn's restore_tf_savables from tf_<i>/;
+                     process i's restored iterator must yield next[i] first)}
 
 trainer: AXLearn's `Checkpointer.restore(step, state)`, its config's validation (EXACT by default), with the
     state AXLearn's `read_state_spec` reads from the source step's own index (its float32/float64 specs as
@@ -118,17 +121,27 @@ def state_spec(index_dir):
         return state
 
 
-def trainer_state(index_dir, cast):
-    """The source's state spec (state_spec), plus a PythonSavable for each iterator its index lists."""
+def trainer_state(index_dir, cast, tf_iterator=None):
+    """The source's state spec (state_spec), plus each iterator its index lists: a PythonSavable of its type name,
+    or (with `tf_iterator`) a fresh tf.data iterator of the same dataset."""
     state = retyped(state_spec(index_dir), cast)
     iterators = {}
     for path, value in checkpointer.read_index_file(index_dir):
-        if path != "step" and isinstance(value, str):
-            cls = iterator_type(value)
-            if cls is not None and "tensorflow" not in value:
-                it = cls()
+        if path == "step" or not isinstance(value, str):
+            continue
+        if "tensorflow" in value:
+            if tf_iterator is not None:
+                import tensorflow as tf
+
+                it = iter(tf.data.Dataset.range(tf_iterator["range"]))
                 set_path(state, path, it)
                 iterators[path] = it
+            continue
+        cls = iterator_type(value)
+        if cls is not None:
+            it = cls()
+            set_path(state, path, it)
+            iterators[path] = it
     return state, iterators
 
 
@@ -150,7 +163,7 @@ def flat(tree):
 
 
 def restore_trainer(case, step_dir, mesh):
-    state, iterators = trainer_state(case["source_index"], case.get("cast"))
+    state, iterators = trainer_state(case["source_index"], case.get("cast"), case.get("tf_iterator"))
     validation = checkpointer.CheckpointValidationType[case.get("validation", "EXACT")]
     cfg = checkpointer.Checkpointer.default_config().set(name="restore", dir=case["root"])
     ckpt = cfg.instantiate(parent=None)
@@ -207,7 +220,7 @@ def check(case, mesh):
         step, validation, restored, iterators = restore_inference(case, step_dir, mesh)
     else:
         step, validation, restored, iterators = restore_trainer(case, step_dir, mesh)
-    got = {p: local(v) for p, v in flat(restored).items() if not isinstance(v, _Iterator)}
+    got = {p: local(v) for p, v in flat(restored).items() if p not in iterators}
     out.update({"step": step, "validation": validation, "arrays": len(got)})
     out["dtypes"] = {p: str(v.dtype) for p, v in got.items()}
     if not case.get("source_item"):
@@ -232,6 +245,13 @@ def check(case, mesh):
     out["matched"] = matched
     restored_iterators = {}
     for path, it in iterators.items():
+        if not isinstance(it, _Iterator):
+            want = case["tf_iterator"]["next"][jax.process_index()]
+            got_next = int(next(it))
+            restored_iterators[path] = got_next == want
+            if got_next != want:
+                out["problems"].append(f"{path}: the restored tf.data iterator yields {got_next} first, the source's {want}")
+            continue
         # Process i restores python_<i> (checkpointer.py); the source's file of process i is python/python_<i>.
         python_dir = case["source_python"].rstrip("/")
         python_dir = f"{python_dir.rsplit('_', 1)[0]}_{jax.process_index()}"
