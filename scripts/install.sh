@@ -111,10 +111,11 @@ else
     else
       .venv-axlearn/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$ORBAX2REG_AXLEARN"
     fi
-    # The modules the tests use must import with these pins (a failure here names the missing piece).
+    # The modules the tests use must import with these pins: a failure stops setup with Python's own message.
+    JAX_PLATFORMS=cpu TF_CPP_MIN_LOG_LEVEL=3 .venv-axlearn/bin/python -W ignore -c \
+      'from axlearn.common import checkpointer, checkpointer_orbax, inference, state_builder' 2>&1 | grep -v '^WARNING:absl' >&2 || true
     JAX_PLATFORMS=cpu TF_CPP_MIN_LOG_LEVEL=3 .venv-axlearn/bin/python -c \
-      'from axlearn.common import checkpointer, checkpointer_orbax, inference, state_builder' 2>&1 | grep -v '^WARNING:absl' || true
-    JAX_PLATFORMS=cpu .venv-axlearn/bin/python -c 'import axlearn.common.inference' >/dev/null 2>&1
+      'from axlearn.common import checkpointer, checkpointer_orbax, inference, state_builder' >/dev/null 2>&1
     printf '%s\n' "$source_id" > .venv-axlearn/.installed-from
   fi
   echo "AXLearn: $source_id"
