@@ -9,7 +9,7 @@
 import { closeSync, existsSync, mkdirSync, openSync, readSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
-import { bytesUnder, cpuBusy, fmt, freshDir, fujiStep, mb, must, ROOT, say, sh, syncSeconds, timed } from "./lib.mjs";
+import { BUSY_WARN, bytesUnder, cpuBusy, fmt, freshDir, fujiStep, mb, must, ROOT, say, sh, syncSeconds, timed } from "./lib.mjs";
 
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
@@ -106,4 +106,6 @@ say(`| CPU (user+sys) | ${fmt(p.cpu / o.cpu, 1)}x |`);
 say(`| peak RSS | ${fmt(Math.max(...results.python.map((x) => x.rssKiB)) / Math.max(...results.orbax2reg.map((x) => x.rssKiB)), 1)}x |`);
 say();
 say(`orbax2reg peak RSS ${fmt(Math.max(...results.orbax2reg.map((x) => x.rssKiB)) / 1024, 0)} MiB with --memory ${MEMORY} MiB`);
+if (o.background > BUSY_WARN || p.background > BUSY_WARN)
+  say("WARNING: other work kept the CPUs busy before a best run: wall times are unreliable (CPU seconds less so)");
 if (failed) process.exitCode = 1;
