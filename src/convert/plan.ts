@@ -32,7 +32,7 @@ import { commitPartKey, planPartKey } from "./work-dir.js";
 export interface PlanOptions {
   /** Number of parameter groups for convert-group (>= 1). */
   readonly groups: number;
-  /** Keep only `model/...` leaves (a serving/evaluation export); the index is filtered to match. */
+  /** Keep only `model/...` leaves and `prng_key` (a serving export, keptByParamsOnly); the index is filtered to match. */
   readonly paramsOnly: boolean;
   /** Write floating-point leaves of 32 or 64 bits as this dtype (`--dtype`); the index says so too. */
   readonly dtype?: CastDtype;
