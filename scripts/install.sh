@@ -3,7 +3,8 @@
 #   node_modules/ (npm ci), .tools/bin/ (Go-built emulators and, unless the machine has the pinned one, terraform),
 #   .venv/ (real orbax-checkpoint, pinned),
 #   .venv-wfemu/ (the Workflows emulator, pinned),
-#   .venv-testbench/ (Google's storage-testbench, from ORBAX2REG_STORAGE_TESTBENCH; skipped without it).
+#   .venv-testbench/ (Google's storage-testbench, from ORBAX2REG_STORAGE_TESTBENCH; skipped without it),
+#   .venv-axlearn/ (AXLearn's own source from ORBAX2REG_AXLEARN, with what its imports need, pinned; skipped without it).
 # Downloads are cached under .cache/ so a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +84,41 @@ else
     printf '%s\n' "$source_id" > .venv-testbench/.installed-from
   fi
   echo "storage-testbench: $source_id"
+fi
+
+step "AXLearn -> .venv-axlearn"
+# AXLearn's own Checkpointer, state builders and InferenceRunner restore what orbax2reg writes in the tests. The
+# PyPI `axlearn` is a 2024 snapshot, so ORBAX2REG_AXLEARN names the source: a path to a tarball of the
+# repository's tree (unpacked into the venv and put on its path, as AXLearn's own docs run it from a checkout)
+# or a pip requirement (a git URL pinned to a commit, installed without its dependencies). What its checkpointer,
+# state_builder, inference and checkpointer_orbax import comes from test/python/axlearn-requirements.txt, at
+# AXLearn's own pins. Without it the tests that need it skip, saying so.
+if [ -z "${ORBAX2REG_AXLEARN:-}" ]; then
+  echo "skipped: ORBAX2REG_AXLEARN is not set (the AXLearn restore tests will skip)"
+else
+  source_id=$ORBAX2REG_AXLEARN
+  if [ -f "$ORBAX2REG_AXLEARN" ]; then source_id="$(basename "$ORBAX2REG_AXLEARN") $(sha256sum < "$ORBAX2REG_AXLEARN" | cut -d' ' -f1)"; fi
+  source_id="$source_id $(sha256sum < test/python/axlearn-requirements.txt | cut -d' ' -f1)"
+  if [ "$(cat .venv-axlearn/.installed-from 2>/dev/null || true)" != "$source_id" ]; then
+    if [ ! -x .venv-axlearn/bin/python ]; then python3 -m venv .venv-axlearn; fi
+    .venv-axlearn/bin/python -m pip install --quiet --disable-pip-version-check -r test/python/axlearn-requirements.txt
+    site=$(.venv-axlearn/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    rm -rf .venv-axlearn/axlearn-src "$site/orbax2reg-axlearn.pth"
+    if [ -f "$ORBAX2REG_AXLEARN" ]; then
+      mkdir -p .venv-axlearn/axlearn-src
+      tar -xzf "$ORBAX2REG_AXLEARN" -C .venv-axlearn/axlearn-src --strip-components=1
+      printf '%s\n' "$ROOT/.venv-axlearn/axlearn-src" > "$site/orbax2reg-axlearn.pth"
+    else
+      .venv-axlearn/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$ORBAX2REG_AXLEARN"
+    fi
+    # The modules the tests use must import with these pins: a failure stops setup with Python's own message.
+    JAX_PLATFORMS=cpu TF_CPP_MIN_LOG_LEVEL=3 .venv-axlearn/bin/python -W ignore -c \
+      'from axlearn.common import checkpointer, checkpointer_orbax, inference, state_builder' 2>&1 | grep -v '^WARNING:absl' >&2 || true
+    JAX_PLATFORMS=cpu TF_CPP_MIN_LOG_LEVEL=3 .venv-axlearn/bin/python -c \
+      'from axlearn.common import checkpointer, checkpointer_orbax, inference, state_builder' >/dev/null 2>&1
+    printf '%s\n' "$source_id" > .venv-axlearn/.installed-from
+  fi
+  echo "AXLearn: $source_id"
 fi
 
 step "done"

@@ -110,6 +110,17 @@ export class UncommittedError extends Orbax2RegError {
   readonly retryable = false;
 }
 
+/**
+ * A step whose processes did not all save the same input-iterator files (one process's `tfds/tf_<i>` or
+ * `python/python_<i>` is missing): AXLearn's restore on that many processes fails on the process that lacks them
+ * while the others wait for it, so the conversion is refused.
+ */
+export class IteratorsError extends Orbax2RegError {
+  readonly kind = "ITERATORS";
+  readonly exitCode = EXIT_BAD_INPUT;
+  readonly retryable = false;
+}
+
 /** A request the tool refuses for safety (a key escaping the destination, a bad argument). */
 export class UsageError extends Orbax2RegError {
   readonly kind = "USAGE";

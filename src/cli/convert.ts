@@ -17,6 +17,7 @@ import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToByte
 import { UsageError } from "../errors.js";
 import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
+import type { CastDtype } from "../zarr/cast.js";
 import { chunkGrid, product } from "../zarr/metadata.js";
 import { formatBytes } from "./format.js";
 import type { Output } from "./output.js";
@@ -25,6 +26,7 @@ import { ConvertProgress, CountProgress, type ProgressScope, progressScope } fro
 export interface ConvertCliOptions {
   step?: number;
   paramsOnly?: boolean;
+  dtype?: CastDtype;
   groups?: number;
   concurrency?: number;
   memory?: number;
@@ -66,6 +68,7 @@ function planOptions(o: ConvertCliOptions): PlanPhaseOptions {
   return {
     groups: o.groups ?? DEFAULT_PLAN_GROUPS,
     paramsOnly: o.paramsOnly ?? false,
+    ...(o.dtype === undefined ? {} : { dtype: o.dtype }),
     allowUncommitted: o.allowUncommitted ?? false,
     force: o.force ?? false,
     dryRun: o.dryRun ?? false,

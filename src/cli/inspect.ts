@@ -41,7 +41,18 @@ export async function runInspect(location: string, options: InspectOptions, out:
   out.stdout(
     `step ${report.step ?? "?"}, layout ${report.layout}, ${report.committed ? `committed (${step.commit.marker})` : `NOT committed: ${step.commit.reason}`}`,
   );
-  if (step.iteratorFiles.length)
-    out.stdout(`${step.iteratorFiles.length} iterator file(s): ${step.iteratorFiles.map((f) => f.key).join(", ")}`);
+  const p = report.processes;
+  const which = (xs: number[]) => (xs.length ? xs.join(", ") : "none");
+  out.stdout(
+    `${p.count} process${p.count === 1 ? "" : "es"} saved it (own OCDBT database: ${which(p.databases)}; array_metadatas: ${which(p.arrayMetadatas)})`,
+  );
+  if (p.iterators.some((i) => i.files.length > 0)) {
+    for (const i of p.iterators) out.stdout(`process ${i.process} iterator files: ${i.files.length ? i.files.join(", ") : "none"}`);
+  }
+  if (p.missingIterators.length > 0) {
+    out.warn(
+      `the processes do not all have the same iterator files (${p.missingIterators.map((m) => `process ${m.process} lacks ${m.file}`).join("; ")}): convert refuses this step unless --params-only`,
+    );
+  }
   return 0;
 }

@@ -71,6 +71,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     options: [
       "step",
       "paramsOnly",
+      "dtype",
       "groups",
       "concurrency",
       "memory",
@@ -80,7 +81,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       { name: "json", description: "print a JSON summary (progress lines go to stderr)" },
     ],
     helpAfter:
-      "\nExamples:\n  orbax2reg convert gs://bucket/run/checkpoints gs://bucket/run/regular\n  orbax2reg convert ./ckpt/step_00001000 ./regular --params-only --json",
+      "\nExamples:\n  orbax2reg convert gs://bucket/run/checkpoints gs://bucket/run/regular\n  orbax2reg convert ./ckpt/step_00001000 ./regular --params-only --json\n  orbax2reg convert ./ckpt/step_00001000 ./serving --params-only --dtype bfloat16",
     run: async (out, o, source, dest) => (await convertCommands()).runConvert(source, dest, o, out),
   }),
   command({
@@ -92,7 +93,8 @@ export const COMMANDS: readonly CommandSpec[] = [
     ],
     options: [
       { name: "step", description: "with a checkpoint root: this step" },
-      { name: "paramsOnly", description: "keep only model/... leaves" },
+      { name: "paramsOnly", description: "keep only model/... leaves and prng_key" },
+      "dtype",
       { name: "groups", description: "parameter groups, balanced by bytes" },
       { name: "dryRun", description: "print the plan summary, write nothing" },
       { name: "force", description: "replace a committed or different conversion at the destination" },
@@ -175,7 +177,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     options: [
       "destination",
       { name: "force", description: "replace a step already converted" },
-      { name: "paramsOnly", description: "convert only the model/ leaves" },
+      { name: "paramsOnly", description: "convert only the model/ leaves and prng_key" },
       "pipelineGroups",
       ...PIPELINE,
     ],

@@ -16,6 +16,12 @@ export function wholeNumber(value: string): number {
   return Number(value);
 }
 
+/** An element type an export can be cast to. */
+export function castDtype(value: string): "bfloat16" {
+  if (value !== "bfloat16") throw new InvalidArgumentError("must be bfloat16 (the only dtype an export is cast to)");
+  return value;
+}
+
 /** A count or a duration: 1, 2, 3, ... */
 export function positive(value: string): number {
   if (!/^\d+$/.test(value) || Number(value) < 1) throw new InvalidArgumentError("must be a positive integer");
@@ -27,7 +33,7 @@ export interface OptionSpec {
   readonly flags: string;
   readonly description: string;
   /** Turns the text into the value; throws InvalidArgumentError. Absent: the text itself. */
-  readonly parse?: (value: string) => number;
+  readonly parse?: (value: string) => number | string;
   /** The value when the flag is absent; shown by --help. Absent: no default (or one the command resolves). */
   readonly default?: number | string;
   /** The command refuses to run without it. */
@@ -44,7 +50,14 @@ export const OPTIONS = {
   // What a conversion does
   paramsOnly: {
     flags: "--params-only",
-    description: "keep only model/... leaves (a serving or evaluation export); the index is filtered to match",
+    description:
+      "keep only model/... leaves and prng_key (a serving export: what AXLearn's InferenceRunner restores); the index is filtered to match",
+  },
+  dtype: {
+    flags: "--dtype <dtype>",
+    description:
+      "write every float32/float64 leaf as this dtype (bfloat16: rounded to nearest even, as jnp's astype does); integer and 16-bit leaves are copied as they are",
+    parse: castDtype,
   },
   groups: {
     flags: "--groups <n>",

@@ -2,6 +2,7 @@ import { ConflictError, MetadataError, UncommittedError, UsageError } from "../e
 import { openStep, requireCommitted, stepDirName } from "../orbax/step.js";
 import { openStore, overlaps, resolveLocation } from "../store/open.js";
 import { describe, joinKey, type Store } from "../store/store.js";
+import type { CastDtype } from "../zarr/cast.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { checkPart, type FinalizeReport, finalize, partsOf, Shortfall } from "./finalize.js";
 import { claimStep, confirmOwner, readPart, readPlan, retreat } from "./ownership.js";
@@ -16,6 +17,8 @@ export interface PlanPhaseOptions {
   /** Objects per part of the plan (plan.ts's default by the number of groups when not given). */
   readonly partObjects?: number;
   readonly paramsOnly: boolean;
+  /** Write floating-point leaves of 32 or 64 bits as this dtype (plan.ts). */
+  readonly dtype?: CastDtype;
   readonly allowUncommitted: boolean;
   /** Take the destination step over from whatever conversion holds it (see ownership.ts). */
   readonly force: boolean;

@@ -123,6 +123,7 @@ class Writer {
       // Never more than the whole budget: a write given less buffers less (GCS: smaller chunks).
       streamReserve: Math.min(options.memoryBytes, Math.max(STREAM_RESERVE, destination.writeBuffer ?? 0)),
       meta: (o) => this.meta(o),
+      castTo: (o) => this.plan.arrays[o.array as number]?.castTo,
     };
   }
 

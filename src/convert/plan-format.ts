@@ -1,5 +1,6 @@
 import { MetadataError } from "../errors.js";
 import { regularChunkKey } from "../regular/zarray.js";
+import type { CastDtype } from "../zarr/cast.js";
 import { chunkGrid, product } from "../zarr/metadata.js";
 
 /**
@@ -19,8 +20,10 @@ export const PLAN_FORMAT = "orbax2reg-plan";
  * 2: plans carry an id; objects count only when a record of that plan vouches for them (records.ts).
  * 3: the plan is a head plus one part per group and a commit part; records are kept per group.
  * 4: each group is parts of at most `partObjects` objects; records are kept per part.
+ * 5: an export may be cast (`options.dtype`, arrays' `castTo`, the `cast` transform): an older reader would not
+ *    know how to make those objects.
  */
-export const PLAN_VERSION = 4;
+export const PLAN_VERSION = 5;
 /** Bytes to read: a literal (inline OCDBT values, synthesized metadata) or a range of a source object. */
 export type DataRef =
   | { readonly kind: "inline"; readonly base64: string }
@@ -32,9 +35,12 @@ export type DataRef =
  * - shard-inner: a zarr v3 shard holding one inner chunk; the target is the inner chunk's zstd frame,
  *   checked against the shard index (and its CRC-32C) at the end of the data;
  * - transcode: decode with the source array's codecs, re-encode as one zstd level-1 zarr v2 chunk;
- * - fill: a chunk absent from the source because it equals the fill value: encode that fill.
+ * - fill: a chunk absent from the source because it equals the fill value: encode that fill (cast, when the
+ *   array is);
+ * - cast: decode with the source array's codecs, cast the elements to the array's `castTo`, encode as one zstd
+ *   level-1 zarr v2 chunk.
  */
-export type Transform = "copy" | "shard-inner" | "transcode" | "fill";
+export type Transform = "copy" | "shard-inner" | "transcode" | "fill" | "cast";
 
 /** Bytes a data reference holds (for inline data: the decoded base64, padding excluded). */
 export function dataLength(d: DataRef): number {
@@ -48,7 +54,7 @@ export interface PlannedObject {
   readonly target: string;
   readonly data: DataRef;
   readonly transform: Transform;
-  /** Index into `plan.arrays` for transcode and fill. */
+  /** Index into `plan.arrays` for transcode, fill and cast. */
   readonly array?: number;
   /** Exact size of the written object when known in advance (copy, shard-inner); null otherwise. */
   readonly size: number | null;
@@ -64,6 +70,8 @@ export interface PlannedArray {
   readonly sourceMetadataKind: ".zarray" | "zarr.json";
   readonly sourceMetadata: string;
   readonly bytes: number;
+  /** The dtype the array is written as when the export casts it (`--dtype`); absent: the source's. */
+  readonly castTo?: CastDtype;
 }
 
 export interface PlannedFile {
@@ -82,6 +90,14 @@ export interface PlanGroup {
   readonly parts: number;
   readonly bytes: number;
   readonly arrays: number;
+}
+
+/** What the user chose about the export's contents. */
+export interface PlanChoices {
+  /** Only `model/...` and `prng_key` (plan.ts, keptByParamsOnly). */
+  readonly paramsOnly: boolean;
+  /** Floating-point leaves of 32 or 64 bits are written as this dtype; absent: every leaf as stored. */
+  readonly dtype?: CastDtype;
 }
 
 export interface Plan {
@@ -107,7 +123,7 @@ export interface Plan {
     readonly stepDir: string;
   };
   readonly step: number;
-  readonly options: { readonly paramsOnly: boolean };
+  readonly options: PlanChoices;
   readonly arrays: readonly PlannedArray[];
   readonly groups: readonly PlanGroup[];
   /** Objects per part (the last part of a group may hold fewer). */

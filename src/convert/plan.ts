@@ -1,12 +1,15 @@
 import { createHash, randomBytes } from "node:crypto";
-import { MetadataError, NotFoundError, UsageError } from "../errors.js";
+import { IteratorsError, MetadataError, NotFoundError, UsageError } from "../errors.js";
 import type { ValueLocation } from "../ocdbt/database.js";
 import { listArrays, type StoredArray } from "../orbax/arrays.js";
+import { missingIterators } from "../orbax/processes.js";
 import type { Leaf } from "../orbax/pytree-metadata.js";
 import { type OrbaxStep, stepDirName } from "../orbax/step.js";
 import { arrayEntry, type IndexEntry, indexText, parseIndex } from "../regular/index-file.js";
 import { regularChunkKey, zarrayText } from "../regular/zarray.js";
 import { checkKey, describe, joinKey, type Store } from "../store/store.js";
+import { type CastDtype, castTarget } from "../zarr/cast.js";
+import type { DType } from "../zarr/dtype.js";
 import { chunkGrid, chunkKey, product, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { unravel } from "../zarr/read-array.js";
 import { readShardIndex } from "../zarr/sharding.js";
@@ -29,8 +32,10 @@ import { commitPartKey, planPartKey } from "./work-dir.js";
 export interface PlanOptions {
   /** Number of parameter groups for convert-group (>= 1). */
   readonly groups: number;
-  /** Keep only `model/...` leaves (a serving/evaluation export); the index is filtered to match. */
+  /** Keep only `model/...` leaves and `prng_key` (a serving export, keptByParamsOnly); the index is filtered to match. */
   readonly paramsOnly: boolean;
+  /** Write floating-point leaves of 32 or 64 bits as this dtype (`--dtype`); the index says so too. */
+  readonly dtype?: CastDtype;
   /** Step number when the source does not say (a bare PyTree item). */
   readonly step?: number;
   /** Objects per part of the plan; partObjectsFor(groups) by default (tests use small parts). */
@@ -41,8 +46,12 @@ const decoder = new TextDecoder();
 /** The index at the end of a zarr v3 shard of one inner chunk: one (offset, nbytes) pair of u64, then its CRC-32C. */
 export const SHARD_INDEX_BYTES = 16 + 4;
 
-/** `--params-only` keeps these leaves: the model's parameters, for serving and evaluation. */
-export const isParam = (path: string) => path === "model" || path.startsWith("model/");
+/**
+ * `--params-only` keeps these leaves: the model's parameters and the PRNG key, what AXLearn's InferenceRunner
+ * restores (axlearn/common/inference.py: its state is `{prng_key: uint32[4], model: ...}`, read with
+ * CONTAINS_STATE_UP_TO_DTYPE, so a checkpoint without `prng_key` does not load there).
+ */
+export const keptByParamsOnly = (path: string) => path === "prng_key" || path === "model" || path.startsWith("model/");
 
 /** Objects per part at most, and objects a plan holds in its groups' unfilled parts at once (while writing them). */
 const MAX_PART_OBJECTS = 16_384;
@@ -78,7 +87,7 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
   if (step === undefined) throw new UsageError("the source does not name its step (not a step_XXXXXXXX directory); pass --step");
   if (step < 0 || step >= 1e8) throw new UsageError(`step ${step} is outside AXLearn's 0..99999999`);
   const stepDir = stepDirName(step);
-  const keep = (leaf: Leaf) => !options.paramsOnly || isParam(leaf.path);
+  const keep = (leaf: Leaf) => !options.paramsOnly || keptByParamsOnly(leaf.path);
 
   const arrays: PlannedArray[] = [];
   const sizes: Float64Array[] = [];
@@ -88,7 +97,8 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
   const hash = createHash("sha256");
   for await (const a of listArrays(source)) {
     if (!keep(a.leaf)) continue;
-    const objects = await planArray(source, a, arrays.length, where, keys);
+    const castTo = castTarget(a.meta.dtype, options.dtype);
+    const objects = await planArray(source, a, arrays.length, where, keys, castTo);
     const lengths = new Float64Array(objects.length);
     let bytes = 0;
     for (const [i, o] of objects.entries()) {
@@ -105,6 +115,7 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
       sourceMetadataKind: a.meta.metadataKey,
       sourceMetadata: decoder.decode(await source.source.read(a.metadataEntry.value)),
       bytes,
+      ...(castTo === undefined ? {} : { castTo: castTo.name as CastDtype }),
     });
     sizes.push(lengths);
   }
@@ -114,11 +125,13 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
   if (!Number.isSafeInteger(partObjects) || partObjects < 1)
     throw new UsageError(`objects per plan part must be a positive integer, got ${partObjects}`);
   const groups = groupRanges(units, partObjects);
+  if (!options.paramsOnly) requireSameIterators(source);
   const files = options.paramsOnly ? [] : iteratorFiles(source, where);
   const index = await expectedIndexText(source, step, arrays, options.paramsOnly);
+  const choices = { paramsOnly: options.paramsOnly, ...(options.dtype === undefined ? {} : { dtype: options.dtype }) };
   // The layout is part of the identity: the same source planned in other groups is another conversion.
   const layout = units.map((g) => g.map((u) => [u.array, u.start, u.end]));
-  const fingerprint = hash.update(JSON.stringify({ files, index, paramsOnly: options.paramsOnly, layout, partObjects })).digest("hex");
+  const fingerprint = hash.update(JSON.stringify({ files, index, ...choices, layout, partObjects })).digest("hex");
   const plan: Plan = {
     format: PLAN_FORMAT,
     version: PLAN_VERSION,
@@ -127,7 +140,7 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
     source: { root: source.store.url, stepDir: source.stepDir, layout: source.layout, fingerprint },
     destination: { root: destinationRoot, stepDir },
     step,
-    options: { paramsOnly: options.paramsOnly },
+    options: choices,
     arrays,
     groups,
     partObjects,
@@ -140,7 +153,8 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
     writeParts: (destination, id) =>
       writePlanParts(destination, { ...plan, id }, units, sizes, async function* () {
         let i = 0;
-        for await (const a of listArrays(source)) if (keep(a.leaf)) yield await planArray(source, a, i++, where, keys);
+        for await (const a of listArrays(source))
+          if (keep(a.leaf)) yield await planArray(source, a, i++, where, keys, castTarget(a.meta.dtype, options.dtype));
       }),
   };
 }
@@ -268,19 +282,24 @@ function toDataRef(v: ValueLocation, keys: Map<string, string>): DataRef {
 
 const inline = (bytes: Uint8Array | string): DataRef => ({ kind: "inline", base64: Buffer.from(bytes).toString("base64") });
 
-/** The objects of one array: its `.zarray`, then every chunk of the grid in C order. */
+/** The objects of one array: its `.zarray`, then every chunk of the grid in C order; cast when `castTo` says. */
 async function planArray(
   source: OrbaxStep,
   a: StoredArray,
   arrayIndex: number,
   where: { url: string },
   keys: Map<string, string>,
+  castTo: DType | undefined,
 ): Promise<PlannedObject[]> {
   const prefix = `gda/${a.leaf.path}`;
   checkKey(where, `${prefix}/.zarray`);
   const meta = a.meta;
   const out: PlannedObject[] = [];
-  if (meta.zarrFormat === 2) {
+  if (castTo !== undefined) {
+    // What AXLearn's regular writer writes for an array of the cast dtype (TensorStore's zarr driver).
+    const text = zarrayText({ ...meta, dtype: castTo });
+    out.push({ target: `${prefix}/.zarray`, data: inline(text), transform: "copy", size: Buffer.byteLength(text) });
+  } else if (meta.zarrFormat === 2) {
     // Orbax's zarr v2 metadata is what AXLearn writes: copy it verbatim.
     const data = toDataRef(a.metadataEntry.value, keys);
     out.push({ target: `${prefix}/.zarray`, data, transform: "copy", size: dataLength(data) });
@@ -290,7 +309,7 @@ async function planArray(
   }
   const grid = chunkGrid(meta);
   const count = product(grid);
-  const mode = chunkMode(meta);
+  const mode = castTo === undefined ? chunkMode(meta) : "cast";
   for (let i = 0; i < count; i++) {
     const index = meta.shape.length === 0 ? [] : unravel(i, grid);
     const target = `${prefix}/${regularChunkKey(index)}`;
@@ -311,7 +330,7 @@ async function planArray(
     } else if (mode === "shard-inner") {
       out.push(await planShard(source, a, arrayIndex, target, sourceKey, entry.value, data));
     } else {
-      out.push({ target, data, transform: "transcode", array: arrayIndex, size: null });
+      out.push({ target, data, transform: mode, array: arrayIndex, size: null });
     }
   }
   return out;
@@ -351,8 +370,25 @@ async function planShard(
   return { target, data, transform: "shard-inner", array: arrayIndex, size: value.length - SHARD_INDEX_BYTES };
 }
 
+/**
+ * Refuses a step whose processes did not all save the same iterator files (processes.ts): its conversion would
+ * restore on process 0 and fail on the process that lacks them. --allow-uncommitted does not waive it (the step
+ * may be committed; its iterators are still not restorable); --params-only copies no iterators, so it converts.
+ */
+export function requireSameIterators(source: OrbaxStep): void {
+  const missing = missingIterators(source.processes);
+  if (missing.length === 0) return;
+  const shown = missing.slice(0, 8).map((m) => `process ${m.process} lacks ${m.file}`);
+  const more = missing.length > shown.length ? ` (and ${missing.length - shown.length} more)` : "";
+  throw new IteratorsError(
+    `the step was saved by ${source.processes.count} processes that do not all have the same iterator files: ${shown.join("; ")}${more}; ` +
+      "AXLearn's restore of it would fail on those processes (--params-only converts it without iterators)",
+    { path: describe(source.store, source.stepDir) },
+  );
+}
+
 /** AXLearn's iterator files, renamed from the Orbax layout to the regular one. */
-function iteratorFiles(source: OrbaxStep, where: { url: string }): PlannedFile[] {
+export function iteratorFiles(source: OrbaxStep, where: { url: string }): PlannedFile[] {
   const byName = new Map(source.leaves.map((l) => [l.name, l.path]));
   const out: PlannedFile[] = [];
   const base = source.stepDir === "" ? "" : `${source.stepDir}/`;
@@ -379,21 +415,33 @@ function iteratorFiles(source: OrbaxStep, where: { url: string }): PlannedFile[]
 export async function expectedIndexText(
   source: OrbaxStep,
   step: number,
-  arrays: readonly Pick<PlannedArray, "path" | "dtype" | "shape">[],
+  arrays: readonly Pick<PlannedArray, "path" | "dtype" | "shape" | "castTo">[],
   paramsOnly: boolean,
 ): Promise<string> {
+  // A cast array's entry names the dtype it is written as, as AXLearn's index of a state of that dtype does.
+  const cast = new Map(arrays.flatMap((a) => (a.castTo === undefined ? [] : [[a.path, a.castTo] as const])));
   if (source.indexKey !== undefined) {
     const text = decoder.decode(await source.store.read(source.indexKey));
     const path = describe(source.store, source.indexKey);
     const parsed = parseIndex(text, path);
     if (parsed.step !== step)
       throw new MetadataError(`index says step ${parsed.step}, the directory is step ${step}`, { path, key: "step" });
-    if (!paramsOnly) return text;
+    if (!paramsOnly && cast.size === 0) return text;
     return indexText(
       step,
-      parsed.entries.filter(([p]) => isParam(p)),
+      parsed.entries
+        .filter(([p]) => !paramsOnly || keptByParamsOnly(p))
+        .map(([p, v]): IndexEntry => {
+          const to = cast.get(p);
+          return to !== undefined && isArrayEntry(v) ? [p, { ...v, dtype: to }] : [p, v];
+        }),
     );
   }
-  const entries: IndexEntry[] = arrays.map((a) => arrayEntry(a.path, a.dtype, a.shape));
+  const entries: IndexEntry[] = arrays.map((a) => arrayEntry(a.path, a.castTo ?? a.dtype, a.shape));
   return indexText(step, entries);
+}
+
+/** An index entry's value for an array: `{"dtype": ..., "shape": ...}` (other entries are iterators or raw values). */
+function isArrayEntry(v: unknown): v is { dtype: string; shape: string } {
+  return typeof v === "object" && v !== null && !Array.isArray(v) && "dtype" in v && "shape" in v;
 }

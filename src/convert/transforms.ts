@@ -2,6 +2,7 @@ import { crc32c } from "../codecs/crc32c.js";
 import { compress, rleFrame } from "../codecs/zstd.js";
 import { ChecksumError, FormatError } from "../errors.js";
 import { describe, joinKey, type RangeCopy, type Store } from "../store/store.js";
+import { type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import { product, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { fillBuffer } from "../zarr/region.js";
@@ -26,8 +27,10 @@ export interface Run {
   readonly buffers: Uint8Array[];
   /** Memory reserved for one streamed object: what the destination's write buffers (see Store.writeBuffer). */
   readonly streamReserve: number;
-  /** The source metadata of the array a transcode or fill object belongs to. */
+  /** The source metadata of the array a transcode, fill or cast object belongs to. */
   meta(o: PlannedObject): ZarrArrayMeta;
+  /** The dtype that array is written as when the export casts it (plan.arrays[o.array].castTo). */
+  castTo(o: PlannedObject): CastDtype | undefined;
 }
 
 /**
@@ -49,6 +52,7 @@ export const HANDLERS: Readonly<Record<Transform, (run: Run, o: PlannedObject) =
   "shard-inner": shardInner,
   transcode,
   fill,
+  cast,
 };
 
 /** Verbatim: inline bytes as they are; a range by the stores' direct copy, else streamed from read to write. */
@@ -100,11 +104,34 @@ function transcode(run: Run, o: PlannedObject): Job {
   };
 }
 
-/** A chunk of the fill value: a run-length frame when every byte is the same, else compressed. */
-function fill(run: Run, o: PlannedObject): Job {
+/**
+ * Decoded with the source array's codecs, its float32/float64 elements cast to bfloat16 (zarr/cast.ts), encoded
+ * as one zstd level-1 frame: what AXLearn's regular writer stores for a bfloat16 array's chunk. In memory at once:
+ * the stored chunk, its elements, the cast elements and their frame (at most the cast elements' size).
+ */
+function cast(run: Run, o: PlannedObject): Job {
+  const d = o.data;
   const meta = run.meta(o);
+  const elements = product(meta.chunkShape);
+  return {
+    weight: dataLength(d) + elements * meta.dtype.itemSize + 2 * elements * 2,
+    run: async () => {
+      const stored = d.kind === "inline" ? Buffer.from(d.base64, "base64") : await run.source.readRange(d.key, d.offset, d.length);
+      const decoded = decodeChunk(meta, stored, d.kind === "range" ? describe(run.source, d.key) : o.target);
+      const encoded = compress(castToBfloat16(decoded, meta.dtype));
+      return { data: encoded, bytes: encoded.length };
+    },
+  };
+}
+
+/** A chunk of the fill value (cast, when the array is): a run-length frame when every byte is the same, else compressed. */
+function fill(run: Run, o: PlannedObject): Job {
+  const source = run.meta(o);
+  const to = castTarget(source.dtype, run.castTo(o));
+  const fillValue = source.fill ?? new Uint8Array(source.dtype.itemSize);
+  const meta = { chunkShape: source.chunkShape, dtype: to ?? source.dtype };
   const size = product(meta.chunkShape) * meta.dtype.itemSize;
-  const value = meta.fill ?? new Uint8Array(meta.dtype.itemSize);
+  const value = to === undefined ? fillValue : castToBfloat16(fillValue, source.dtype);
   const uniform = value.every((b) => b === value[0]);
   return {
     weight: uniform ? 1 : 2 * size,

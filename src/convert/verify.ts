@@ -1,16 +1,19 @@
 import { createHash } from "node:crypto";
 import { isPermanent } from "../errors.js";
 import { chunkKeyPattern, listArrays, type StoredArray } from "../orbax/arrays.js";
+import { iteratorOwner, missingIterators, relativeToStep } from "../orbax/processes.js";
 import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
 import { parseIndex, structureStrings } from "../regular/index-file.js";
 import { regularChunkKey } from "../regular/zarray.js";
 import { openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
+import { CAST_DTYPES, type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
+import type { DType } from "../zarr/dtype.js";
 import { chunkGrid, chunkKey, parseZarrMetadata, product } from "../zarr/metadata.js";
 import { unravel } from "../zarr/read-array.js";
-import { expectedIndexText, isParam } from "./plan.js";
+import { expectedIndexText, iteratorFiles, keptByParamsOnly } from "./plan.js";
 
 const VERIFY_CONCURRENCY = 4;
 /** AXLearn's zarr v2 chunk keys: indices joined by ".". */
@@ -61,15 +64,16 @@ export async function verify(
   // The source is listed once (each array's metadata and chunk locations), the destination's gda/ once.
   const all: StoredArray[] = [];
   for await (const a of listArrays(source)) all.push(a);
-  let paramsOnly = false;
+  // Which export it is (everything or --params-only, each as stored or --dtype cast) is read off its index.
+  let choice: Choice = { paramsOnly: false, dtype: undefined };
   await check("index", async () => {
     const actual = text.decode(await dest.read("index"));
-    const full = await expectedIndex(source, step, all, false);
-    if (actual === full) return undefined;
-    const params = await expectedIndex(source, step, all, true);
-    if (actual === params) {
-      paramsOnly = true;
-      return undefined;
+    const full = await expectedIndex(source, step, all, choice);
+    for (const c of CHOICES) {
+      if (actual === (await expectedIndex(source, step, all, c))) {
+        choice = c;
+        return undefined;
+      }
     }
     const parsed = parseIndex(actual, describe(dest, "index"));
     const want = parseIndex(full, "expected");
@@ -79,7 +83,8 @@ export async function verify(
     return `index differs from the expected bytes${diff.length ? `; structure differs at: ${diff.slice(0, 3).join("; ")}` : " (same structure)"}`;
   });
 
-  const arrays = paramsOnly ? all.filter((a) => isParam(a.leaf.path)) : all;
+  const arrays = choice.paramsOnly ? all.filter((a) => keptByParamsOnly(a.leaf.path)) : all;
+  await checkIterators(source, dest, choice.paramsOnly, check);
   // Every object under gda/, by its directory (an array's) and name.
   const stored = new Map<string, Set<string>>();
   for await (const o of dest.list("gda/")) {
@@ -92,7 +97,10 @@ export async function verify(
     names.add(o.key.slice(dir.length));
   }
   for (const [i, a] of arrays.entries()) {
-    await check(`gda/${a.leaf.path}`, () => compareArray(source, a, dest, stored.get(`gda/${a.leaf.path}/`) ?? new Set()));
+    const castTo = castTarget(a.meta.dtype, choice.dtype);
+    await check(`gda/${a.leaf.path}${castTo === undefined ? "" : ` (cast to ${castTo.name})`}`, () =>
+      compareArray(source, a, dest, stored.get(`gda/${a.leaf.path}/`) ?? new Set(), castTo),
+    );
     onArray?.(i + 1, arrays.length);
   }
   await check("nothing else under gda/", async () => {
@@ -113,22 +121,87 @@ export async function verify(
   return { checks, passed: checks.length - failed, failed };
 }
 
-/** What the index must be, from the source, as the planner computes it. */
-async function expectedIndex(source: OrbaxStep, step: number, all: readonly StoredArray[], paramsOnly: boolean): Promise<string> {
-  const arrays = all
-    .filter((a) => !paramsOnly || isParam(a.leaf.path))
-    .map((a) => ({ path: a.leaf.path, dtype: a.meta.dtype.name, shape: a.meta.shape }));
-  return expectedIndexText(source, step, arrays, paramsOnly);
+/**
+ * Each process's iterator files, byte for byte against the source's (one check per process that saved the step):
+ * a process whose files the source or the output lacks fails, as AXLearn's restore on that process would. An
+ * export without iterators (--params-only) must hold none; nothing but the planned files may sit in tf_<i>/ or
+ * python_<i>/.
+ */
+async function checkIterators(
+  source: OrbaxStep,
+  dest: Store,
+  paramsOnly: boolean,
+  check: (name: string, run: () => Promise<string | undefined>) => Promise<void>,
+): Promise<void> {
+  const planned = paramsOnly ? [] : iteratorFiles(source, { url: dest.url });
+  const top = await dest.listDir("");
+  const present = new Set<string>();
+  for (const dir of top.dirs.filter((d) => /^(tf|python)_\d+$/.test(d))) for await (const o of dest.list(`${dir}/`)) present.add(o.key);
+  const missing = paramsOnly ? [] : missingIterators(source.processes);
+  const steps = relativeToStep(source.iteratorFiles, source.stepDir, source.layout);
+  const ownerOf = new Map(source.iteratorFiles.map((f, i) => [f.key, iteratorOwner(steps[i] as string)?.process]));
+  const processes = paramsOnly ? [] : source.processes.iterators.filter((p) => p.files.length > 0 || missing.length > 0);
+  for (const p of processes) {
+    await check(`iterator files of process ${p.process}`, async () => {
+      const lacking = missing.filter((m) => m.process === p.process).map((m) => m.file);
+      if (lacking.length > 0)
+        return `the source lacks ${lacking.join(", ")}, which the other processes have (AXLearn's restore fails on process ${p.process})`;
+      for (const f of planned.filter((x) => ownerOf.get(x.source) === p.process)) {
+        if (!present.has(f.target)) return `${f.target} is missing`;
+        const [mine, theirs] = await Promise.all([dest.read(f.target), source.store.read(f.source)]);
+        if (!Buffer.from(mine).equals(theirs))
+          return `${f.target} differs from ${describe(source.store, f.source)} (sha256 ${sha(mine)} vs ${sha(theirs)})`;
+      }
+      return undefined;
+    });
+  }
+  await check("nothing else in tf_<i>/ and python_<i>/", async () => {
+    const expected = new Set(planned.map((f) => f.target));
+    const extra = [...present].filter((k) => !expected.has(k)).slice(0, 5);
+    return extra.length
+      ? `not an iterator file of the source${paramsOnly ? " (a --params-only export has none)" : ""}: ${extra.join(", ")}`
+      : undefined;
+  });
 }
 
-async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store, present: ReadonlySet<string>): Promise<string | undefined> {
+/** What a conversion may have chosen: everything or --params-only, each as stored or cast. */
+interface Choice {
+  readonly paramsOnly: boolean;
+  readonly dtype: CastDtype | undefined;
+}
+
+const CHOICES: readonly Choice[] = [false, true].flatMap((paramsOnly) =>
+  [undefined, ...CAST_DTYPES].map((dtype) => ({ paramsOnly, dtype })),
+);
+
+/** What the index must be, from the source, as the planner computes it. */
+async function expectedIndex(source: OrbaxStep, step: number, all: readonly StoredArray[], choice: Choice): Promise<string> {
+  const arrays = all
+    .filter((a) => !choice.paramsOnly || keptByParamsOnly(a.leaf.path))
+    .map((a) => {
+      const castTo = castTarget(a.meta.dtype, choice.dtype);
+      return { path: a.leaf.path, dtype: a.meta.dtype.name, shape: a.meta.shape, ...(castTo ? { castTo: castTo.name as CastDtype } : {}) };
+    });
+  return expectedIndexText(source, step, arrays, choice.paramsOnly);
+}
+
+/** Compares one array with its source; with `castTo`, with the source's elements cast (zarr/cast.ts). */
+async function compareArray(
+  source: OrbaxStep,
+  a: StoredArray,
+  dest: Store,
+  present: ReadonlySet<string>,
+  castTo: DType | undefined,
+): Promise<string | undefined> {
   const prefix = `gda/${a.leaf.path}`;
   const meta = parseZarrMetadata(".zarray", await dest.read(`${prefix}/.zarray`), { path: describe(dest, `${prefix}/.zarray`) });
   const same = (x: readonly number[], y: readonly number[]) => x.length === y.length && x.every((v, i) => v === y[i]);
   if (!same(meta.shape, a.meta.shape)) return `.zarray shape ${JSON.stringify(meta.shape)}, source ${JSON.stringify(a.meta.shape)}`;
   if (!same(meta.chunkShape, a.meta.chunkShape))
     return `.zarray chunks ${JSON.stringify(meta.chunkShape)}, source ${JSON.stringify(a.meta.chunkShape)}`;
-  if (meta.dtype.name !== a.meta.dtype.name) return `.zarray dtype ${meta.dtype.name}, source ${a.meta.dtype.name}`;
+  const want = castTo ?? a.meta.dtype;
+  if (meta.dtype.name !== want.name)
+    return `.zarray dtype ${meta.dtype.name}, ${castTo ? `the source's ${a.meta.dtype.name} cast to ${want.name}` : "source"} ${want.name}`;
   const grid = chunkGrid(meta);
   const problems: string[] = [];
   // A few chunks at a time: enough to overlap reads, few enough to keep decoded chunks in memory small.
@@ -150,9 +223,11 @@ async function compareArray(source: OrbaxStep, a: StoredArray, dest: Store, pres
           entry === undefined ? undefined : source.source.read(entry.value),
         ]);
         const mine = decodeChunk(meta, mineBytes, describe(dest, key));
-        const theirs = decodeChunk(a.meta, theirBytes, source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`));
+        const decoded = decodeChunk(a.meta, theirBytes, source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`));
+        const theirs = castTo === undefined ? decoded : castToBfloat16(decoded, a.meta.dtype);
         if (!Buffer.from(mine.buffer, mine.byteOffset, mine.length).equals(theirs)) {
-          problems.push(`chunk ${regularChunkKey(index)} differs from the source (sha256 ${sha(mine)} vs ${sha(theirs)})`);
+          const what = castTo === undefined ? "the source" : `the source cast to ${castTo.name}`;
+          problems.push(`chunk ${regularChunkKey(index)} differs from ${what} (sha256 ${sha(mine)} vs ${sha(theirs)})`);
         }
       } finally {
         release();

@@ -1,4 +1,5 @@
 import { arraySha256, listArrays, type StoredArray } from "./arrays.js";
+import { type MissingIterator, missingIterators, type ProcessIterators } from "./processes.js";
 import type { OrbaxStep } from "./step.js";
 
 /** One array in `inspect --json` (numpy dtype names; shapes as lists). */
@@ -14,10 +15,23 @@ export interface ArrayReport {
   sha256?: string;
 }
 
+/** The processes that saved the step (from its per-process records) and each one's iterator files. */
+export interface ProcessesReport {
+  count: number;
+  /** Process indices with their own OCDBT database (`ocdbt.process_<i>/`). */
+  databases: number[];
+  /** Process indices with their own `array_metadatas/process_<i>`. */
+  arrayMetadatas: number[];
+  iterators: ProcessIterators[];
+  /** Iterator files one process has and another lacks: convert refuses such a step. */
+  missingIterators: MissingIterator[];
+}
+
 export interface InspectReport {
   step: number | null;
   committed: boolean;
   layout: string;
+  processes: ProcessesReport;
   arrays: ArrayReport[];
   warnings: string[];
 }
@@ -38,7 +52,22 @@ export async function inspectStep(
     arrays.push(report);
     options.onArray?.(arrays.length);
   }
-  return { step: step.step ?? null, committed: step.commit.committed, layout: step.layout, arrays, warnings: [...step.warnings] };
+  const p = step.processes;
+  const processes: ProcessesReport = {
+    count: p.count,
+    databases: [...p.databases],
+    arrayMetadatas: [...p.arrayMetadatas],
+    iterators: p.iterators.map((i) => ({ process: i.process, files: [...i.files] })),
+    missingIterators: missingIterators(p),
+  };
+  return {
+    step: step.step ?? null,
+    committed: step.commit.committed,
+    layout: step.layout,
+    processes,
+    arrays,
+    warnings: [...step.warnings],
+  };
 }
 
 function arrayReport(a: StoredArray): ArrayReport {

@@ -6,6 +6,7 @@ import { type DirListing, describe, joinKey, type ObjectInfo, type Store } from 
 import { mapLimited } from "../util/budget.js";
 import { parseCheckpointMetadata, pytreeItems } from "./checkpoint-metadata.js";
 import { DirectorySource, type KvSource, OcdbtSource, UnionSource } from "./kv-source.js";
+import { relativeToStep, type StepProcesses, stepProcesses } from "./processes.js";
 import { type Leaf, makeLeaf, type PyTreeMetadata, parsePyTreeMetadata } from "./pytree-metadata.js";
 
 /**
@@ -47,6 +48,8 @@ export interface OrbaxStep {
   readonly source: KvSource;
   /** AXLearn's per-process iterator files (`tfds/tf_<pid>/...`, `python/python_<pid>/...`, emergency `tf_<pid>/...`). */
   readonly iteratorFiles: readonly ObjectInfo[];
+  /** The processes that saved the step and each one's iterator files (processes.ts). */
+  readonly processes: StepProcesses;
   readonly warnings: readonly string[];
   /** How the step was chosen, when the location was a checkpoint root. */
   readonly chosen?: RootStep;
@@ -398,10 +401,19 @@ async function openItem(store: Store, itemDir: string, ctx: ItemContext): Promis
 
   const iteratorFiles: ObjectInfo[] = [];
   for (const prefix of ctx.iteratorPrefixes ?? []) for await (const f of store.list(prefix)) iteratorFiles.push(f);
+  const stepDir = ctx.stepDir ?? itemDir;
+  const arrayMetadatas = listing.dirs.includes("array_metadatas")
+    ? (await store.listDir(joinKey(itemDir, "array_metadatas"))).files.map((f) => f.key.slice(f.key.lastIndexOf("/") + 1))
+    : [];
+  const processes = stepProcesses(
+    listing.dirs,
+    arrayMetadatas,
+    relativeToStep(iteratorFiles, ctx.layout === "emergency" ? "" : stepDir, ctx.layout),
+  );
 
   return {
     store,
-    stepDir: ctx.stepDir ?? itemDir,
+    stepDir,
     step: ctx.step,
     layout: ctx.layout,
     commit: ctx.commit,
@@ -411,6 +423,7 @@ async function openItem(store: Store, itemDir: string, ctx: ItemContext): Promis
     leaves,
     source,
     iteratorFiles,
+    processes,
     warnings,
   };
 }

@@ -74,12 +74,14 @@ describe("--params-only", () => {
     code = (await runCli(["convert", iterators.location, dest, "--params-only"])).code;
   });
 
-  test("converts only the model/ arrays", () => {
+  test("converts the model/ arrays and prng_key, nothing else", () => {
     expect(code).toBe(0);
     const paths = [...zarrays(stepDir).keys()];
-    expect(paths.length).toBeGreaterThan(0);
-    expect(paths.filter((p) => !p.startsWith("model/"))).toEqual([]);
-    const expected = Object.keys(JSON.parse(readFileSync(iterators.expected as string, "utf8"))).filter((p) => p.startsWith("model/"));
+    expect(paths).toContain("prng_key");
+    expect(paths.filter((p) => p !== "prng_key" && !p.startsWith("model/"))).toEqual([]);
+    const expected = Object.keys(JSON.parse(readFileSync(iterators.expected as string, "utf8"))).filter(
+      (p) => p === "prng_key" || p.startsWith("model/"),
+    );
     expect(paths.sort()).toEqual(expected.sort());
   });
 
@@ -87,9 +89,10 @@ describe("--params-only", () => {
     expect(existsSync(join(stepDir, "python_0"))).toBe(false);
   });
 
-  test("filters the index to the same arrays: exactly the model/ entries of the source index, same order, same JSON", () => {
+  test("filters the index to the same arrays: exactly the model/ and prng_key entries of the source index, same order, same JSON", () => {
     const source = readIndex(iterators.index as string);
-    const kept = source.filter(([p]) => p === "step" || p.startsWith("model/"));
+    const kept = source.filter(([p]) => p === "step" || p === "prng_key" || p.startsWith("model/"));
+    expect(kept.at(-1)?.[0]).toBe("prng_key");
     expect(readIndex(join(stepDir, "index"))).toEqual(kept);
     expect(axlearnStructure(readIndex(join(stepDir, "index")))).toEqual(axlearnStructure(kept));
   });
@@ -104,7 +107,7 @@ describe("--params-only", () => {
       { name: "params", regular: stepDir, source_item: iterators.item, source_index: iterators.index as string, params_only: true },
     ]).get("params");
     expect(s?.problems).toEqual([]);
-    expect(s?.arrays_matched).toBe(4);
+    expect(s?.arrays_matched).toBe(5);
     expect(s?.index_bytes_equal_json_dumps).toBe(true);
     expect(s?.structure_exact_vs_restored_arrays).toBe(true);
   });

@@ -4,7 +4,8 @@
 Usage:
     .venv/bin/python test/fixtures-gen/generate.py OUT_DIR [--only NAME ...]
 
-Fixtures (see README.md): dtypes, zarr3, zarr3_nofill, large, multiprocess, iterators, emergency.
+Fixtures (see README.md): dtypes, zarr3, zarr3_nofill, large, multiprocess, multiprocess_iterators, iterators,
+emergency.
 Each is written to OUT_DIR/<name>/ (replacing any previous copy) together with
 OUT_DIR/<name>/expected.json: {slash/path: {name, dtype, shape, sha256}} where sha256 is taken
 over the raw little-endian C-order bytes of the array as read back by TensorStore.
@@ -62,7 +63,7 @@ SEED = "axlearn-orbax-fixtures-v1"
 STEP = 100
 LARGE_STEP = 200
 MP_TIMEOUT_SECS = 300
-FIXTURES = ("dtypes", "zarr3", "zarr3_nofill", "large", "multiprocess", "iterators", "emergency")
+FIXTURES = ("dtypes", "zarr3", "zarr3_nofill", "large", "multiprocess", "multiprocess_iterators", "iterators", "emergency")
 
 # AXLearn: STEP_PREFIX = "step", STEP_NUM_DIGITS = 8.
 NAME_FORMAT = ocp.step.standard_name_format(step_prefix="step", step_format_fixed_length=8)
@@ -712,7 +713,7 @@ def mp_spec_tree():
     }
 
 
-def mp_worker(process_id: int, port: int, root: str):
+def mp_worker(process_id: int, port: int, root: str, iterators: bool = False):
     jax.distributed.initialize(
         coordinator_address=f"127.0.0.1:{port}",
         num_processes=2,
@@ -723,6 +724,10 @@ def mp_worker(process_id: int, port: int, root: str):
     assert len(jax.local_devices()) == 4
     spec_tree = mp_spec_tree()
     tree = materialize(spec_tree, mesh_2d())
+    if iterators:
+        # Each process's own input iterator (its own position in its own shard of the data), written by the
+        # PythonSavable handler to python/python_<process index>/input_iter, as AXLearn's trainer saves it.
+        tree["input_iter"] = FakeGrainIterator({"next_index": 1000 + process_id, "epoch": 3, "shard": process_id})
     save_axlearn(root, STEP, tree)
     print(f"process {process_id}: saved", flush=True)
     jax.distributed.shutdown()
@@ -734,7 +739,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def gen_multiprocess(fdir: str) -> list:
+def gen_multiprocess(fdir: str, *, iterators: bool = False) -> list:
     port = _free_port()
     logs, procs = [], []
     os.makedirs(fdir)
@@ -746,7 +751,8 @@ def gen_multiprocess(fdir: str) -> list:
             logs.append(log)
             procs.append(
                 subprocess.Popen(  # pylint: disable=consider-using-with
-                    [sys.executable, os.path.abspath(__file__), _WORKER_FLAG, str(i), str(port), fdir],
+                    [sys.executable, os.path.abspath(__file__), _WORKER_FLAG, str(i), str(port), fdir]
+                    + (["iterators"] if iterators else []),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -804,7 +810,24 @@ def gen_multiprocess(fdir: str) -> list:
             f"{len(own)} keys ({sum(1 for k in own if '.z' not in k)} chunks)"
         )
     lines.append(f"array_metadatas: {sorted(os.listdir(os.path.join(item, 'array_metadatas')))}")
+    if iterators:
+        files = {}
+        for pid in (0, 1):
+            rel = f"step_{STEP:08d}/python/python_{pid}/input_iter"
+            with open(os.path.join(fdir, rel), "rb") as f:
+                raw = f.read()
+            files[rel] = {"sha256": hashlib.sha256(raw).hexdigest(), "msgpack": msgpack.unpackb(raw)}
+            assert files[rel]["msgpack"]["shard"] == pid, files[rel]
+            lines.append(f"python file of process {pid}: {rel} = {files[rel]['msgpack']}")
+        with open(os.path.join(fdir, "expected_files.json"), "w") as f:
+            json.dump(files, f, indent=1, sort_keys=True)
+            f.write("\n")
     return lines
+
+
+def gen_multiprocess_iterators(fdir: str) -> list:
+    """The two-process save with each process's python iterator (python/python_0, python/python_1)."""
+    return gen_multiprocess(fdir, iterators=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -816,6 +839,7 @@ GENERATORS = {
     "zarr3_nofill": gen_zarr3_nofill,
     "large": gen_large,
     "multiprocess": gen_multiprocess,
+    "multiprocess_iterators": gen_multiprocess_iterators,
     "iterators": gen_iterators,
     "emergency": gen_emergency,
 }
@@ -841,7 +865,7 @@ def main(argv: Sequence[str]) -> int:
         tmp = os.path.join(out, f".{name}.tmp")
         if os.path.exists(tmp):
             shutil.rmtree(tmp)
-        if name != "multiprocess":
+        if not name.startswith("multiprocess"):
             os.makedirs(tmp)
         lines = GENERATORS[name](tmp)
         rewrite_commit_files(tmp)
@@ -864,6 +888,6 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     if _IS_WORKER:
-        mp_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        mp_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], iterators=sys.argv[5:] == ["iterators"])
         sys.exit(0)
     sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@ import type { ExecuteOptions } from "../../src/convert/execute.js";
 import { type Plan, type PlannedObject, parseCommitPart, parsePart, parsePlan } from "../../src/convert/plan-format.js";
 import { commitPartKey, PLAN_KEY, planPartKey, WORK_DIR } from "../../src/convert/work-dir.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../../src/defaults.js";
-import { FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
+import { AXLEARN_PYTHON, FIXTURES, GENERATED, PYTHON, UPSTREAM } from "./paths.js";
 import { tempDir } from "./tmp.js";
 
 export const SAMPLE = `${FIXTURES}/axlearn-regular-sample/step_00000100`;
@@ -58,6 +58,13 @@ export const FIXTURE_CASES: readonly FixtureCase[] = [
   axlearnStep("large", "generated large (multi-MB out-of-line chunks, subchunked)", `${GENERATED}/large`, "step_00000200", 2, true),
   axlearnStep("multiprocess", "generated two-process save (merged root)", `${GENERATED}/multiprocess`, "step_00000100", 2),
   axlearnStep("iterators", "generated iterators (python state file)", `${GENERATED}/iterators`, "step_00000100", 2),
+  axlearnStep(
+    "multiprocess-iterators",
+    "generated two-process save, each process's python iterator",
+    `${GENERATED}/multiprocess_iterators`,
+    "step_00000100",
+    2,
+  ),
   {
     id: "emergency",
     label: "generated emergency layout (tensors/ + non-tensors/)",
@@ -273,8 +280,8 @@ export interface CheckSummary {
   zarray_identical_to_source?: number;
 }
 
-function runPython(script: string, args: string[], timeout = 300_000): string[] {
-  const r = spawnSync(PYTHON, [script, ...args], { encoding: "utf8", timeout, maxBuffer: 64 << 20 });
+function runPython(script: string, args: string[], timeout = 300_000, python = PYTHON): string[] {
+  const r = spawnSync(python, [script, ...args], { encoding: "utf8", timeout, maxBuffer: 64 << 20 });
   if (r.status !== 0) throw new Error(`${script} exited ${r.status ?? r.signal}:\n${r.stderr.slice(-4000)}`);
   return r.stdout.split("\n").filter((l) => l.startsWith("{"));
 }
@@ -302,10 +309,26 @@ export function checkRegular(cases: CheckCase[]): Map<string, CheckSummary> {
 
 export interface RestoreCase {
   name: string;
+  /** The regular checkpoint root and step to restore. */
   root: string;
   step: number;
+  /** trainer: Checkpointer.restore with the source's specs; inference: InferenceRunner's default builder. */
+  mode: "trainer" | "inference";
+  /** The directory holding the source's AXLearn `index` file (what read_state_spec reads). */
+  source_index: string;
+  /** The source's PyTree item (absent: a control without a source; the restored small values are returned). */
   source_item?: string;
-  params_only?: boolean;
+  /** The source's python/python_0 directory, to compare restored iterators with. */
+  source_python?: string;
+  validation?: "EXACT" | "CONTAINS_STATE";
+  /** The export was written with --dtype bfloat16 (trainer mode: its specs are cast too). */
+  cast?: "bfloat16";
+  /** inference mode: the dtype of the model's floating-point specs. */
+  model_dtype?: "bfloat16" | "float32";
+  /** trainer mode: restore on this many jax.distributed processes (each compares its own iterator). */
+  processes?: number;
+  /** The index's tf.data iterator is `iter(tf.data.Dataset.range(range))`; process i's must yield next[i] first. */
+  tf_iterator?: { range: number; next: number[] };
 }
 
 export interface RestoreSummary {
@@ -315,18 +338,31 @@ export interface RestoreSummary {
   validation?: string;
   arrays?: number;
   matched?: number;
+  dtypes?: Record<string, string>;
+  iterators?: Record<string, boolean>;
   small?: Record<string, unknown>;
+  /** With `processes`: each process's own summary. */
+  processes?: (RestoreSummary & { process: number })[];
 }
 
-/** Runs test/python/axlearn_pypi_restore.py (AXLearn's Checkpointer.restore from the PyPI wheel). */
-export function axlearnPypiRestore(cases: RestoreCase[], wheelDir: string): Map<string, RestoreSummary> {
+/** Why AXLearn's restore cannot run here (scripts/install.sh installs it only with ORBAX2REG_AXLEARN), or undefined. */
+export function axlearnUnavailable(): string | undefined {
+  return existsSync(AXLEARN_PYTHON) ? undefined : `no ${AXLEARN_PYTHON}: set ORBAX2REG_AXLEARN and run npm run setup`;
+}
+
+/** Runs test/python/axlearn_restore.py (AXLearn's own Checkpointer and InferenceRunner builder) once for all cases. */
+export function axlearnRestore(cases: RestoreCase[]): Map<string, RestoreSummary> {
   const file = join(scratch("restore"), "cases.json");
-  writeFileSync(
-    file,
-    JSON.stringify(cases.map((c) => ({ ...c, root: abs(c.root), ...(c.source_item ? { source_item: abs(c.source_item) } : {}) }))),
-  );
+  const absolute = cases.map((c) => ({
+    ...c,
+    root: abs(c.root),
+    source_index: abs(c.source_index),
+    ...(c.source_item ? { source_item: abs(c.source_item) } : {}),
+    ...(c.source_python ? { source_python: abs(c.source_python) } : {}),
+  }));
+  writeFileSync(file, JSON.stringify(absolute));
   const out = new Map<string, RestoreSummary>();
-  for (const line of runPython("test/python/axlearn_pypi_restore.py", [file, abs(wheelDir)])) {
+  for (const line of runPython("test/python/axlearn_restore.py", [file], 600_000, AXLEARN_PYTHON)) {
     const s = JSON.parse(line) as RestoreSummary;
     out.set(s.name, s);
   }

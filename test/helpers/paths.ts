@@ -14,6 +14,13 @@ export const MANY_CHUNKS_ROOT = "test/.generated/many-chunks";
 export const TOOLS = ".tools/bin";
 /** Google's storage-testbench, installed by scripts/install.sh from ORBAX2REG_STORAGE_TESTBENCH. */
 export const TESTBENCH_VENV = ".venv-testbench";
+/** AXLearn's own source with what its imports need, installed by scripts/install.sh from ORBAX2REG_AXLEARN. */
+export const AXLEARN_PYTHON = ".venv-axlearn/bin/python";
+/**
+ * test/fixtures-gen/axlearn_orbax.py's output (only where AXLEARN_PYTHON is installed): `checkpoints/step_00000100`,
+ * saved by AXLearn's own OrbaxCheckpointer from two processes, each with its tf.data iterator in `tfds/tf_<i>/`.
+ */
+export const AXLEARN_ORBAX_ROOT = "test/.generated/axlearn-orbax";
 
 /** Orbax's own compatibility checkpoints (copied from the orbax repository). */
 export const UPSTREAM = `${FIXTURES}/orbax-upstream/composite_checkpoint`;

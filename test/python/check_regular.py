@@ -54,7 +54,8 @@ ZARRAY_FIXED = {
 
 
 def is_param(path):
-    return path == "model" or path.startswith("model/")
+    """What --params-only keeps: the model's parameters and the PRNG key (what AXLearn's InferenceRunner restores)."""
+    return path == "prng_key" or path == "model" or path.startswith("model/")
 
 
 def structure(entries):

@@ -7,7 +7,17 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { TestProject } from "vitest/node";
-import { GENERATED, GENERATOR_INPUTS, INTERRUPTED_ROOT, MANY_CHUNKS_ROOT, PYTHON, TESTBENCH_VENV, TOOLS } from "../helpers/paths.js";
+import {
+  AXLEARN_ORBAX_ROOT,
+  AXLEARN_PYTHON,
+  GENERATED,
+  GENERATOR_INPUTS,
+  INTERRUPTED_ROOT,
+  MANY_CHUNKS_ROOT,
+  PYTHON,
+  TESTBENCH_VENV,
+  TOOLS,
+} from "../helpers/paths.js";
 import { answers, freePort, need, type Running, serve } from "../helpers/servers.js";
 import { testTls, trustTestCa } from "../helpers/tls.mjs";
 
@@ -25,6 +35,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   generateFixtures();
   generateInterrupted();
   generateManyChunks();
+  generateAxlearnOrbax();
   trustTestCa(); // before any worker or server starts
   const gcs = await startFakeGcs();
   project.provide("gcsEndpoint", gcs.url);
@@ -73,6 +84,25 @@ function generateInterrupted(): void {
 /** Runs test/fixtures-gen/many_chunks.py (a step of 6,400 small chunks) into its own directory, once. */
 function generateManyChunks(): void {
   generateOnce("test/fixtures-gen/many_chunks.py", MANY_CHUNKS_ROOT);
+}
+
+/**
+ * Runs test/fixtures-gen/axlearn_orbax.py (a two-process save by AXLearn's own OrbaxCheckpointer, with tf.data
+ * iterators) with AXLearn's venv, once; without that venv the tests that read it skip.
+ */
+function generateAxlearnOrbax(): void {
+  if (!existsSync(AXLEARN_PYTHON)) return;
+  const script = "test/fixtures-gen/axlearn_orbax.py";
+  const stamp = createHash("sha256")
+    .update(readFileSync(script))
+    .update(readFileSync("test/python/axlearn-requirements.txt"))
+    .digest("hex");
+  const stampFile = `${AXLEARN_ORBAX_ROOT}/.stamp`;
+  if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
+  rmSync(AXLEARN_ORBAX_ROOT, { recursive: true, force: true });
+  const r = spawnSync(AXLEARN_PYTHON, [script, AXLEARN_ORBAX_ROOT], { stdio: "inherit", timeout: 300_000 });
+  if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
+  writeFileSync(stampFile, stamp);
 }
 
 /** Runs a generator that builds on generate.py into `out` unless its output is up to date (its own stamp). */

@@ -20,7 +20,7 @@ export interface WorkflowArgument {
   readonly tasks_per_group?: number;
   /** Seconds the workflow waits for one job execution. */
   readonly job_timeout?: number;
-  /** params_only keeps only the model/ leaves; force replaces an already committed step. */
+  /** params_only keeps only the model/ leaves and prng_key; force replaces an already committed step. */
   readonly options?: { readonly params_only?: boolean; readonly force?: boolean };
 }
 
