@@ -431,7 +431,7 @@ variable "task_timeout" {
 }
 
 variable "max_retries" {
-  description = "Retries of a failed task before its execution fails (Cloud Run: 0-10). The job exits 2 on bad input, which is retried all the same; keep this small."
+  description = "Retries of a failed task before its execution fails (Cloud Run: 0-10). Only failures a retry may fix are retried: a task that fails permanently (bad input, damaged data) reports it to the workflow and exits 0, so it runs once."
   type        = number
   default     = 3
 
