@@ -42,6 +42,10 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
     {
       executions,
       openStore,
+      uniformAccess: async (bucket) => {
+        const { GcsStore } = await import("../store/gcs.js");
+        return new GcsStore(bucket, "").uniformBucketLevelAccess();
+      },
       subscribe,
       verify: (source, regular) => verify(source, regular),
       onStage: (s: Stage) => {

@@ -1,5 +1,5 @@
 import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
-import { describe, joinKey, type Store } from "../store/store.js";
+import { deleteSeen, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { checkEach, type Defect, listTargets } from "./done.js";
 import { assertOwner, readPart } from "./ownership.js";
 import { type PartRef, type Plan, type PlanPart, partRanges, plannedTargets } from "./plan-format.js";
@@ -60,14 +60,16 @@ export async function finalize(plan: Plan, source: Store, destination: Store, op
   const planned = plannedTargets(plan.arrays);
   const fileTargets = new Set(plan.files.map((f) => f.target));
   const present = new Map<string, number>();
-  const leftovers: string[] = [];
+  const leftovers: ObjectInfo[] = [];
   for await (const o of destination.list(`${stepDir}/`)) {
     const key = o.key.slice(stepDir.length + 1);
     if (key.startsWith("gda/")) {
-      if (!planned(key)) leftovers.push(key);
+      if (!planned(key)) leftovers.push(o);
     } else if (fileTargets.has(key)) present.set(key, o.size);
   }
-  for (const key of leftovers) await destination.delete(joinKey(stepDir, key));
+  // Each at the version listed (deleteSeen): a retried delete, or one after the object was written anew, never
+  // removes a newer version.
+  for (const o of leftovers) await deleteSeen(destination, o);
   // A writer killed between writing a temporary file and renaming it leaves the temporary file behind.
   await destination.removeAbandoned?.(`${stepDir}/`);
   let files = 0;

@@ -1,5 +1,5 @@
 import { ConflictError, MetadataError, Orbax2RegError } from "../errors.js";
-import { describe, joinKey, type Store } from "../store/store.js";
+import { deleteSeen, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import type { PlanDraft } from "./plan.js";
 import {
   MAX_PLAN_HEAD_BYTES,
@@ -144,13 +144,21 @@ export async function takeOver(destination: Store, draft: PlanDraft): Promise<vo
   const stepDir = plan.destination.stepDir;
   const planKey = joinKey(stepDir, PLAN_KEY);
   await destination.write(planKey, encoder.encode(JSON.stringify(planHead(plan))));
-  await destination.delete(joinKey(stepDir, "index"));
+  // Every delete names the version it saw (deleteSeen: on GCS ifGenerationMatch), so that a retried delete never
+  // removes what the previous owner, still writing, put there since: the previous owner stops at its next look at
+  // the plan on record and retreats, and our finalize removes whatever of it remains unplanned.
+  // The index must go whatever its version (the step is uncommitted at once): one the previous owner committed
+  // after we looked is looked at again and deleted at its own version, never blindly.
+  for (let index = await destination.stat(joinKey(stepDir, "index")); index !== undefined; ) {
+    if (await deleteSeen(destination, index)) break;
+    index = await destination.stat(joinKey(stepDir, "index"));
+  }
   await draft.writeParts(destination, plan.id);
   const keep = new Set([planKey, joinKey(stepDir, CLAIM_KEY)]);
   const ours = `${joinKey(stepDir, planPartsDir(plan.id))}/`;
-  const keys: string[] = [];
-  for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key) && !o.key.startsWith(ours)) keys.push(o.key);
-  for (const k of keys) await destination.delete(k);
+  const listed: ObjectInfo[] = [];
+  for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key) && !o.key.startsWith(ours)) listed.push(o);
+  for (const o of listed) await deleteSeen(destination, o);
   await destination.removeAbandoned?.(`${stepDir}/`);
 }
 
@@ -218,5 +226,10 @@ export async function retreat(destination: Store, stepDir: string, wrote: readon
   const head = await planOnRecord(destination, stepDir).catch(() => undefined);
   const current = head === undefined ? undefined : await readPlan(destination, head).catch(() => undefined);
   const theirs = plannedTargets(current?.arrays ?? []);
-  for (const target of wrote) if (!theirs(target)) await destination.delete(joinKey(stepDir, target));
+  for (const target of wrote) {
+    if (theirs(target)) continue;
+    // At the version seen now: a retried delete must not remove a newer conversion's object of that name.
+    const seen = await destination.stat(joinKey(stepDir, target));
+    if (seen !== undefined) await deleteSeen(destination, seen);
+  }
 }

@@ -81,6 +81,18 @@ export class GcsStore implements Store {
     this.streamedChunk = chunkSet ? this.chunk : Math.max(this.chunk, STREAMED_CHUNK);
   }
 
+  /**
+   * Whether the bucket has uniform bucket-level access, which IAM Conditions on its objects need
+   * (https://cloud.google.com/storage/docs/uniform-bucket-level-access): the bucket resource's
+   * iamConfiguration.uniformBucketLevelAccess.enabled; undefined when the answer has no iamConfiguration (Cloud
+   * Storage always sends it; an emulator may not).
+   */
+  async uniformBucketLevelAccess(): Promise<boolean | undefined> {
+    const b = await this.api.bucketResource("iamConfiguration", `gs://${this.bucketName}`);
+    if (b.iamConfiguration === undefined) return undefined;
+    return b.iamConfiguration.uniformBucketLevelAccess?.enabled === true;
+  }
+
   private name(key: string): string {
     return joinKey(this.prefix, checkKey(this, key));
   }

@@ -150,7 +150,10 @@ export interface VersionedObjects {
  * that a retried delete, or one that comes after someone rewrote the object, never removes a newer version. Google
  * counts a delete idempotent, and safe to retry, only with such a precondition
  * (https://cloud.google.com/storage/docs/retry-strategy). False when the object was rewritten or is gone; a store
- * without versions deletes whatever is there.
+ * without versions deletes whatever is there. That is a local directory, where it stays safe: a delete is one
+ * unlink, never retried (no lost answers to retry after), and whatever it could still remove of another writer's
+ * is trusted by nobody: a step commits only after finalize has found every planned object as recorded under the
+ * plan on record, so a removed one is rewritten by a re-run, never committed missing.
  */
 export async function deleteSeen(store: Store, info: ObjectInfo): Promise<boolean> {
   if (store.versioned !== undefined && info.version !== undefined) return store.versioned.delete(info.key, info.version);

@@ -19,6 +19,7 @@
 //   E2E_PUBSUB_LOG when set, publish appends the messages to this file instead of using the Pub/Sub emulator
 //   E2E_HANG_LIMIT_MS, E2E_POLL_HOLD_MS   how long a hung execution lasts (60 s), how long a poll is held (300 ms)
 //   E2E_JOB_NODE_ARGS  JSON list: node's flags from the jobs' container command (jobs.tf), given to every task
+//   E2E_TASK_MAX_RETRIES  the jobs' max_retries (jobs.tf): how often a task that exits non-zero is run again (default 0)
 //   E2E_FAULTS     JSON file: a list of faults, each {"destination": "gs://...", ...}:
 //                    {"group": 1}                       that group's executions fail without a report
 //                    {"group": 1, "fault": "hang"}      its execution never finishes (gives up after 60 s)
@@ -41,6 +42,7 @@ const NODE_ARGS = JSON.parse(process.env.E2E_JOB_NODE_ARGS ?? "[]");
 // may be changed by a test whose workflow waits on the emulator's clock, which needs neither).
 const HANG_LIMIT_MS = Number(process.env.E2E_HANG_LIMIT_MS ?? 60_000);
 const POLL_HOLD_MS = Number(process.env.E2E_POLL_HOLD_MS ?? 300);
+const TASK_MAX_RETRIES = Number(process.env.E2E_TASK_MAX_RETRIES ?? 0);
 
 const STATE_DIR = process.env.E2E_RUN_STATE ?? join(process.env.E2E_HOOK_LOG ? dirname(process.env.E2E_HOOK_LOG) : tmpdir(), "runs");
 mkdirSync(STATE_DIR, { recursive: true });
@@ -79,35 +81,49 @@ function takeFault(test) {
 
 // ---------------------------------------------------------------------------------------------- Cloud Run
 
-/** Runs every task of a job execution as a local process; resolves to the number of failed tasks. `onSpawn(child, task)`. */
+/**
+ * Runs every task of a job execution as a local process; resolves to the number of failed tasks. `onSpawn(child, task)`.
+ * As Cloud Run does, a task that exits non-zero is run again, up to the job's max_retries times (E2E_TASK_MAX_RETRIES,
+ * jobs.tf's value: test/e2e/deployed.ts), with CLOUD_RUN_TASK_ATTEMPT counting the retries
+ * (https://cloud.google.com/run/docs/jobs-retries, https://cloud.google.com/run/docs/container-contract#jobs-env-vars).
+ * Each attempt is logged ("task": its job's phase, group, task, attempt and exit code).
+ */
 async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}) {
-  const codes = await Promise.all(
-    Array.from({ length: taskCount }, (_, task) => {
-      const child = spawn(process.execPath, [...NODE_ARGS, JOB_MAIN, phase], {
-        env: {
-          ...process.env,
-          // E2E_JOB_ENV, {phase: {NAME: VALUE}}: the job's own env (jobs.tf), under the execution's overrides, which
-          // win: Cloud Run merges a job's env with an execution's container overrides.
-          ...(process.env.E2E_JOB_ENV ? JSON.parse(process.env.E2E_JOB_ENV)[phase] : undefined),
-          ...env,
-          CLOUD_RUN_TASK_INDEX: String(task),
-          CLOUD_RUN_TASK_COUNT: String(taskCount),
-          CLOUD_RUN_TASK_ATTEMPT: "0",
-          CLOUD_RUN_EXECUTION: execution.split("/").at(-1),
-          // projects/P/locations/R/jobs/J/executions/E: Cloud Run names the job; terraform sets project and region.
-          CLOUD_RUN_JOB: execution.split("/")[5],
-          ORBAX2REG_PROJECT: execution.split("/")[1],
-          ORBAX2REG_REGION: execution.split("/")[3],
-        },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      onSpawn(child, task);
-      child.stdout.on("data", jobLog);
-      child.stderr.on("data", jobLog);
-      return new Promise((resolve) => child.on("close", (code) => resolve(code ?? 1)));
-    }),
-  );
+  const runTask = async (task) => {
+    for (let attempt = 0; ; attempt++) {
+      const code = await runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn);
+      record("task", { job: phase, group: env.ORBAX2REG_GROUP ?? null, destination: env.ORBAX2REG_DESTINATION, execution, task, attempt, code });
+      if (code === 0 || attempt >= TASK_MAX_RETRIES) return code;
+    }
+  };
+  const codes = await Promise.all(Array.from({ length: taskCount }, (_, task) => runTask(task)));
   return codes.filter((c) => c !== 0).length;
+}
+
+/** One attempt of one task: its exit code. */
+function runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn) {
+  const child = spawn(process.execPath, [...NODE_ARGS, JOB_MAIN, phase], {
+    env: {
+      ...process.env,
+      // E2E_JOB_ENV, {phase: {NAME: VALUE}}: the job's own env (jobs.tf), under the execution's overrides, which
+      // win: Cloud Run merges a job's env with an execution's container overrides.
+      ...(process.env.E2E_JOB_ENV ? JSON.parse(process.env.E2E_JOB_ENV)[phase] : undefined),
+      ...env,
+      CLOUD_RUN_TASK_INDEX: String(task),
+      CLOUD_RUN_TASK_COUNT: String(taskCount),
+      CLOUD_RUN_TASK_ATTEMPT: String(attempt),
+      CLOUD_RUN_EXECUTION: execution.split("/").at(-1),
+      // projects/P/locations/R/jobs/J/executions/E: Cloud Run names the job; terraform sets project and region.
+      CLOUD_RUN_JOB: execution.split("/")[5],
+      ORBAX2REG_PROJECT: execution.split("/")[1],
+      ORBAX2REG_REGION: execution.split("/")[3],
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  onSpawn(child, task);
+  child.stdout.on("data", jobLog);
+  child.stderr.on("data", jobLog);
+  return new Promise((resolve) => child.on("close", (code) => resolve(code ?? 1)));
 }
 
 const executionResource = runState.executionResource;

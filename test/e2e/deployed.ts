@@ -46,6 +46,8 @@ export interface Deployed {
   readonly jobEnv: Record<string, Record<string, string>>;
   /** The flags of the jobs' container `command` after `node` (jobs.tf), which the hook starts each task with. */
   readonly jobNodeArgs: readonly string[];
+  /** The jobs' max_retries (jobs.tf's task template): how often Cloud Run runs a task that exits non-zero again. */
+  readonly jobMaxRetries: number;
 }
 
 type Obj = Record<string, unknown>;
@@ -90,6 +92,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
   const jobs = first(first(jobsTf.resource as Obj).google_cloud_run_v2_job);
   const jobEnvMaps: string[] = [];
   let jobNodeArgs: string[] | undefined;
+  let maxRetries: string | undefined;
   for (const [name, body] of Object.entries(jobs)) {
     const job = first(body);
     const container = first(first(first(job.template).template).containers);
@@ -97,6 +100,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
     if (!Array.isArray(command) || command[0] !== "node" || command.some((c) => typeof c !== "string" || c.includes("${")))
       throw new Error(`jobs.tf: job ${name}'s command is not a literal ["node", flags...]`);
     jobNodeArgs = command.slice(1) as string[];
+    maxRetries = String(first(first(job.template).template).max_retries);
     const phase = (container.args as unknown[])[1];
     const forEach = first(first(container.dynamic).env).for_each;
     if (typeof phase !== "string" || typeof forEach !== "string")
@@ -124,6 +128,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
         function_env: { value: substitute(functionEnv, "function.tf environment_variables") },
         workflow_env: { value: substitute(workflowEnv, "workflow.tf user_env_vars") },
         workflow_name: { value: `\${local.names.workflow}` },
+        job_max_retries: { value: maxRetries },
       },
     }),
   );
@@ -132,7 +137,10 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
     JSON.stringify({
       module: { orbax2reg: { ...moduleCall, ...moduleArgs, source: "./module" } },
       output: Object.fromEntries(
-        ["function_env", "workflow_env", "workflow_name", "job_env"].map((o) => [o, { value: `\${module.orbax2reg.${o}}` }]),
+        ["function_env", "workflow_env", "workflow_name", "job_env", "job_max_retries"].map((o) => [
+          o,
+          { value: `\${module.orbax2reg.${o}}` },
+        ]),
       ),
     }),
   );
@@ -148,6 +156,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
     workflowName: values.workflow_name as string,
     jobEnv: values.job_env as Record<string, Record<string, string>>,
     jobNodeArgs: jobNodeArgs ?? [],
+    jobMaxRetries: Number(values.job_max_retries),
   };
 }
 

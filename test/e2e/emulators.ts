@@ -76,6 +76,7 @@ export function startDeployedWorkflow(work: string, deployed: Deployed, env: Nod
         E2E_FAULTS: join(work, "faults.json"),
         E2E_JOB_ENV: JSON.stringify(deployed.jobEnv),
         E2E_JOB_NODE_ARGS: JSON.stringify(deployed.jobNodeArgs),
+        E2E_TASK_MAX_RETRIES: String(deployed.jobMaxRetries),
       },
     },
     join(work, "workflows.log"),

@@ -170,8 +170,26 @@ const hookCalls = (destination: string) =>
   readFileSync(join(work, "hooks.jsonl"), "utf8")
     .split("\n")
     .filter(Boolean)
-    .map((l) => JSON.parse(l) as { connector: string; phase?: string; group?: string | null; destination?: string; taskCount?: number })
+    .map(
+      (l) =>
+        JSON.parse(l) as {
+          connector: string;
+          phase?: string;
+          job?: string;
+          group?: string | null;
+          destination?: string;
+          taskCount?: number;
+          attempt?: number;
+          code?: number;
+        },
+    )
     .filter((c) => c.destination === destination);
+
+/** Each task attempt the hook ran for `destination`'s `phase` (as Cloud Run runs a task again after a non-zero exit). */
+const taskAttempts = (destination: string, phase: string) =>
+  hookCalls(destination)
+    .filter((c) => c.connector === "task" && c.job === phase)
+    .map((c) => ({ group: c.group ?? null, attempt: c.attempt, code: c.code }));
 
 const jobLines = () =>
   readFileSync(join(work, "jobs.jsonl"), "utf8")
@@ -348,12 +366,15 @@ describe("the pipeline on local emulators", () => {
     const done = await finished(await startByHand({ source: `gs://${bucket}/runs/exp/step_00000300`, destination }));
     expect(done.state).toBe("FAILED");
     expect(hookCalls(destination).filter((c) => c.phase === "plan")).toHaveLength(1);
+    // One attempt of the task: it reported the failure and exited 0, so Cloud Run did not run it again.
+    expect(taskAttempts(destination, "plan")).toEqual([{ group: null, attempt: 0, code: 0 }]);
+    expect(JSON.parse(done.error?.payload as string)).toMatchObject({ tags: ["PermanentError"] });
     const [failed] = await eventsFor(destination, "conversion.failed");
     expect(failed?.event.error).toMatch(/^plan: gs:\/\/.*step_00000300: no Orbax checkpoint here/);
     expect(failed?.event.step).toBe(300);
   });
 
-  test("a group that finds damaged data is not retried, and conversion.failed names the file", async () => {
+  test("a group that finds damaged data ends at its first attempt, and the execution fails with one message naming the file", async () => {
     const bucket = await newBucket("train");
     const destination = `gs://${bucket}/runs/exp/regular`;
     await writeCheckpoint(bucket);
@@ -369,8 +390,20 @@ describe("the pipeline on local emulators", () => {
     expect(failedGroups.length).toBeGreaterThan(0);
     const runs = hookCalls(destination).filter((c) => c.phase === "convert-group");
     for (const g of failedGroups) expect(runs.filter((c) => c.group === g)).toHaveLength(1);
+    // One task attempt per failed group (Cloud Run retries a task only when it exits non-zero: max_retries is
+    // deployed.jobMaxRetries), which logged the failure once, at ERROR, and then why it exits 0.
+    expect(deployed.jobMaxRetries).toBeGreaterThan(0);
+    const attempts = taskAttempts(destination, "convert-group");
+    for (const g of failedGroups) expect(attempts.filter((a) => a.group === g)).toEqual([{ group: g, attempt: 0, code: 0 }]);
+    const logged = jobLines().filter((l) => l.execution === done.name && failedGroups.includes(String(l.group)));
+    const errors = logged.filter((l) => l.severity === "ERROR");
+    expect(errors).toHaveLength(failedGroups.length);
+    for (const e of errors) expect(e).toMatchObject({ permanent: true, message: expect.stringMatching(/short read/) });
+    expect(logged.filter((l) => l.exitCode === 0)).toHaveLength(failedGroups.length);
+    const message = new RegExp(`group \\d+: gs://${bucket}/${damaged}, offset \\d+: short read`);
+    expect(JSON.parse(done.error?.payload as string).message).toMatch(message);
     const [failed] = await eventsFor(destination, "conversion.failed");
-    expect(failed?.event.error).toMatch(new RegExp(`group \\d+: gs://${bucket}/${damaged}, offset \\d+: short read`));
+    expect(failed?.event.error).toMatch(message);
     expect(await exists(bucket, "runs/exp/regular/step_00000100/index")).toBe(false);
   });
 
@@ -609,6 +642,7 @@ describe("the pipeline on local emulators", () => {
     expect(r.code, r.stdout + r.stderr).toBe(0);
     const stages = r.stdout.split("\n").filter((l) => /^(ok|FAIL) /.test(l));
     expect(stages.map((l) => l.split(/\s+/).slice(0, 2).join(" "))).toEqual([
+      "ok access", // fake-gcs-server does not say; the check says so (test/cloud/ops/check-access.test.ts on the testbench)
       "ok upload",
       "ok trigger",
       "ok convert",

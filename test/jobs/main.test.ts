@@ -70,10 +70,10 @@ describe("the job entry point", () => {
     expect(readJson<PlanSummary>(SUMMARY_KEY)).toMatchObject({ reused: true, committed: true });
   });
 
-  test("a permanent failure exits 2 and leaves a report, keyed by execution and task, naming the problem", async () => {
+  test("a permanent failure leaves a report, keyed by execution and task, naming the problem, and exits 0 so that Cloud Run does not retry it", async () => {
     expect(await runJob("plan", env(), log())).toBe(0);
     const failing = env({ ORBAX2REG_GROUP: "7", ORBAX2REG_ATTEMPT: "a1", CLOUD_RUN_EXECUTION: "orbax2reg-convert-group-x1" });
-    expect(await runJob("convert-group", failing, log())).toBe(2);
+    expect(await runJob("convert-group", failing, log())).toBe(0);
     expect(reportsOf("a1")).toEqual(["permanent.task-0.attempt-0.json"]);
     const report = readJson<FailureReport>(failureKey("a1", { permanent: true, task: 0, taskAttempt: 0 }));
     expect(report).toMatchObject({
@@ -87,7 +87,25 @@ describe("the job entry point", () => {
       errorType: "UsageError",
     });
     expect(report.message).toMatch(/group 7 does not exist/);
-    expect(lines.at(-1)).toMatchObject({ severity: "ERROR", permanent: true });
+    // Truthful logs: the failure at ERROR, then why the task exits 0.
+    const error = lines.findIndex((l) => l.severity === "ERROR");
+    expect(lines[error]).toMatchObject({ permanent: true, group: 7, message: expect.stringMatching(/group 7 does not exist/) });
+    expect(lines.at(-1)).toMatchObject({
+      severity: "INFO",
+      permanent: true,
+      exitCode: 0,
+      report: `${destination}/${tiny.stepDir}/${failureKey("a1", { permanent: true, task: 0, taskAttempt: 0 })}`,
+    });
+    expect(lines.findIndex((l) => l.exitCode === 0)).toBeGreaterThan(error);
+  });
+
+  test("a permanent failure whose report cannot be written exits 2: nothing else would tell the workflow", async () => {
+    expect(await runJob("plan", env(), log())).toBe(0);
+    const failures = join(destination, tiny.stepDir, failuresPrefix("w1"));
+    mkdirSync(join(failures, "permanent.task-0.attempt-0.json"), { recursive: true }); // a directory in the way
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "7", ORBAX2REG_ATTEMPT: "w1" }), log())).toBe(2);
+    expect(lines.some((l) => l.message === "could not write the failure report")).toBe(true);
+    expect(lines.some((l) => l.exitCode === 0)).toBe(false);
   });
 
   test("every task and task attempt of an execution keeps its own report; other executions' reports are untouched", async () => {
@@ -95,13 +113,13 @@ describe("the job entry point", () => {
     const task = (index: number, attempt: number, extra: Record<string, string> = {}) =>
       env({ ORBAX2REG_GROUP: "9", CLOUD_RUN_TASK_INDEX: String(index), CLOUD_RUN_TASK_ATTEMPT: String(attempt), ...extra });
     // An older run of the same group failed; its report must never be read as this run's.
-    expect(await runJob("convert-group", task(0, 0, { ORBAX2REG_ATTEMPT: "old" }), log())).toBe(2);
+    expect(await runJob("convert-group", task(0, 0, { ORBAX2REG_ATTEMPT: "old" }), log())).toBe(0);
     for (const [index, attempt] of [
       [0, 0],
       [1, 0],
       [1, 1],
     ] as const) {
-      expect(await runJob("convert-group", task(index, attempt, { ORBAX2REG_ATTEMPT: "new" }), log())).toBe(2);
+      expect(await runJob("convert-group", task(index, attempt, { ORBAX2REG_ATTEMPT: "new" }), log())).toBe(0);
     }
     // A later, successful run of the group removes nothing.
     expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0", ORBAX2REG_ATTEMPT: "later" }), log())).toBe(0);
@@ -165,7 +183,7 @@ describe("the job entry point", () => {
   });
 
   test("missing configuration is a permanent error that names the variable, and is reported as such", async () => {
-    expect(await runJob("convert-group", env({ ORBAX2REG_ATTEMPT: "c1" }), log())).toBe(2);
+    expect(await runJob("convert-group", env({ ORBAX2REG_ATTEMPT: "c1" }), log())).toBe(0);
     expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/ORBAX2REG_GROUP is not set/);
     expect(reportsOf("c1")).toEqual(["permanent.task-0.attempt-0.json"]);
   });
@@ -178,7 +196,7 @@ describe("the job entry point", () => {
     ["CLOUD_RUN_TASK_COUNT", "0"],
   ])("a malformed %s=%j is a permanent error naming it, and is reported as such", async (name, value) => {
     expect(await runJob("plan", env(), log())).toBe(0);
-    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0", ORBAX2REG_ATTEMPT: "m1", [name]: value }), log())).toBe(2);
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0", ORBAX2REG_ATTEMPT: "m1", [name]: value }), log())).toBe(0);
     const error = lines.find((l) => l.severity === "ERROR");
     expect(error).toMatchObject({ permanent: true, errorType: "ConfigError" });
     expect(error?.message).toContain(`${name}=${JSON.stringify(value)}`);
@@ -287,7 +305,7 @@ describe("progress records", () => {
   test("a failed task's record says failed, with the error's one line; the failure report is written as before", async () => {
     expect(await runJob("plan", env(), log())).toBe(0);
     const { seen, options } = watch();
-    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "7", ORBAX2REG_ATTEMPT: "f1" }), log(), options)).toBe(2);
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "7", ORBAX2REG_ATTEMPT: "f1" }), log(), options)).toBe(0);
     expect(seen.map((s) => s.record.state)).toEqual(["running", "failed"]);
     const record = readJson<ProgressRecord>(progressKey("convert-group", 7, 0));
     expect(record.state).toBe("failed");
@@ -424,7 +442,7 @@ describe("the plan job the workflow starts (ORBAX2REG_ARGUMENT)", () => {
 
   test("a bad argument fails permanently, reported in the run directory with a message naming the field", async () => {
     const { planEnv, runObject } = await workflowPlan({ groups: "many" });
-    expect(await runJob("plan", planEnv, log())).toBe(2);
+    expect(await runJob("plan", planEnv, log())).toBe(0);
     const report = await runObject<FailureReport>(failureKey("p1", { permanent: true, task: 0, taskAttempt: 0 }, ""));
     expect(report).toMatchObject({
       phase: "plan",
@@ -441,14 +459,14 @@ describe("the plan job the workflow starts (ORBAX2REG_ARGUMENT)", () => {
       .bucket(bucket)
       .file(`runs/exp/regular/step_00000100/${cancelMarkerKey(EXECUTION)}`)
       .save("{}");
-    expect(await runJob("plan", planEnv, log())).toBe(2);
+    expect(await runJob("plan", planEnv, log())).toBe(0); // permanent, reported: not retried by Cloud Run
     expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/was cancelled/);
     expect(await object(`runs/exp/regular/step_00000100/${SUMMARY_KEY}`)).toBeUndefined();
   });
 
   test("a destination that is not the argument's is refused", async () => {
     const { planEnv } = await workflowPlan();
-    expect(await runJob("plan", { ...planEnv, ORBAX2REG_DESTINATION: `${planEnv.ORBAX2REG_DESTINATION}-other` }, log())).toBe(2);
+    expect(await runJob("plan", { ...planEnv, ORBAX2REG_DESTINATION: `${planEnv.ORBAX2REG_DESTINATION}-other` }, log())).toBe(0);
     expect(lines.find((l) => l.severity === "ERROR")?.message).toMatch(/is not the argument's destination/);
   });
 });

@@ -146,7 +146,11 @@ describe.skipIf(!present)(
           "google_pubsub_topic_iam_member.workflow_events_publisher": "roles/pubsub.publisher",
           "google_project_iam_member.workflow_log_writer": "roles/logging.logWriter",
           "google_storage_bucket_iam_member.jobs_checkpoint_object_viewer": "roles/storage.objectViewer",
-          "google_storage_bucket_iam_member.jobs_destination_object_user": "roles/storage.objectUser",
+          "google_storage_bucket_iam_member.jobs_destination_object_user":
+            'roles/storage.objectUser if resource.name.startsWith("projects/_/buckets/ckpts/objects/regular/step_") || ' +
+            'resource.name.extract("projects/_/buckets/ckpts/objects/{root}/regular/step_") != "" || ' +
+            'resource.name.startsWith("projects/_/buckets/ckpts/objects/regular/.orbax2reg/") || ' +
+            'resource.name.extract("projects/_/buckets/ckpts/objects/{root}/regular/.orbax2reg/") != ""',
           "google_pubsub_topic_iam_member.jobs_events_publisher": "roles/pubsub.publisher",
           "google_project_iam_member.build_log_writer[0]": "roles/logging.logWriter",
           "google_artifact_registry_repository_iam_member.build_writes_function_images[0]": "roles/artifactregistry.writer",

@@ -471,7 +471,9 @@ describe("IAM", () => {
     ],
     jobs: [
       "roles/pubsub.publisher @ topic google_pubsub_topic.events",
-      "roles/storage.objectUser @ bucket local.destination_bucket",
+      // Writes only where main.tf's jobs_write_condition allows: test/terraform/jobs-access.test.ts evaluates it.
+      `roles/storage.objectUser @ bucket local.destination_bucket if ${ex("local.jobs_write_condition")}`,
+      "roles/storage.objectViewer @ bucket local.destination_bucket",
       "roles/storage.objectViewer @ bucket var.checkpoint_bucket",
     ],
     build: [
@@ -588,6 +590,7 @@ describe("IAM", () => {
       "google_project_iam_member.build_log_writer": ex("var.function_build_service_account == null ? 1 : 0"),
       "google_project_iam_member.build_reads_function_source": ex("var.function_build_service_account == null ? 1 : 0"),
       "google_project_iam_member.pubsub_agent_token_creator": ex("var.pubsub_agent_token_creator ? 1 : 0"),
+      "google_storage_bucket_iam_member.jobs_destination_object_viewer": ex("local.destination_apart ? 1 : 0"),
       "google_artifact_registry_repository_iam_member.build_writes_function_images": ex(
         "var.function_build_service_account == null ? 1 : 0",
       ),
@@ -607,6 +610,16 @@ describe("IAM", () => {
     // Read after the APIs are enabled, so a first plan needs no API call (and the offline plan test works).
     expect(dest?.depends_on).toEqual([ex("google_project_service.required")]);
     expect(String(mod.variable.destination_bucket?.description)).toContain("uniform bucket-level access");
+  });
+
+  test("the jobs' write grant is refused where no condition can keep it off the sources, and checks uniform bucket-level access", () => {
+    const grant = resource(mod, "google_storage_bucket_iam_member", "jobs_destination_object_user");
+    const conditions = (at(grant, "lifecycle", 0, "precondition") as Obj[]).map((p) => p.condition);
+    expect(conditions).toEqual([
+      ex("local.destination_matches_template"),
+      ex('local.jobs_write_form != "none"'),
+      ex("data.google_storage_bucket.destination.uniform_bucket_level_access"),
+    ]);
   });
 
   test("every grant in iam.tf cites the Google documentation it rests on", () => {

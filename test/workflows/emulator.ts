@@ -81,6 +81,8 @@ export async function startConvertWorkflow(work: string, o: ConvertWorkflowOptio
         E2E_HOOK_LOG: join(work, "hooks.jsonl"),
         E2E_JOB_LOG: join(work, "jobs.jsonl"),
         E2E_FAULTS: join(work, "faults.json"),
+        // Cloud Run runs a task that exits non-zero again, up to the jobs' max_retries (jobs.tf).
+        E2E_TASK_MAX_RETRIES: String(deployed.jobMaxRetries),
         ...(o.eventsTopic ? { E2E_PUBSUB_LOG: join(work, "events.jsonl") } : {}),
         ...o.env,
       },

@@ -248,6 +248,19 @@ describe("convert.yaml's argument, read by the plan job", () => {
     expect(await committed(bucket)).toBe(false);
   });
 
+  test("a task that fails permanently exits 0, so Cloud Run neither retries it nor fails its execution; the workflow still fails with the report's message", async () => {
+    const { destination, argument } = await setUp(() => []);
+    const run = await runWorkflow(emulator, "convert", { ...argument, tasks_per_group: 0 });
+    expect(run.error).toMatchObject({ tags: ["PermanentError"], message: expect.stringMatching(/^plan: tasks_per_group/) });
+    const tasks = calls(destination).filter((c) => c.connector === "task") as (HookCall & { attempt?: number; code?: number })[];
+    expect(tasks.map((t) => [t.job, t.attempt, t.code])).toEqual([["plan", 0, 0]]);
+    // The plan job's execution, as Cloud Run reports it: succeeded.
+    const execution = starts(destination, "plan")[0]?.execution as string;
+    const state = JSON.parse(readFileSync(join(work, "runs", `${execution.split("/").at(-1)}.json`), "utf8"));
+    expect(state).toMatchObject({ done: true, response: { succeededCount: 1 } });
+    expect(state.error).toBeUndefined();
+  });
+
   test("the result and the events take the step, groups and tasks from the plan job's answer", async () => {
     const { destination, argument } = await setUp(() => []);
     const run = await runWorkflow(emulator, "convert", { ...argument, source: `${argument.source}/`, groups: "2", tasks_per_group: 2 });

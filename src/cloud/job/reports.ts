@@ -86,16 +86,16 @@ export function recordStoreOptions(): GcsOptions {
  * attempt): reports are never shared, so none is deleted or overwritten by another task or a later run.
  * Best effort, within RECORD_RETRY_DEADLINE_MS: the destination itself may be what failed; the job's log
  * line still tells the story, and the workflow treats a failure without a report as transient (retried a
- * bounded number of times).
+ * bounded number of times). Resolves to the report's key (under its location) once written, else undefined.
  */
-export async function reportFailure(env: Env, phase: JobPhase, err: Error, permanent: boolean, log: Logger): Promise<void> {
+export async function reportFailure(env: Env, phase: JobPhase, err: Error, permanent: boolean, log: Logger): Promise<string | undefined> {
   const target = reportTarget(env, phase);
   if (!target) {
     log.warn(
       "no failure report written: the report's place (ORBAX2REG_RUN, or ORBAX2REG_DESTINATION and ORBAX2REG_STEP) or the execution id is missing",
       { phase },
     );
-    return;
+    return undefined;
   }
   const task = cloudRunTask(env, { lenient: true }); // the failure may be a malformed CLOUD_RUN_TASK_* itself
   const report: FailureReport = {
@@ -113,7 +113,9 @@ export async function reportFailure(env: Env, phase: JobPhase, err: Error, perma
   const key = failureKey(target.attempt, report, target.under);
   try {
     await (await openStore(target.location, recordStoreOptions())).write(key, new TextEncoder().encode(JSON.stringify(report)));
+    return `${target.location.replace(/\/+$/, "")}/${key}`;
   } catch (w) {
     log.warn("could not write the failure report", { key, error: (w as Error).message });
+    return undefined;
   }
 }

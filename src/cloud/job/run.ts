@@ -5,7 +5,7 @@ import type * as fromEnv from "../api/env.js";
 import { jsonLogger, type Logger } from "../api/log.js";
 import { jobLogFields, runPhase } from "./phases.js";
 import { type JobOptions, Progress } from "./progress.js";
-import { reportFailure } from "./reports.js";
+import { recordedGroup, reportFailure } from "./reports.js";
 
 /**
  * One Cloud Run job task (jobs/main.ts launches it): runs one phase (src/cloud/job/phases.ts: configuration
@@ -35,7 +35,8 @@ export interface RunOptions extends JobOptions {
 
 /**
  * Runs one phase; returns the process exit code. On failure it leaves a report the workflow reads to decide
- * whether a retry can help (src/cloud/job/reports.ts, reportFailure).
+ * whether a retry can help (src/cloud/job/reports.ts, reportFailure). A permanent failure reported to the workflow
+ * that started this execution exits 0, so that Cloud Run does not retry it; otherwise permanent exits 2, transient 1.
  */
 export async function runJob(
   phase: string | undefined,
@@ -71,8 +72,10 @@ export async function runJob(
     const err = e as Error;
     const { retryable, line, kind: errorKind } = classify(e);
     const permanent = !retryable;
+    const group = isPhase(phase) ? recordedGroup(phase, env) : null;
     log.error(line, {
       phase,
+      group,
       permanent,
       errorType: err.name,
       errorKind,
@@ -80,7 +83,26 @@ export async function runJob(
       storageRetries: retryStats(),
     });
     // Side by side, each within its own short deadline (reports.ts, RECORD_RETRY_DEADLINE_MS).
-    await Promise.all([isPhase(phase) ? reportFailure(env, phase, err, permanent, log) : undefined, progress?.finish("failed", err)]);
+    const [report] = await Promise.all([
+      isPhase(phase) ? reportFailure(env, phase, err, permanent, log) : undefined,
+      progress?.finish("failed", err),
+    ]);
+    if (permanent && report !== undefined && env.ORBAX2REG_ATTEMPT) {
+      // Cloud Run counts a task that exits non-zero as failed (https://cloud.google.com/run/docs/container-contract#jobs)
+      // and restarts it up to the job's max_retries times, each attempt up to task_timeout
+      // (https://cloud.google.com/run/docs/configuring/max-retries, .../configuring/task-timeout), which no retry of a
+      // permanent fault can help. The workflow that started this execution (ORBAX2REG_ATTEMPT) reads its permanent
+      // reports once it ends, succeeded or not (workflows/convert.yaml, run_execution), and fails the conversion with
+      // this message: so the task ends here, with a line saying why its exit code is 0.
+      log.info("exiting 0 so that Cloud Run does not retry a permanent failure: the workflow reads the report and fails the conversion", {
+        phase,
+        group,
+        permanent,
+        report,
+        exitCode: 0,
+      });
+      return 0;
+    }
     return permanent ? EXIT_BAD_INPUT : EXIT_FAILURE;
   } finally {
     unobserve();

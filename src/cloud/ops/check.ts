@@ -11,9 +11,12 @@ import { type ExecutionRef, type Executions, executionLabels } from "../api/exec
  * `orbax2reg cloud check`: the last step of a deployment. Uploads a tiny real Orbax checkpoint under a
  * watched prefix (commit marker last, as Orbax writes it), waits for the pipeline to convert it (the
  * execution the trigger starts, and its conversion.* event), verifies the result against the source,
- * and removes what it wrote. Each stage is reported with its time as it ends.
+ * and removes what it wrote. Each stage is reported with its time as it ends. First of all it checks that the
+ * checkpoint bucket (and later a separate destination bucket) has uniform bucket-level access: the function's and
+ * the jobs' write grants are IAM conditions, which Cloud Storage honours only on such buckets
+ * (https://cloud.google.com/storage/docs/uniform-bucket-level-access, terraform/README.md, "Where the jobs may write").
  */
-export type StageName = "upload" | "trigger" | "convert" | "event" | "verify" | "cleanup";
+export type StageName = "access" | "upload" | "trigger" | "convert" | "event" | "verify" | "cleanup";
 
 export interface Stage {
   readonly stage: StageName;
@@ -54,6 +57,8 @@ export interface EventSubscription {
 export interface CheckDeps {
   readonly executions: Executions;
   openStore(location: string): Promise<Store>;
+  /** Whether the bucket has uniform bucket-level access; undefined when its metadata does not say. */
+  uniformAccess(bucket: string): Promise<boolean | undefined>;
   /** Subscribes to the events topic (a temporary subscription, deleted by close). */
   subscribe(topic: string): Promise<EventSubscription>;
   verify(orbaxStep: string, regularStep: string): Promise<VerifyResult>;
@@ -115,7 +120,19 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
     }
   };
 
+  const access = async (bucket: string): Promise<string> => {
+    const uniform = await deps.uniformAccess(bucket);
+    if (uniform === false)
+      throw new Error(
+        `gs://${bucket} has no uniform bucket-level access: the pipeline's write grants are IAM conditions, which Cloud Storage honours only on such buckets; enable it (gcloud storage buckets update gs://${bucket} --uniform-bucket-level-access)`,
+      );
+    return uniform === undefined
+      ? `gs://${bucket}: its metadata does not say (no iamConfiguration: not Cloud Storage itself?)`
+      : `gs://${bucket}: uniform bucket-level access enabled`;
+  };
+
   try {
+    await run("access", () => access(o.bucket));
     // Subscribe first so that no event is missed.
     if (o.eventsTopic) subscription = await deps.subscribe(o.eventsTopic);
     await run("upload", async () => {
@@ -141,6 +158,8 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
       destination = `${(JSON.parse(execution.argument) as { destination: string }).destination}/${STEP_DIR}`;
       return `execution ${execution.name}`;
     });
+    const destinationBucket = /^gs:\/\/([^/]+)/.exec(destination ?? "")?.[1];
+    if (destinationBucket !== undefined && destinationBucket !== o.bucket) await run("access", () => access(destinationBucket));
     await run("convert", async () => {
       const name = (execution as ExecutionRef).name;
       const done = await waitFor(`execution ${name} still running`, o.convertTimeoutMs, async () => {

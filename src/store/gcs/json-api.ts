@@ -16,8 +16,8 @@ export interface ObjectResource {
 /** One request, as GcsStore asks for it. */
 export interface GcsRequest {
   readonly method: "GET" | "POST" | "PUT" | "DELETE";
-  /** An object by name, the bucket's objects (a listing), an upload, or a resumable upload session's URI. */
-  readonly to: { readonly object: string } | "objects" | "upload" | { readonly session: string };
+  /** An object by name, the bucket itself, the bucket's objects (a listing), an upload, or a resumable upload session's URI. */
+  readonly to: { readonly object: string } | "bucket" | "objects" | "upload" | { readonly session: string };
   readonly query?: Readonly<Record<string, string>>;
   readonly headers?: Readonly<Record<string, string>>;
   /** A streamed body is made afresh for each attempt (a stream is read once). */
@@ -33,7 +33,13 @@ export interface GcsRequest {
   readonly path: string;
 }
 
+/** The fields of a bucket resource this tool reads (https://cloud.google.com/storage/docs/json_api/v1/buckets). */
+export interface BucketResource {
+  iamConfiguration?: { uniformBucketLevelAccess?: { enabled?: boolean } };
+}
+
 export class JsonApi {
+  private readonly bucket: string;
   private readonly objects: string;
   private readonly uploads: string;
 
@@ -44,19 +50,22 @@ export class JsonApi {
     private readonly policy: RetryPolicy,
   ) {
     const base = endpoint.replace(/\/+$/, "");
+    this.bucket = `${base}/storage/v1/b/${encodeURIComponent(bucket)}`;
     this.objects = `${base}/storage/v1/b/${encodeURIComponent(bucket)}/o`;
     this.uploads = `${base}/upload/storage/v1/b/${encodeURIComponent(bucket)}/o`;
   }
 
   url(to: GcsRequest["to"], query: Readonly<Record<string, string>> = {}): string {
     const base =
-      to === "objects"
-        ? this.objects
-        : to === "upload"
-          ? this.uploads
-          : "object" in to
-            ? `${this.objects}/${encodeURIComponent(to.object)}`
-            : to.session;
+      to === "bucket"
+        ? this.bucket
+        : to === "objects"
+          ? this.objects
+          : to === "upload"
+            ? this.uploads
+            : "object" in to
+              ? `${this.objects}/${encodeURIComponent(to.object)}`
+              : to.session;
     const q = new URLSearchParams(query).toString();
     return q ? `${base}?${q}` : base;
   }
@@ -102,6 +111,12 @@ export class JsonApi {
       if (a.status === 404) return void (await a.discard());
       return a.json<ObjectResource>();
     });
+  }
+
+  /** The bucket's resource, only the fields named (buckets.get; needs storage.buckets.get). */
+  bucketResource(fields: string, path: string): Promise<BucketResource> {
+    const req: GcsRequest = { method: "GET", to: "bucket", query: { fields }, accept: [200], missing: "bucket", path };
+    return this.request("bucket metadata request", req, async (a) => a.json<BucketResource>());
   }
 
   /** Deletes generation `version` of the object; false if the object has another (or none). */

@@ -271,30 +271,65 @@ resource "google_project_iam_member" "workflow_log_writer" {
 # Jobs service account
 # ---------------------------------------------------------------------------------------------------------------------
 
-# Read the Orbax checkpoints (read only: the source is never modified).
+# Read and list the Orbax checkpoints. Read only: no grant lets the jobs write, overwrite or delete a source object
+# (test/terraform/cli.test.ts evaluates the write grant's condition on source and destination names). In the default
+# single bucket this is also what lets the jobs list their destination: storage.objects.list is checked on the bucket
+# (its resource.name is projects/_/buckets/BUCKET, which no object-name condition matches), so the conditional grant
+# below gives no listing.
 # https://cloud.google.com/storage/docs/access-control/iam-roles
+# https://cloud.google.com/storage/docs/access-control/iam-permissions (objects.list: permission on the bucket)
+# https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
 resource "google_storage_bucket_iam_member" "jobs_checkpoint_object_viewer" {
   bucket = var.checkpoint_bucket
   role   = "roles/storage.objectViewer"
   member = "serviceAccount:${google_service_account.jobs.email}"
 }
 
-# Create, overwrite (resume, --force: overwriting needs storage.objects.delete too), read, list and delete (leftovers,
-# and the finalize job's retention: keep_last_n / keep_every_n_steps delete older converted steps) the objects of the
-# regular checkpoints. Storage Object User does all that without Storage Object Admin's rights on object ACLs (it holds
-# storage.objects.delete: Google names it the role for deleting objects through the API); Storage Object Creator
-# could neither read, overwrite nor delete.
+# A separate destination bucket is listed and read through a grant of its own, for the same reason.
+# https://cloud.google.com/storage/docs/access-control/iam-roles
+resource "google_storage_bucket_iam_member" "jobs_destination_object_viewer" {
+  count = local.destination_apart ? 1 : 0
+
+  bucket = local.destination_bucket
+  role   = "roles/storage.objectViewer"
+  member = "serviceAccount:${google_service_account.jobs.email}"
+}
+
+# Create, overwrite (resume, --force: overwriting needs storage.objects.delete too), read and delete (leftovers, and the
+# finalize job's retention: keep_last_n / keep_every_n_steps delete older converted steps) the objects of the regular
+# checkpoints, and only those: an IAM condition on resource.name (main.tf's jobs_write_condition) limits the grant to the
+# destinations destination_template names. Storage Object User does all that without Storage Object Admin's rights on
+# object ACLs (it holds storage.objects.delete: Google names it the role for deleting objects through the API); Storage
+# Object Creator could neither overwrite nor delete. Predefined Cloud Storage roles granted on a bucket take
+# conditions on resource.name, which Cloud Storage evaluates only on buckets with uniform bucket-level access.
 # https://cloud.google.com/storage/docs/access-control/iam-roles
 # https://cloud.google.com/storage/docs/deleting-objects
+# https://cloud.google.com/storage/docs/access-control/iam#conditions
+# https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name
+# https://cloud.google.com/storage/docs/uniform-bucket-level-access
 resource "google_storage_bucket_iam_member" "jobs_destination_object_user" {
   bucket = local.destination_bucket
   role   = "roles/storage.objectUser"
   member = "serviceAccount:${google_service_account.jobs.email}"
 
+  condition {
+    title       = "orbax2reg destinations only"
+    description = "The regular checkpoints destination_template names; never a source checkpoint."
+    expression  = local.jobs_write_condition
+  }
+
   lifecycle {
     precondition {
       condition     = local.destination_matches_template
       error_message = "destination_template writes to bucket \"${local.template_bucket}\" but destination_bucket is \"${local.destination_bucket}\": set destination_bucket to the template's bucket (or leave it null with a gs://{bucket}/... template)."
+    }
+    precondition {
+      condition     = local.jobs_write_form != "none"
+      error_message = "destination_template \"${var.destination_template}\" puts the regular checkpoints where no IAM condition can tell them from the source checkpoints in bucket \"${var.checkpoint_bucket}\": use gs://{bucket}/{root}/<dir>, gs://{bucket}/<dir>/{root}, or a separate destination_bucket."
+    }
+    precondition {
+      condition     = data.google_storage_bucket.destination.uniform_bucket_level_access
+      error_message = "Bucket \"${local.destination_bucket}\" (the destination) must have uniform bucket-level access enabled: the jobs' write grant is an IAM condition, which Cloud Storage only honours on such buckets (https://cloud.google.com/storage/docs/uniform-bucket-level-access)."
     }
   }
 }

@@ -27,6 +27,41 @@ locals {
   template_bucket              = regex("^gs://([^/]+)", var.destination_template)[0]
   destination_matches_template = local.template_bucket == "{bucket}" ? local.destination_bucket == var.checkpoint_bucket : local.template_bucket == local.destination_bucket
 
+  # What the jobs may write and delete: the destination only, never a source checkpoint (iam.tf's jobs grant). An IAM
+  # condition on resource.name (projects/_/buckets/BUCKET/objects/OBJECT for an object; startsWith, endsWith and
+  # extract are the functions it supports: https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name)
+  # expresses it in one of three ways, picked from destination_template's path (the part after gs://bucket/):
+  # - "prefix": a separate destination bucket, or a template that starts with a fixed path (gs://{bucket}/regular/{root}):
+  #   every object under that bucket or path;
+  # - "beside-root": the default gs://{bucket}/{root}/regular in the checkpoint bucket: a destination is a directory
+  #   named "regular" in a checkpoint root, and the jobs write only its step_XXXXXXXX/ and .orbax2reg/, so the condition
+  #   allows the names with "/regular/step_" or "/regular/.orbax2reg/" after some root (extract() returns "" when its
+  #   template does not occur). Only a checkpoint root itself named "regular" inside another root would be writable: it
+  #   is that root's destination by name, and docs/operations.md says not to put checkpoints there;
+  # - "none": anything else in the checkpoint bucket (gs://{bucket}/{root}, gs://{bucket}/{step}/...), which no name
+  #   test can tell from a source; refused by a precondition (use destination_bucket).
+  template_path     = trim(replace(var.destination_template, "/^gs://[^/]+/", ""), "/")
+  template_fixed    = regex("^[^{]*", local.template_path)
+  template_beside   = startswith(local.template_path, "{root}/") ? trim(trimprefix(local.template_path, "{root}"), "/") : ""
+  destination_apart = local.destination_bucket != var.checkpoint_bucket
+  jobs_write_form = (
+    local.destination_apart || local.template_fixed != "" ? "prefix" :
+    local.template_beside != "" && !strcontains(local.template_beside, "{") ? "beside-root" : "none"
+  )
+  destination_objects = "projects/_/buckets/${local.destination_bucket}/objects/"
+  # A template without placeholders names one directory: its objects are under "<path>/".
+  jobs_write_prefix = "${local.destination_objects}${local.template_fixed == local.template_path && local.template_path != "" ? "${local.template_path}/" : local.template_fixed}"
+  jobs_write_condition = {
+    prefix = "resource.name.startsWith(\"${local.jobs_write_prefix}\")"
+    "beside-root" = join(" || ", flatten([
+      for inside in ["step_", ".orbax2reg/"] : [
+        "resource.name.startsWith(\"${local.destination_objects}${local.template_beside}/${inside}\")",
+        "resource.name.extract(\"${local.destination_objects}{root}/${local.template_beside}/${inside}\") != \"\"",
+      ]
+    ]))
+    none = "false"
+  }[local.jobs_write_form]
+
   # The function's source comes either as a local zip the module uploads or as an object uploaded before.
   function_source_given = (var.function_source_zip == null) != (var.function_source_object == null)
 

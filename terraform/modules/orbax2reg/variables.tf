@@ -118,7 +118,7 @@ variable "destination_bucket" {
 }
 
 variable "destination_template" {
-  description = "Where a converted step goes, as a gs:// URL template (ORBAX2REG_DESTINATION_TEMPLATE). Placeholders: {bucket} = the bucket of the finalized commit marker (checkpoint_bucket), {root} = the checkpoint root, i.e. the object path of the directory holding the step_XXXXXXXX directories, without leading or trailing '/', {step} = the step directory name (step_00001000). Repeated '/' (an empty {root}) and a trailing '/' are dropped. The result is a destination root: the step is written to <destination>/step_XXXXXXXX/, so {step} is rarely needed."
+  description = "Where a converted step goes, as a gs:// URL template (ORBAX2REG_DESTINATION_TEMPLATE). Placeholders: {bucket} = the bucket of the finalized commit marker (checkpoint_bucket), {root} = the checkpoint root, i.e. the object path of the directory holding the step_XXXXXXXX directories, without leading or trailing '/', {step} = the step directory name (step_00001000). Repeated '/' (an empty {root}) and a trailing '/' are dropped. The result is a destination root: the step is written to <destination>/step_XXXXXXXX/, so {step} is rarely needed. The jobs may write only there: in the checkpoint bucket the template must be gs://{bucket}/{root}/<dir> or gs://{bucket}/<dir>/{root} (an IAM condition on the object name keeps them off the source checkpoints; anything else is refused by a precondition), or name a separate destination_bucket."
   type        = string
   default     = "gs://{bucket}/{root}/regular"
 
@@ -431,7 +431,7 @@ variable "task_timeout" {
 }
 
 variable "max_retries" {
-  description = "Retries of a failed task before its execution fails (Cloud Run: 0-10). The job exits 2 on bad input, which is retried all the same; keep this small."
+  description = "Retries of a failed task before its execution fails (Cloud Run: 0-10). Only failures a retry may fix are retried: a task that fails permanently (bad input, damaged data) reports it to the workflow and exits 0, so it runs once."
   type        = number
   default     = 3
 

@@ -5,6 +5,7 @@
 import { describe, expect, test } from "vitest";
 import type { Executions } from "../../../src/cloud/api/executions.js";
 import { postDeployCheck, type Stage } from "../../../src/cloud/ops/check.js";
+import { GcsStore } from "../../../src/store/gcs.js";
 import { openStore } from "../../../src/store/open.js";
 import { type WatchedDeletes, watchDeletes } from "../../helpers/deletes.js";
 import { emulatorStorage, newBucket } from "../../helpers/gcs.js";
@@ -35,6 +36,7 @@ describe("cloud check's clean-up", () => {
           gcs.push(w);
           return w.store;
         },
+        uniformAccess: async (b) => new GcsStore(b, "", undefined, emulatorStorage()).uniformBucketLevelAccess(),
         subscribe: async () => {
           throw new Error("not called");
         },
@@ -46,6 +48,7 @@ describe("cloud check's clean-up", () => {
     );
     expect(report.ok).toBe(false);
     expect(stages.map((s) => [s.stage, s.ok])).toEqual([
+      ["access", true], // fake-gcs-server's bucket resource has no iamConfiguration: not known, said so
       ["upload", true],
       ["trigger", false],
       ["cleanup", true],
