@@ -36,6 +36,9 @@ export const DEFAULT_GROUPS = 8;
 export const MAX_GROUPS = 100;
 /** var.max_parallel_groups: convert-group executions the workflow runs at once (ORBAX2REG_MAX_PARALLEL_GROUPS). */
 export const DEFAULT_MAX_PARALLEL_GROUPS = 8;
+/** var.group_cpu and var.group_memory: one convert-group task (`orbax2reg cloud check` weighs them against the quota). */
+export const DEFAULT_GROUP_CPU = "8";
+export const DEFAULT_GROUP_MEMORY = "32Gi";
 /** var.destination_template: placeholders {bucket}, {root}, {step} (src/cloud/trigger/classify.ts, expand). */
 export const DEFAULT_DESTINATION_TEMPLATE = "gs://{bucket}/{root}/regular";
 /** var.convert_every_n_steps: only steps divisible by this are converted (1: every step). */

@@ -8,6 +8,8 @@ import {
   DEFAULT_CONVERT_EVERY_N_STEPS,
   DEFAULT_DESTINATION_TEMPLATE,
   DEFAULT_FUNCTION_TIMEOUT_SECONDS,
+  DEFAULT_GROUP_CPU,
+  DEFAULT_GROUP_MEMORY,
   DEFAULT_GROUPS,
   DEFAULT_MAX_PARALLEL_GROUPS,
   DEFAULT_NAME_PREFIX,
@@ -46,6 +48,11 @@ describe("the deployment's defaults are terraform's", () => {
 
   it("parallel groups", () => {
     expect(variables.max_parallel_groups?.default).toBe(DEFAULT_MAX_PARALLEL_GROUPS);
+  });
+
+  it("one convert-group task's size", () => {
+    expect(variables.group_cpu?.default).toBe(DEFAULT_GROUP_CPU);
+    expect(variables.group_memory?.default).toBe(DEFAULT_GROUP_MEMORY);
   });
 
   it("the destination template", () => {

@@ -97,6 +97,15 @@ output "groups" {
   value       = var.groups
 }
 
+output "fan_out" {
+  description = "What one conversion runs at once: max_parallel_groups convert-group executions of group_cpu vCPU and group_memory each (`orbax2reg cloud check` weighs it against the region's Cloud Run quota)."
+  value = {
+    max_parallel_groups = var.max_parallel_groups
+    group_cpu           = var.group_cpu
+    group_memory        = var.group_memory
+  }
+}
+
 output "claim_lease_seconds" {
   description = "How long a step's claim that names no execution protects it (the function's ORBAX2REG_CLAIM_LEASE_SECONDS)."
   value       = var.function_timeout_seconds + 60
