@@ -415,7 +415,7 @@ describe("the pipeline on local emulators", () => {
     expect(runBin(["verify", `gs://${bucket}/${STEP}`, `${destination}/step_00000100`]).code).toBe(0);
   });
 
-  test("a malformed event is acknowledged, not retried, and starts nothing", async () => {
+  test("a malformed event is acknowledged, not retried, starts nothing, and is logged at ERROR as dropped", async () => {
     const response = await fetch(fn.url, {
       method: "POST",
       headers: {
@@ -437,7 +437,12 @@ describe("the pipeline on local emulators", () => {
         await new Promise((r) => setTimeout(r, 100));
       }
     };
-    expect(await logged()).toMatchObject({ severity: "WARNING", message: "malformed storage event ignored", eventId: "malformed-1" });
+    // Dropped, so an ERROR: the trigger-side alert sees it (src/cloud/trigger/severity.ts).
+    expect(await logged()).toMatchObject({
+      severity: "ERROR",
+      message: expect.stringMatching(/^malformed storage event dropped/),
+      eventId: "malformed-1",
+    });
   });
 
   test("when the workflow cannot be started the event fails, for the platform to redeliver, and the claim is released", async () => {
