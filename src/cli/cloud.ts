@@ -56,6 +56,7 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
           tasksPerGroup: 1,
           cpu: fanOut.groupCpu,
           memoryMiB: memoryMiB(fanOut.groupMemory),
+          function: { instances: fanOut.functionMaxInstances, cpu: fanOut.functionCpu, memoryMiB: memoryMiB(fanOut.functionMemory) },
         }),
       onStage: (s: Stage) => {
         if (!flags.json) out.stdout(`${s.ok ? "ok  " : "FAIL"} ${s.stage.padEnd(8)} ${s.seconds.toFixed(1).padStart(6)} s  ${s.detail}`);

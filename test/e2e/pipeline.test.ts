@@ -630,7 +630,9 @@ describe("the pipeline on local emulators", () => {
       "ok verify",
       "ok cleanup",
     ]);
-    expect(r.stdout).toMatch(/quota .* 8 groups at once x 1 task x 8 vCPU \/ 32 GiB = 64 vCPU, 256 GiB; .*: fits/);
+    expect(r.stdout).toMatch(
+      /quota .* 8 groups at once x 1 task x 8 vCPU \/ 32 GiB = 64 vCPU, 256 GiB, and the function's 10 instances x 1 vCPU \/ 0.5 GiB = 10 vCPU, 5 GiB: 74 vCPU, 261 GiB; .*: fits/,
+    );
     expect(r.stdout).toMatch(/filter .* a label value no execution has matched none; createTime>= before it kept it, after it dropped it/);
     expect(r.stdout).toMatch(/verify .* \d+ passed, 0 failed/);
     const [left] = await emulatorStorage().bucket(bucket).getFiles();
@@ -640,7 +642,7 @@ describe("the pipeline on local emulators", () => {
   test("orbax2reg cloud check fails with one line naming the likely cause when no conversion starts", async () => {
     const bucket = await newBucket("deploy");
     const eventarc = eventarcStandIn(bucket, fnRuns.url); // watches runs/, not elsewhere/
-    // A new project's quota: 20 vCPU in the region, less than the defaults' 64.
+    // A new project's quota: 20 vCPU in the region, less than the defaults' 64 + the function's 10.
     const quotas = await startQuotaStandIn(PROJECT, [cpuQuota(20), memoryQuota(400)]);
     const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "elsewhere", "--timeout", "3"], {
       ORBAX2REG_WORKFLOW: WORKFLOW,
@@ -651,7 +653,7 @@ describe("the pipeline on local emulators", () => {
       await quotas.close();
     });
     expect(r.code).toBe(1);
-    expect(r.stdout).toMatch(/^FAIL quota .*does not fit \(CPU 64 vCPU > 20 vCPU\); set max_parallel_groups = 2/m);
+    expect(r.stdout).toMatch(/^FAIL quota .*does not fit \(CPU 74 vCPU > 20 vCPU\); set max_parallel_groups = 1 /m);
     expect(r.stdout).toMatch(/^FAIL trigger .*no execution .* is "elsewhere" one of checkpoint_prefixes/m);
     expect(r.stdout).toMatch(/^ok {3}cleanup/m);
   });

@@ -9,8 +9,9 @@ import { QuotaApiError, type QuotaInfo, type QuotaReader } from "../api/quotas.j
  * CpuAllocPerProjectRegion and MemAllocPerProjectRegion (https://cloud.google.com/run/quotas; read through the Cloud
  * Quotas API, src/cloud/api/quotas.ts). A new project's values can be lower than the defaults need.
  *
- * What the API gives is the limit in force, not what else already uses it: the function's instances (function_cpu x
- * function_max_instances at a burst) and any other Cloud Run workload in the region count against the same quota.
+ * The trigger function is a Cloud Run service in the same region: at its instance bound it counts against the same
+ * quota, and is added to the demand. What the API gives is the limit in force, not what else already uses it: any
+ * other Cloud Run workload in the region counts against it too.
  */
 export interface FanOut {
   /** Job executions of convert-group at once: min(groups, max_parallel_groups). */
@@ -20,6 +21,11 @@ export interface FanOut {
   readonly cpu: number;
   /** Memory of one task, MiB. */
   readonly memoryMiB: number;
+  /**
+   * The trigger function at its instance bound (function_max_instances x function_cpu / function_memory): a Cloud Run
+   * service too, in the same region, so on the same quota while a conversion's events wake it.
+   */
+  readonly function?: { readonly instances: number; readonly cpu: number; readonly memoryMiB: number };
 }
 
 export interface QuotaVerdict {
@@ -96,12 +102,28 @@ export async function checkQuota(reader: QuotaReader, project: string, region: s
 
 export function quotaVerdict(infos: readonly QuotaInfo[], region: string, fanOut: FanOut): QuotaVerdict {
   const tasks = fanOut.parallelGroups * fanOut.tasksPerGroup;
-  const needCpu = tasks * fanOut.cpu;
-  const needMiB = tasks * fanOut.memoryMiB;
-  const need =
+  const fn = fanOut.function ?? { instances: 0, cpu: 0, memoryMiB: 0 };
+  const fnCpu = fn.instances * fn.cpu;
+  const fnMiB = fn.instances * fn.memoryMiB;
+  const needCpu = tasks * fanOut.cpu + fnCpu;
+  const needMiB = tasks * fanOut.memoryMiB + fnMiB;
+  const groups =
     `${fanOut.parallelGroups} group${fanOut.parallelGroups === 1 ? "" : "s"} at once x ${fanOut.tasksPerGroup} task x ` +
-    `${fanOut.cpu} vCPU / ${gib(fanOut.memoryMiB)} = ${needCpu} vCPU, ${gib(needMiB)}`;
-  const limits: { what: string; id: string; have: number; needed: number; perTask: number; show: (v: number) => string }[] = [];
+    `${fanOut.cpu} vCPU / ${gib(fanOut.memoryMiB)} = ${tasks * fanOut.cpu} vCPU, ${gib(tasks * fanOut.memoryMiB)}`;
+  const need =
+    fn.instances === 0
+      ? groups
+      : `${groups}, and the function's ${fn.instances} instances x ${fn.cpu} vCPU / ${gib(fn.memoryMiB)} = ${fnCpu} vCPU, ` +
+        `${gib(fnMiB)}: ${needCpu} vCPU, ${gib(needMiB)}`;
+  const limits: {
+    what: string;
+    id: string;
+    have: number;
+    needed: number;
+    perTask: number;
+    reserved: number;
+    show: (v: number) => string;
+  }[] = [];
   const unread: string[] = [];
   for (const [kind, metric] of [
     ["cpu", CPU_METRIC],
@@ -118,8 +140,8 @@ export function quotaVerdict(infos: readonly QuotaInfo[], region: string, fanOut
       }
       limits.push(
         kind === "cpu"
-          ? { what: "CPU", id, have, needed: needCpu, perTask: fanOut.cpu, show: (v) => `${Number(v.toFixed(2))} vCPU` }
-          : { what: "memory", id, have, needed: needMiB, perTask: fanOut.memoryMiB, show: gib },
+          ? { what: "CPU", id, have, needed: needCpu, perTask: fanOut.cpu, reserved: fnCpu, show: (v) => `${Number(v.toFixed(2))} vCPU` }
+          : { what: "memory", id, have, needed: needMiB, perTask: fanOut.memoryMiB, reserved: fnMiB, show: gib },
       );
     }
   }
@@ -134,7 +156,7 @@ export function quotaVerdict(infos: readonly QuotaInfo[], region: string, fanOut
   const short = limits.filter((l) => l.needed > l.have);
   if (short.length === 0) return { fits: true, detail: `${need}; Cloud Run quota in ${region}: ${stated}: fits` };
   // How many groups at once would fit: the tightest limit, whole tasks per group.
-  const groupsThatFit = Math.min(...limits.map((l) => Math.floor(l.have / (l.perTask * fanOut.tasksPerGroup))));
+  const groupsThatFit = Math.min(...limits.map((l) => Math.floor((l.have - l.reserved) / (l.perTask * fanOut.tasksPerGroup))));
   const advice =
     groupsThatFit >= 1
       ? `set max_parallel_groups = ${groupsThatFit} (or smaller group_cpu / group_memory), or ask for more quota`

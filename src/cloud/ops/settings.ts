@@ -3,6 +3,9 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import {
   DEFAULT_DESTINATION_TEMPLATE,
+  DEFAULT_FUNCTION_CPU,
+  DEFAULT_FUNCTION_MAX_INSTANCES,
+  DEFAULT_FUNCTION_MEMORY,
   DEFAULT_GROUP_CPU,
   DEFAULT_GROUP_MEMORY,
   DEFAULT_GROUPS,
@@ -119,11 +122,16 @@ export interface FanOutSettings {
   readonly groupCpu: number;
   /** Memory of one convert-group task, as terraform takes it (32Gi). */
   readonly groupMemory: string;
+  /** The function's instance bound, vCPU and memory (terraform function_max_instances, function_cpu, function_memory). */
+  readonly functionMaxInstances: number;
+  readonly functionCpu: number;
+  readonly functionMemory: string;
 }
 
 /**
- * Each from ORBAX2REG_MAX_PARALLEL_GROUPS / ORBAX2REG_GROUP_CPU / ORBAX2REG_GROUP_MEMORY, else the terraform output
- * fan_out, else the module's defaults.
+ * Each from ORBAX2REG_MAX_PARALLEL_GROUPS / ORBAX2REG_GROUP_CPU / ORBAX2REG_GROUP_MEMORY /
+ * ORBAX2REG_FUNCTION_MAX_INSTANCES / ORBAX2REG_FUNCTION_CPU / ORBAX2REG_FUNCTION_MEMORY, else the terraform output fan_out,
+ * else the module's defaults.
  */
 export function resolveFanOutSettings(
   env: Env,
@@ -143,7 +151,21 @@ export function resolveFanOutSettings(
     throw new UsageError(`max_parallel_groups must be a positive whole number, got ${JSON.stringify(parallel)}`);
   if (!/^[1-9]\d*$/.test(cpu)) throw new UsageError(`group_cpu must be a whole number of vCPUs, got ${JSON.stringify(cpu)}`);
   if (!/^\d+(Mi|Gi|M|G)$/.test(memory)) throw new UsageError(`group_memory must look like 32Gi or 8192Mi, got ${JSON.stringify(memory)}`);
-  return { maxParallelGroups: Number(parallel), groupCpu: Number(cpu), groupMemory: memory };
+  const fnInstances = pick("ORBAX2REG_FUNCTION_MAX_INSTANCES", "function_max_instances") ?? String(DEFAULT_FUNCTION_MAX_INSTANCES);
+  const fnCpu = pick("ORBAX2REG_FUNCTION_CPU", "function_cpu") ?? DEFAULT_FUNCTION_CPU;
+  const fnMemory = pick("ORBAX2REG_FUNCTION_MEMORY", "function_memory") ?? DEFAULT_FUNCTION_MEMORY;
+  if (!/^[1-9]\d*$/.test(fnInstances))
+    throw new UsageError(`function_max_instances must be a positive whole number, got ${JSON.stringify(fnInstances)}`);
+  if (!/^[1-9]\d*$/.test(fnCpu)) throw new UsageError(`function_cpu must be a whole number of vCPUs, got ${JSON.stringify(fnCpu)}`);
+  if (!/^\d+(Mi|Gi|M|G)$/.test(fnMemory)) throw new UsageError(`function_memory must look like 512Mi, got ${JSON.stringify(fnMemory)}`);
+  return {
+    maxParallelGroups: Number(parallel),
+    groupCpu: Number(cpu),
+    groupMemory: memory,
+    functionMaxInstances: Number(fnInstances),
+    functionCpu: Number(fnCpu),
+    functionMemory: fnMemory,
+  };
 }
 
 /** Outputs of the terraform root in `dir`, or undefined when it is none (or terraform is not installed). */

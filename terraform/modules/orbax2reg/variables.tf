@@ -287,9 +287,9 @@ variable "function_timeout_seconds" {
 }
 
 variable "function_max_instances" {
-  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc."
+  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc. With function_concurrency events at once per instance, 10 instances dismiss tens of thousands of events a second (docs/operations.md, \"Event cost\"); the function at its bound counts against the region's Cloud Run CPU and memory quota, as the jobs do."
   type        = number
-  default     = 20
+  default     = 10
 
   validation {
     condition     = var.function_max_instances >= 1 && floor(var.function_max_instances) == var.function_max_instances

@@ -58,6 +58,17 @@ describe("cloud check's quota stage", () => {
     expect(limitIn(cpu(200, { [REGION]: 32 }), "europe-west1")).toBe(200_000);
   });
 
+  test("the function at its instance bound counts against the same quota, and what is left decides the groups", async () => {
+    standIn.infos = [cpu(40), memory(400)];
+    const v = await check({ ...DEFAULTS, function: { instances: 10, cpu: 1, memoryMiB: 512 } });
+    expect(v.detail).toBe(
+      "8 groups at once x 1 task x 8 vCPU / 32 GiB = 64 vCPU, 256 GiB, and the function's 10 instances x 1 vCPU / 0.5 GiB = 10 vCPU, 5 GiB: " +
+        "74 vCPU, 261 GiB; Cloud Run quota in us-central1: CPU 40 vCPU (CpuAllocPerProjectRegion), memory 400 GiB (MemAllocPerProjectRegion): " +
+        "does not fit (CPU 74 vCPU > 40 vCPU); set max_parallel_groups = 3 (or smaller group_cpu / group_memory), or ask for more quota " +
+        "(https://cloud.google.com/run/quotas#increase)",
+    );
+  });
+
   test("memory can be the tighter limit", async () => {
     standIn.infos = [cpu(1000), memory(100)];
     const v = await check();
