@@ -7,6 +7,7 @@ import { executionsClient, workflowsExecutions } from "../src/cloud/api/executio
 import { jsonLogger } from "../src/cloud/api/log.js";
 import { triggerConfigFromEnv } from "../src/cloud/trigger/config.js";
 import { handleFinalized, type TriggerDeps } from "../src/cloud/trigger/handler.js";
+import { failureLine, failureVerdict } from "../src/cloud/trigger/severity.js";
 import { ConfigError, classify } from "../src/errors.js";
 import { openStore } from "../src/store/open.js";
 
@@ -37,7 +38,8 @@ async function realDeps(c: Exclude<typeof config, ConfigError>): Promise<Trigger
 
 cloudEvent("onCheckpointFinalized", async (event: CloudEvent<unknown>) => {
   if (config instanceof ConfigError) {
-    // Redelivery cannot fix a configuration error, only a redeploy can: say so once, acknowledge every event.
+    // Redelivery cannot fix a configuration error, only a redeploy can: say so once per instance (at ERROR, which the
+    // trigger-side alert sees), acknowledge every event.
     if (!configErrorLogged) {
       log.error(`misconfigured, events are acknowledged and ignored until redeployed: ${config.message}`, {
         variable: config.variable,
@@ -55,8 +57,17 @@ cloudEvent("onCheckpointFinalized", async (event: CloudEvent<unknown>) => {
     // throws; anything else (the event, or what it names, is at fault) is acknowledged by returning, or it
     // would fail the same way for a day (https://cloud.google.com/functions/docs/writing/retries,
     // https://cloud.google.com/eventarc/docs/retry-events).
+    // Only a dropped event, or one failing for long, is an ERROR: the trigger-side alert fires on those lines
+    // (src/cloud/trigger/severity.ts).
     const { kind: errorKind, retryable, line } = classify(e);
-    log.error(line, { eventId: event.id ?? null, errorKind, retryable });
+    const verdict = failureVerdict(retryable, event.time, Date.now());
+    log.log(verdict.severity, failureLine(verdict, line), {
+      eventId: event.id ?? null,
+      errorKind,
+      retryable,
+      outcome: verdict.outcome,
+      eventAgeSeconds: verdict.ageMs === null ? null : Math.round(verdict.ageMs / 1000),
+    });
     if (retryable) throw e;
   }
 });

@@ -36,6 +36,13 @@ export const DEFAULT_GROUPS = 8;
 export const MAX_GROUPS = 100;
 /** var.max_parallel_groups: convert-group executions the workflow runs at once (ORBAX2REG_MAX_PARALLEL_GROUPS). */
 export const DEFAULT_MAX_PARALLEL_GROUPS = 8;
+/** var.group_cpu and var.group_memory: one convert-group task (`orbax2reg cloud check` weighs them against the quota). */
+export const DEFAULT_GROUP_CPU = "8";
+export const DEFAULT_GROUP_MEMORY = "32Gi";
+/** var.function_max_instances, var.function_cpu and var.function_memory (the quota stage adds the function at its bound). */
+export const DEFAULT_FUNCTION_MAX_INSTANCES = 10;
+export const DEFAULT_FUNCTION_CPU = "1";
+export const DEFAULT_FUNCTION_MEMORY = "512Mi";
 /** var.destination_template: placeholders {bucket}, {root}, {step} (src/cloud/trigger/classify.ts, expand). */
 export const DEFAULT_DESTINATION_TEMPLATE = "gs://{bucket}/{root}/regular";
 /** var.convert_every_n_steps: only steps divisible by this are converted (1: every step). */

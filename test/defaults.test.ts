@@ -7,7 +7,12 @@ import {
   DEFAULT_CLAIM_LEASE_SECONDS,
   DEFAULT_CONVERT_EVERY_N_STEPS,
   DEFAULT_DESTINATION_TEMPLATE,
+  DEFAULT_FUNCTION_CPU,
+  DEFAULT_FUNCTION_MAX_INSTANCES,
+  DEFAULT_FUNCTION_MEMORY,
   DEFAULT_FUNCTION_TIMEOUT_SECONDS,
+  DEFAULT_GROUP_CPU,
+  DEFAULT_GROUP_MEMORY,
   DEFAULT_GROUPS,
   DEFAULT_MAX_PARALLEL_GROUPS,
   DEFAULT_NAME_PREFIX,
@@ -46,6 +51,17 @@ describe("the deployment's defaults are terraform's", () => {
 
   it("parallel groups", () => {
     expect(variables.max_parallel_groups?.default).toBe(DEFAULT_MAX_PARALLEL_GROUPS);
+  });
+
+  it("the function's instance bound and size", () => {
+    expect(variables.function_max_instances?.default).toBe(DEFAULT_FUNCTION_MAX_INSTANCES);
+    expect(variables.function_cpu?.default).toBe(DEFAULT_FUNCTION_CPU);
+    expect(variables.function_memory?.default).toBe(DEFAULT_FUNCTION_MEMORY);
+  });
+
+  it("one convert-group task's size", () => {
+    expect(variables.group_cpu?.default).toBe(DEFAULT_GROUP_CPU);
+    expect(variables.group_memory?.default).toBe(DEFAULT_GROUP_MEMORY);
   });
 
   it("the destination template", () => {

@@ -1,8 +1,10 @@
 import { randomBytes } from "node:crypto";
 import type { ConversionEvent } from "../cloud/api/events.js";
 import { executionsClient, workflowsExecutions } from "../cloud/api/executions.js";
+import { cloudQuotas } from "../cloud/api/quotas.js";
 import { type CheckReport, postDeployCheck, type Stage } from "../cloud/ops/check.js";
-import { resolveCloudSettings } from "../cloud/ops/settings.js";
+import { checkQuota, memoryMiB } from "../cloud/ops/check-quota.js";
+import { resolveCloudSettings, resolveFanOutSettings } from "../cloud/ops/settings.js";
 import { verify } from "../convert/verify.js";
 import { UsageError } from "../errors.js";
 import { openStore } from "../store/open.js";
@@ -29,6 +31,9 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
   }
   const settings = resolveCloudSettings(flags, process.env);
   const executions = workflowsExecutions(await executionsClient(process.env.ORBAX2REG_WORKFLOWS_ENDPOINT));
+  // The workflow's id names the project and region the jobs run in: the quota that applies is that region's.
+  const [, project, region] = /^projects\/([^/]+)\/locations\/([^/]+)\//.exec(settings.workflow) as RegExpExecArray;
+  const fanOut = resolveFanOutSettings(process.env);
   const report: CheckReport = await postDeployCheck(
     {
       bucket: flags.bucket,
@@ -48,6 +53,15 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
       },
       subscribe,
       verify: (source, regular) => verify(source, regular),
+      checkQuota: async () =>
+        checkQuota(await cloudQuotas(process.env.ORBAX2REG_CLOUDQUOTAS_ENDPOINT), project as string, region as string, {
+          parallelGroups: Math.min(settings.groups, fanOut.maxParallelGroups),
+          // The trigger starts every conversion with the workflow's default, one task per group.
+          tasksPerGroup: 1,
+          cpu: fanOut.groupCpu,
+          memoryMiB: memoryMiB(fanOut.groupMemory),
+          function: { instances: fanOut.functionMaxInstances, cpu: fanOut.functionCpu, memoryMiB: memoryMiB(fanOut.functionMemory) },
+        }),
       onStage: (s: Stage) => {
         if (!flags.json) out.stdout(`${s.ok ? "ok  " : "FAIL"} ${s.stage.padEnd(8)} ${s.seconds.toFixed(1).padStart(6)} s  ${s.detail}`);
       },

@@ -92,7 +92,15 @@ async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}) {
   const runTask = async (task) => {
     for (let attempt = 0; ; attempt++) {
       const code = await runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn);
-      record("task", { job: phase, group: env.ORBAX2REG_GROUP ?? null, destination: env.ORBAX2REG_DESTINATION, execution, task, attempt, code });
+      record("task", {
+        job: phase,
+        group: env.ORBAX2REG_GROUP ?? null,
+        destination: env.ORBAX2REG_DESTINATION,
+        execution,
+        task,
+        attempt,
+        code,
+      });
       if (code === 0 || attempt >= TASK_MAX_RETRIES) return code;
     }
   };

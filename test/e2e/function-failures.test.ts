@@ -38,9 +38,12 @@ afterAll(async () => {
   removeScratch();
 });
 
-/** POSTs a google.cloud.storage.object.v1.finalized CloudEvent (binary mode), as Eventarc does; returns the status. */
-async function deliver(id: string, name: string): Promise<number> {
-  const response = await fetch(fn.url, {
+/**
+ * POSTs a google.cloud.storage.object.v1.finalized CloudEvent (binary mode), as Eventarc does; returns the status.
+ * `time` is the event's ce-time: when the object was finalized, as old as the event is.
+ */
+async function deliver(id: string, name: string, time = new Date(), url = fn.url): Promise<number> {
+  const response = await fetch(url, {
     method: "POST",
     headers: {
       "content-type": "application/json",
@@ -49,25 +52,26 @@ async function deliver(id: string, name: string): Promise<number> {
       "ce-type": "google.cloud.storage.object.v1.finalized",
       "ce-source": `//storage.googleapis.com/projects/_/buckets/${bucket}`,
       "ce-subject": `objects/${name}`,
-      "ce-time": new Date().toISOString(),
+      "ce-time": time.toISOString(),
     },
     body: JSON.stringify({ bucket, name, generation: "1" }),
   });
   return response.status;
 }
 
-/** The function's ERROR lines about event `id`, once there are any (its stdout reaches the log file a little later). */
-async function errorsOf(id: string): Promise<Record<string, unknown>[]> {
+/** The function's lines about event `id` (or all, for null), once there are any (its stdout reaches the log file a little later). */
+async function linesOf(id: string | null, file = log): Promise<Record<string, unknown>[]> {
   for (let i = 0; ; i++) {
-    const lines = readFileSync(log, "utf8")
+    const lines = readFileSync(file, "utf8")
       .split("\n")
       .filter((l) => l.startsWith("{"))
       .map((l) => JSON.parse(l) as Record<string, unknown>)
-      .filter((l) => l.eventId === id && l.severity === "ERROR");
+      .filter((l) => id === null || l.eventId === id);
     if (lines.length > 0 || i === 50) return lines;
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+const errorsOf = async (id: string | null, file = log) => (await linesOf(id, file)).filter((l) => l.severity === "ERROR");
 
 describe("a delivery that fails", () => {
   test("for a reason no retry can help is acknowledged, with one ERROR line saying so", async () => {
@@ -78,8 +82,50 @@ describe("a delivery that fails", () => {
     ]);
   });
 
-  test("for a reason a retry can help fails the invocation, for Eventarc to redeliver, with one ERROR line", async () => {
+  test("for a reason a retry can help fails the invocation, for Eventarc to redeliver, with one WARNING line (not dropped)", async () => {
     expect(await deliver("unreachable-1", "runs/exp/step_00000100/commit_success.txt")).toBe(500);
-    expect(await errorsOf("unreachable-1")).toEqual([expect.objectContaining({ retryable: true })]);
+    expect(await linesOf("unreachable-1")).toEqual([
+      expect.objectContaining({
+        severity: "WARNING",
+        retryable: true,
+        outcome: "redelivered",
+        message: expect.stringMatching(/redelivers/),
+      }),
+    ]);
+  });
+
+  test("for a reason a retry can help, 31 minutes after the event was sent, is an ERROR line: the event is stuck", async () => {
+    const sent = new Date(Date.now() - 31 * 60_000);
+    expect(await deliver("stuck-1", "runs/exp/step_00000200/commit_success.txt", sent)).toBe(500);
+    expect(await errorsOf("stuck-1")).toEqual([
+      expect.objectContaining({ retryable: true, outcome: "stuck", message: expect.stringMatching(/^still failing 31 min after/) }),
+    ]);
+  });
+
+  test("of an object that is no commit marker never happens: it is dismissed without a line", async () => {
+    expect(await deliver("chunk-1", "runs/exp/regular/step_00000100/gda/w/0.0")).toBe(204);
+    expect((await linesOf(null)).filter((l) => l.eventId === "chunk-1")).toEqual([]);
+  });
+});
+
+describe("a misconfigured function", () => {
+  test("acknowledges every event, with one ERROR line per instance naming the variable", async () => {
+    const badLog = join(work, "misconfigured.log");
+    const bad = await startFunction(
+      { ORBAX2REG_WORKFLOW: "orbax2reg-convert", ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint"), METADATA_SERVER_DETECTION: "none" },
+      badLog,
+    );
+    try {
+      for (const id of ["bad-1", "bad-2"])
+        expect(await deliver(id, "runs/exp/step_00000100/commit_success.txt", new Date(), bad.url)).toBe(204);
+      expect(await errorsOf(null, badLog)).toEqual([
+        expect.objectContaining({
+          variable: "ORBAX2REG_WORKFLOW",
+          message: expect.stringMatching(/^misconfigured, events are acknowledged/),
+        }),
+      ]);
+    } finally {
+      await bad.stop();
+    }
   });
 });

@@ -8,6 +8,7 @@ import type { ConversionEvent } from "../../src/cloud/api/events.js";
 import { executionLabels } from "../../src/cloud/api/executions.js";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { runBin, runBinAsync } from "../helpers/cli.js";
+import { cpuQuota, memoryQuota, startQuotaStandIn } from "../helpers/cloud-quotas.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
@@ -447,7 +448,7 @@ describe("the pipeline on local emulators", () => {
     expect(runBin(["verify", `gs://${bucket}/${STEP}`, `${destination}/step_00000100`]).code).toBe(0);
   });
 
-  test("a malformed event is acknowledged, not retried, and starts nothing", async () => {
+  test("a malformed event is acknowledged, not retried, starts nothing, and is logged at ERROR as dropped", async () => {
     const response = await fetch(fn.url, {
       method: "POST",
       headers: {
@@ -469,7 +470,12 @@ describe("the pipeline on local emulators", () => {
         await new Promise((r) => setTimeout(r, 100));
       }
     };
-    expect(await logged()).toMatchObject({ severity: "WARNING", message: "malformed storage event ignored", eventId: "malformed-1" });
+    // Dropped, so an ERROR: the trigger-side alert sees it (src/cloud/trigger/severity.ts).
+    expect(await logged()).toMatchObject({
+      severity: "ERROR",
+      message: expect.stringMatching(/^malformed storage event dropped/),
+      eventId: "malformed-1",
+    });
   });
 
   test("when the workflow cannot be started the event fails, for the platform to redeliver, and the claim is released", async () => {
@@ -631,25 +637,37 @@ describe("the pipeline on local emulators", () => {
     expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
   });
 
-  test("orbax2reg cloud check converts, announces and verifies a bundled checkpoint, then removes what it wrote", async () => {
+  test("orbax2reg cloud check weighs the fan-out against the quota, converts, proves the executions filter, announces and verifies a bundled checkpoint, then removes what it wrote", async () => {
     const bucket = await newBucket("deploy");
     const eventarc = eventarcStandIn(bucket, fnRuns.url);
     const topic = deployed.functionEnv.ORBAX2REG_EVENTS_TOPIC as string;
+    // The Cloud Quotas API has no emulator: a stand-in answers with the documented QuotaInfo shape.
+    const quotas = await startQuotaStandIn(PROJECT, [cpuQuota(100), memoryQuota(400)]);
     const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "runs", "--events-topic", topic], {
       ORBAX2REG_WORKFLOW: WORKFLOW,
       ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
-    }).finally(() => eventarc.stop());
+      ORBAX2REG_CLOUDQUOTAS_ENDPOINT: quotas.url,
+    }).finally(async () => {
+      await eventarc.stop();
+      await quotas.close();
+    });
     expect(r.code, r.stdout + r.stderr).toBe(0);
     const stages = r.stdout.split("\n").filter((l) => /^(ok|FAIL) /.test(l));
     expect(stages.map((l) => l.split(/\s+/).slice(0, 2).join(" "))).toEqual([
       "ok access", // fake-gcs-server does not say; the check says so (test/cloud/ops/check-access.test.ts on the testbench)
+      "ok quota",
       "ok upload",
       "ok trigger",
+      "ok filter",
       "ok convert",
       "ok event",
       "ok verify",
       "ok cleanup",
     ]);
+    expect(r.stdout).toMatch(
+      /quota .* 8 groups at once x 1 task x 8 vCPU \/ 32 GiB = 64 vCPU, 256 GiB, and the function's 10 instances x 1 vCPU \/ 0.5 GiB = 10 vCPU, 5 GiB: 74 vCPU, 261 GiB; .*: fits/,
+    );
+    expect(r.stdout).toMatch(/filter .* a label value no execution has matched none; createTime>= before it kept it, after it dropped it/);
     expect(r.stdout).toMatch(/verify .* \d+ passed, 0 failed/);
     const [left] = await emulatorStorage().bucket(bucket).getFiles();
     expect(left.map((f) => f.name)).toEqual([]);
@@ -658,11 +676,18 @@ describe("the pipeline on local emulators", () => {
   test("orbax2reg cloud check fails with one line naming the likely cause when no conversion starts", async () => {
     const bucket = await newBucket("deploy");
     const eventarc = eventarcStandIn(bucket, fnRuns.url); // watches runs/, not elsewhere/
+    // A new project's quota: 20 vCPU in the region, less than the defaults' 64 + the function's 10.
+    const quotas = await startQuotaStandIn(PROJECT, [cpuQuota(20), memoryQuota(400)]);
     const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "elsewhere", "--timeout", "3"], {
       ORBAX2REG_WORKFLOW: WORKFLOW,
       ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
-    }).finally(() => eventarc.stop());
+      ORBAX2REG_CLOUDQUOTAS_ENDPOINT: quotas.url,
+    }).finally(async () => {
+      await eventarc.stop();
+      await quotas.close();
+    });
     expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/^FAIL quota .*does not fit \(CPU 74 vCPU > 20 vCPU\); set max_parallel_groups = 1 /m);
     expect(r.stdout).toMatch(/^FAIL trigger .*no execution .* is "elsewhere" one of checkpoint_prefixes/m);
     expect(r.stdout).toMatch(/^ok {3}cleanup/m);
   });

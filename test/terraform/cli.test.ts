@@ -51,7 +51,15 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     function_source_bucket: "src-bucket",
     function_source_object: "fn/orbax2reg-0123.zip",
   };
-  const LOCALS = ["destination_bucket", "destination_matches_template", "function_source_given", "job_shape_ok", "job_wait_fits", "names"];
+  const LOCALS = [
+    "destination_bucket",
+    "destination_matches_template",
+    "function_shape_ok",
+    "function_source_given",
+    "job_shape_ok",
+    "job_wait_fits",
+    "names",
+  ];
 
   /** Applies variables.tf + main.tf (variables and locals only) with these values; returns the locals or the error. */
   function evaluate(vars: Record<string, string | undefined>): { code: number; out: string; locals: Record<string, unknown> } {
@@ -74,6 +82,7 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     const r = evaluate({});
     expect(r.code, r.out).toBe(0);
     expect(r.locals.job_shape_ok).toEqual({ plan: true, "convert-group": true, finalize: true });
+    expect(r.locals.function_shape_ok).toBe(true);
     expect(r.locals.destination_bucket).toBe("ckpts");
     expect(r.locals.destination_matches_template).toBe(true);
   });
@@ -104,6 +113,12 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     ["function_build_service_account", "orbax2reg-build@my-project.iam.gserviceaccount.com"],
     ["function_build_service_account", "projects/my-project/serviceAccounts/no-email"],
     ["function_timeout_seconds", "541"],
+    ["function_cpu", "0.5"],
+    ["function_cpu", "3"],
+    ["function_concurrency", "0"],
+    ["function_concurrency", "1001"],
+    ["function_concurrency", "2.5"],
+    ["function_memory", "1GB"],
     ["destination_bucket", "gs://regular"],
     ["convert_every_n_steps", "0"],
     ["convert_every_n_steps", "2.5"],
@@ -170,6 +185,21 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     const r = evaluate({ group_cpu: cpu, group_memory: memory });
     expect(r.code, r.out).toBe(0);
     expect(r.locals.job_shape_ok).toEqual({ plan: true, "convert-group": fits, finalize: true });
+  });
+
+  test.each([
+    ["1", "512Mi", true],
+    ["1", "512M", false],
+    ["1", "4Gi", true],
+    ["1", "5Gi", false],
+    ["2", "8Gi", true],
+    ["4", "1Gi", false],
+    ["8", "4G", false],
+    ["8", "4Gi", true],
+  ])("the function's CPU and memory must be a pair Cloud Run runs: %s vCPU with %s fits: %s", (cpu, memory, fits) => {
+    const r = evaluate({ function_cpu: cpu, function_memory: memory });
+    expect(r.code, r.out).toBe(0);
+    expect(r.locals.function_shape_ok).toBe(fits);
   });
 
   test("the function's source must be exactly one of a local zip and an uploaded object", () => {

@@ -102,9 +102,9 @@ describe.skipIf(!present)(
       });
 
       test("creates everything and nothing else", () => {
-        // 12 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 25 resources, and 20 grants:
+        // 13 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 26 resources, and 20 grants:
         // GCS agent 1, trigger 2, function 4, workflow 7 (3 jobs), jobs 3, build 3.
-        expect(summary).toBe("Plan: 45 to add, 0 to change, 0 to destroy.");
+        expect(summary).toBe("Plan: 46 to add, 0 to change, 0 to destroy.");
         expect(changes.every((c) => c.change.actions.join() === "create" || c.change.actions.join() === "read")).toBe(true);
       });
 
@@ -170,6 +170,10 @@ describe.skipIf(!present)(
         const c = changes.find((x) => x.address === "google_cloudfunctions2_function.on_checkpoint");
         const service = (c?.change.after?.service_config as Record<string, unknown>[] | undefined)?.[0];
         expect(service?.timeout_seconds).toBe(60);
+        // Many events per instance, on the whole vCPU a concurrency above 1 needs.
+        expect(service?.max_instance_request_concurrency).toBe(80);
+        expect(service?.available_cpu).toBe("1");
+        expect(service?.available_memory).toBe("512Mi");
         expect(service?.service_account_email).toBe("orbax2reg-fn@my-project.iam.gserviceaccount.com");
         const unknownBuild = (c?.change.after_unknown?.build_config as Record<string, unknown>[] | undefined)?.[0];
         expect(unknownBuild?.docker_repository).toBe(true); // the repository's id, created in this apply
@@ -183,7 +187,7 @@ describe.skipIf(!present)(
         function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
         pubsub_agent_token_creator: "true",
       });
-      expect(summary).toBe("Plan: 42 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 43 to add, 0 to change, 0 to destroy.");
       const addresses = changes.map((c) => c.address);
       expect(addresses.filter((a) => a.includes(".build"))).toEqual([]);
       expect(after(changes, "google_project_iam_member.pubsub_agent_token_creator[0]").role).toBe("roles/iam.serviceAccountTokenCreator");
@@ -193,16 +197,29 @@ describe.skipIf(!present)(
       );
     });
 
-    test("with notification_channels: the Monitoring API, a failed-conversion counter and an alert policy to those channels", () => {
+    test("with notification_channels: the Monitoring API and the two alert policies (failed conversion, dropped event) to those channels", () => {
       const channel = "projects/my-project/notificationChannels/1234";
       const { summary, changes } = plan({ notification_channels: JSON.stringify([channel]) });
-      expect(summary).toBe("Plan: 48 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 49 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
-      const metric = after(changes, "google_logging_metric.conversion_failures[0]");
-      expect(metric.filter).toContain('jsonPayload.state="FAILED"');
-      expect(metric.filter).toContain('log_id("workflows.googleapis.com/executions_system")');
-      const policy = after(changes, "google_monitoring_alert_policy.conversion_failed[0]");
-      expect(policy.notification_channels).toEqual([channel]);
+      // No log-based metric: the failed executions come from Workflows' built-in metric, which exists at the first apply.
+      expect(changes.filter((c) => c.type === "google_logging_metric")).toEqual([]);
+      const failed = after(changes, "google_monitoring_alert_policy.conversion_failed[0]");
+      expect(failed.notification_channels).toEqual([channel]);
+      const threshold = (failed.conditions as { condition_threshold: { filter: string }[] }[])[0]?.condition_threshold[0];
+      expect(threshold?.filter).toBe(
+        'metric.type="workflows.googleapis.com/finished_execution_count" AND metric.labels.status="FAILED" AND ' +
+          'resource.type="workflows.googleapis.com/Workflow" AND resource.labels.workflow_id="orbax2reg-convert" AND resource.labels.location="us-central1"',
+      );
+      const dropped = after(changes, "google_monitoring_alert_policy.event_dropped[0]");
+      expect(dropped.notification_channels).toEqual([channel]);
+      const log = (dropped.conditions as { condition_matched_log: { filter: string }[] }[])[0]?.condition_matched_log[0];
+      expect(log?.filter).toBe(
+        'resource.type="cloud_run_revision" AND resource.labels.service_name="orbax2reg-on-checkpoint" AND ' +
+          'jsonPayload.component="orbax2reg-trigger" AND severity>=ERROR',
+      );
+      const strategy = (dropped.alert_strategy as { notification_rate_limit: { period: string }[] }[])[0];
+      expect(strategy?.notification_rate_limit[0]?.period).toBe("300s");
     });
 
     test("lock files are made in the temporary copy only, and terraform/.gitignore keeps them out of git", () => {

@@ -212,7 +212,25 @@ describe("Cloud Function", () => {
     expect(upload.bucket).toBe(ex("var.function_source_bucket"));
     expect(upload.name).toBe(`orbax2reg/function-${ex("substr(filesha256(var.function_source_zip), 0, 16)")}.zip`);
     expect(upload.source).toBe(ex("var.function_source_zip"));
-    expect(at(fn(), "lifecycle", 0, "precondition", 0, "condition")).toBe(ex("local.function_source_given"));
+    const conditions = (at(fn(), "lifecycle", 0, "precondition") as Obj[]).map((p) => p.condition);
+    expect(conditions).toContain(ex("local.function_source_given"));
+  });
+
+  test("takes many events per instance: request concurrency from a validated variable, on at least one vCPU", () => {
+    // A concurrency above 1 needs a whole vCPU: https://cloud.google.com/functions/docs/configuring/concurrency.
+    const service = at(fn(), "service_config", 0) as Obj;
+    expect(service.max_instance_request_concurrency).toBe(ex("var.function_concurrency"));
+    expect(service.available_cpu).toBe(ex("var.function_cpu"));
+    expect(service.available_memory).toBe(ex("var.function_memory"));
+    expect(mod.variable.function_concurrency?.default).toBe(80);
+    expect(String(at(mod.variable.function_concurrency, "validation", 0, "condition"))).toContain("var.function_concurrency <= 1000");
+    expect(mod.variable.function_cpu?.default).toBe("1");
+    expect(String(at(mod.variable.function_cpu, "validation", 0, "condition"))).toBe(
+      ex('contains(["1", "2", "4", "6", "8"], var.function_cpu)'),
+    );
+    expect(mod.variable.function_memory?.default).toBe("512Mi");
+    const conditions = (at(fn(), "lifecycle", 0, "precondition") as Obj[]).map((p) => p.condition);
+    expect(conditions).toContain(ex("local.function_shape_ok"));
   });
 
   test("gets the workflow, prefixes, destination template, topic, group count and claim lease as environment variables", () => {
@@ -657,43 +675,66 @@ describe("IAM", () => {
 });
 
 describe("Failure alerts (alerts.tf)", () => {
-  const metric = () => resource(mod, "google_logging_metric", "conversion_failures");
-  const policy = () => resource(mod, "google_monitoring_alert_policy", "conversion_failed");
+  const failed = () => resource(mod, "google_monitoring_alert_policy", "conversion_failed");
+  const dropped = () => resource(mod, "google_monitoring_alert_policy", "event_dropped");
 
   test("exist only when notification_channels names a channel (none by default)", () => {
     expect(mod.variable.notification_channels?.default).toEqual([]);
     expect(mod.variable.notification_channels?.nullable).toBe(false);
     expect(mod.locals.alerts).toBe(ex("length(var.notification_channels) > 0"));
-    expect(metric().count).toBe(ex("local.alerts ? 1 : 0"));
-    expect(policy().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(failed().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(dropped().count).toBe(ex("local.alerts ? 1 : 0"));
     expect(String(mod.locals.required_apis)).toContain('local.alerts ? ["monitoring.googleapis.com"] : []');
   });
 
-  test("count the executions of this deployment's workflow that end FAILED, from Workflows' execution log", () => {
-    expect(metric().filter).toBe(ex("local.failed_execution_filter"));
+  test("a failed conversion is counted by Workflows' built-in metric, not a log-based one (nothing to create first)", () => {
+    expect(mod.resource.google_logging_metric).toBeUndefined();
+    const threshold = at(failed(), "conditions", 0, "condition_threshold", 0) as Obj;
+    expect(threshold.filter).toBe(ex("local.failed_execution_filter"));
     const filter = String(mod.locals.failed_execution_filter);
     for (const term of [
+      'metric.type=\\"workflows.googleapis.com/finished_execution_count\\"',
+      'metric.labels.status=\\"FAILED\\"',
       'resource.type=\\"workflows.googleapis.com/Workflow\\"',
       `resource.labels.workflow_id=\\"${ex("local.names.workflow")}\\"`,
-      'log_id(\\"workflows.googleapis.com/executions_system\\")',
-      'jsonPayload.state=\\"FAILED\\"',
+      `resource.labels.location=\\"${ex("var.region")}\\"`,
     ])
       expect(filter).toContain(term);
-    expect(at(metric(), "metric_descriptor", 0)).toMatchObject({ metric_kind: "DELTA", value_type: "INT64", unit: "1" });
   });
 
-  test("alert the channels on any failure in 5 minutes, on that metric only", () => {
-    const p = policy();
+  test("a failed conversion alerts the channels on any failure in 5 minutes", () => {
+    const p = failed();
     expect(p.notification_channels).toBe(ex("var.notification_channels"));
     expect(p.combiner).toBe("OR");
     const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
-    expect(String(threshold.filter)).toContain(
-      `metric.type="logging.googleapis.com/user/${ex("google_logging_metric.conversion_failures[0].name")}"`,
-    );
     expect(threshold).toMatchObject({ comparison: "COMPARISON_GT", threshold_value: 0, duration: "0s" });
     expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "300s", per_series_aligner: "ALIGN_SUM" });
     expect(at(p, "documentation", 0, "mime_type")).toBe("text/markdown");
     expect(readFileSync(`${TERRAFORM}/README.md`, "utf8")).toContain("## Failure alerts");
+  });
+
+  test("a dropped event alerts on the function's own ERROR lines, as they arrive, at most once per 5 minutes", () => {
+    const p = dropped();
+    expect(p.notification_channels).toBe(ex("var.notification_channels"));
+    expect(at(p, "conditions", 0, "condition_matched_log", 0, "filter")).toBe(ex("local.dropped_event_filter"));
+    const filter = String(mod.locals.dropped_event_filter);
+    for (const term of [
+      'resource.type=\\"cloud_run_revision\\"',
+      `resource.labels.service_name=\\"${ex("local.names.function")}\\"`,
+      'jsonPayload.component=\\"orbax2reg-trigger\\"',
+      "severity>=ERROR",
+    ])
+      expect(filter).toContain(term);
+    // A log-match condition needs a notification rate limit.
+    expect(at(p, "alert_strategy", 0, "notification_rate_limit", 0, "period")).toBe("300s");
+    // Every ERROR line the function writes for a dropped event is explained in the policy's documentation.
+    const doc = String(at(p, "documentation", 0, "content"));
+    for (const line of ["the workflow refused to start", "misconfigured, events are acknowledged", "still failing"])
+      expect(doc).toContain(line);
+  });
+
+  test("the component the ERROR filter names is the function's logger's", () => {
+    expect(readFileSync("functions/index.ts", "utf8")).toContain('jsonLogger({ component: "orbax2reg-trigger" })');
   });
 });
 
@@ -713,6 +754,7 @@ describe("APIs", () => {
       "storage",
       "logging",
       "iam",
+      "cloudquotas", // orbax2reg cloud check reads the Cloud Run quotas
     ]) {
       expect(apis).toContain(`"${api}.googleapis.com"`);
     }

@@ -6,6 +6,8 @@ import type { VerifyResult } from "../../convert/verify.js";
 import { deleteSeen, type ObjectInfo, type Store } from "../../store/store.js";
 import type { ConversionEvent } from "../api/events.js";
 import { type ExecutionRef, type Executions, executionLabels } from "../api/executions.js";
+import { proveLabelFilter } from "./check-filter.js";
+import type { QuotaVerdict } from "./check-quota.js";
 
 /**
  * `orbax2reg cloud check`: the last step of a deployment. Uploads a tiny real Orbax checkpoint under a
@@ -15,8 +17,12 @@ import { type ExecutionRef, type Executions, executionLabels } from "../api/exec
  * checkpoint bucket (and later a separate destination bucket) has uniform bucket-level access: the function's and
  * the jobs' write grants are IAM conditions, which Cloud Storage honours only on such buckets
  * (https://cloud.google.com/storage/docs/uniform-bucket-level-access, terraform/README.md, "Where the jobs may write").
+ * Before it uploads anything it says whether the configured fan-out fits the region's Cloud Run quota
+ * (src/cloud/ops/check-quota.ts), and once the trigger has started the execution it proves the executions filter
+ * the trigger relies on against the real API's answer (src/cloud/ops/check-filter.ts); a failure of either is
+ * reported and the check goes on (and fails).
  */
-export type StageName = "access" | "upload" | "trigger" | "convert" | "event" | "verify" | "cleanup";
+export type StageName = "access" | "quota" | "upload" | "trigger" | "filter" | "convert" | "event" | "verify" | "cleanup";
 
 export interface Stage {
   readonly stage: StageName;
@@ -62,6 +68,8 @@ export interface CheckDeps {
   /** Subscribes to the events topic (a temporary subscription, deleted by close). */
   subscribe(topic: string): Promise<EventSubscription>;
   verify(orbaxStep: string, regularStep: string): Promise<VerifyResult>;
+  /** The quota stage: whether the configured fan-out fits (null: cannot tell, reported as passed with why). */
+  checkQuota?(): Promise<QuotaVerdict>;
   onStage(stage: Stage): void;
   readonly now?: () => number;
 }
@@ -95,7 +103,8 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
   let destination: string | null = null;
   let subscription: EventSubscription | undefined;
 
-  const run = async (stage: StageName, body: () => Promise<string>): Promise<void> => {
+  /** A stage; a failed one ends the check, unless `goOn` (its failure is reported, and fails the check, all the same). */
+  const run = async (stage: StageName, body: () => Promise<string>, goOn = false): Promise<void> => {
     const started = now();
     let ok = true;
     let detail: string;
@@ -108,7 +117,7 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
     const s: Stage = { stage, ok, seconds: (now() - started) / 1000, detail };
     stages.push(s);
     deps.onStage(s);
-    if (!s.ok) throw new StageFailed(s.detail);
+    if (!s.ok && !goOn) throw new StageFailed(s.detail);
   };
   const waitFor = async <T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> => {
     const deadline = now() + timeoutMs;
@@ -133,8 +142,21 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
 
   try {
     await run("access", () => access(o.bucket));
+    if (deps.checkQuota) {
+      const verdict = deps.checkQuota;
+      await run(
+        "quota",
+        async () => {
+          const v = await verdict();
+          if (v.fits === false) throw new Error(v.detail);
+          return v.detail;
+        },
+        true,
+      );
+    }
     // Subscribe first so that no event is missed.
     if (o.eventsTopic) subscription = await deps.subscribe(o.eventsTopic);
+    const uploadedAt = now();
     await run("upload", async () => {
       const local = await deps.openStore(bundledCheckpoint());
       const remote = await deps.openStore(source);
@@ -160,6 +182,16 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
     });
     const destinationBucket = /^gs:\/\/([^/]+)/.exec(destination ?? "")?.[1];
     if (destinationBucket !== undefined && destinationBucket !== o.bucket) await run("access", () => access(destinationBucket));
+    await run(
+      "filter",
+      () =>
+        proveLabelFilter(deps.executions, o.workflow, executionLabels(source, STEP), (execution as ExecutionRef).name, {
+          // Minutes either side, for the clock of this machine against the API's.
+          before: new Date(uploadedAt - 5 * 60_000).toISOString(),
+          after: new Date(now() + 10 * 60_000).toISOString(),
+        }),
+      true,
+    );
     await run("convert", async () => {
       const name = (execution as ExecutionRef).name;
       const done = await waitFor(`execution ${name} still running`, o.convertTimeoutMs, async () => {

@@ -3,7 +3,13 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import {
   DEFAULT_DESTINATION_TEMPLATE,
+  DEFAULT_FUNCTION_CPU,
+  DEFAULT_FUNCTION_MAX_INSTANCES,
+  DEFAULT_FUNCTION_MEMORY,
+  DEFAULT_GROUP_CPU,
+  DEFAULT_GROUP_MEMORY,
   DEFAULT_GROUPS,
+  DEFAULT_MAX_PARALLEL_GROUPS,
   DEFAULT_WORKFLOW_NAME,
   FULL_WORKFLOW_ID,
   LONGEST_CLAIM_LEASE_SECONDS,
@@ -106,6 +112,59 @@ export function resolveCloudSettings(
     destinationTemplate,
     groups: groupsText === undefined ? DEFAULT_GROUPS : Number(groupsText),
     claimLeaseSeconds: leaseText === undefined ? LONGEST_CLAIM_LEASE_SECONDS : Number(leaseText),
+  };
+}
+
+/** What one conversion runs at once (terraform max_parallel_groups, group_cpu, group_memory), for `cloud check`'s quota stage. */
+export interface FanOutSettings {
+  readonly maxParallelGroups: number;
+  /** vCPU of one convert-group task. */
+  readonly groupCpu: number;
+  /** Memory of one convert-group task, as terraform takes it (32Gi). */
+  readonly groupMemory: string;
+  /** The function's instance bound, vCPU and memory (terraform function_max_instances, function_cpu, function_memory). */
+  readonly functionMaxInstances: number;
+  readonly functionCpu: number;
+  readonly functionMemory: string;
+}
+
+/**
+ * Each from ORBAX2REG_MAX_PARALLEL_GROUPS / ORBAX2REG_GROUP_CPU / ORBAX2REG_GROUP_MEMORY /
+ * ORBAX2REG_FUNCTION_MAX_INSTANCES / ORBAX2REG_FUNCTION_CPU / ORBAX2REG_FUNCTION_MEMORY, else the terraform output fan_out,
+ * else the module's defaults.
+ */
+export function resolveFanOutSettings(
+  env: Env,
+  terraformOutputs: () => Record<string, unknown> | undefined = () => readTerraformOutputs(process.cwd()),
+): FanOutSettings {
+  let outputs: Record<string, unknown> | undefined | null = null;
+  const tf = (key: string): string | undefined => {
+    if (outputs === null) outputs = terraformOutputs();
+    const v = (outputs?.fan_out as Record<string, unknown> | undefined)?.[key];
+    return typeof v === "number" || (typeof v === "string" && v !== "") ? String(v) : undefined;
+  };
+  const pick = (name: string, key: string) => (env[name] === undefined || env[name] === "" ? tf(key) : env[name]);
+  const parallel = pick("ORBAX2REG_MAX_PARALLEL_GROUPS", "max_parallel_groups") ?? String(DEFAULT_MAX_PARALLEL_GROUPS);
+  const cpu = pick("ORBAX2REG_GROUP_CPU", "group_cpu") ?? DEFAULT_GROUP_CPU;
+  const memory = pick("ORBAX2REG_GROUP_MEMORY", "group_memory") ?? DEFAULT_GROUP_MEMORY;
+  if (!/^[1-9]\d*$/.test(parallel))
+    throw new UsageError(`max_parallel_groups must be a positive whole number, got ${JSON.stringify(parallel)}`);
+  if (!/^[1-9]\d*$/.test(cpu)) throw new UsageError(`group_cpu must be a whole number of vCPUs, got ${JSON.stringify(cpu)}`);
+  if (!/^\d+(Mi|Gi|M|G)$/.test(memory)) throw new UsageError(`group_memory must look like 32Gi or 8192Mi, got ${JSON.stringify(memory)}`);
+  const fnInstances = pick("ORBAX2REG_FUNCTION_MAX_INSTANCES", "function_max_instances") ?? String(DEFAULT_FUNCTION_MAX_INSTANCES);
+  const fnCpu = pick("ORBAX2REG_FUNCTION_CPU", "function_cpu") ?? DEFAULT_FUNCTION_CPU;
+  const fnMemory = pick("ORBAX2REG_FUNCTION_MEMORY", "function_memory") ?? DEFAULT_FUNCTION_MEMORY;
+  if (!/^[1-9]\d*$/.test(fnInstances))
+    throw new UsageError(`function_max_instances must be a positive whole number, got ${JSON.stringify(fnInstances)}`);
+  if (!/^[1-9]\d*$/.test(fnCpu)) throw new UsageError(`function_cpu must be a whole number of vCPUs, got ${JSON.stringify(fnCpu)}`);
+  if (!/^\d+(Mi|Gi|M|G)$/.test(fnMemory)) throw new UsageError(`function_memory must look like 512Mi, got ${JSON.stringify(fnMemory)}`);
+  return {
+    maxParallelGroups: Number(parallel),
+    groupCpu: Number(cpu),
+    groupMemory: memory,
+    functionMaxInstances: Number(fnInstances),
+    functionCpu: Number(fnCpu),
+    functionMemory: fnMemory,
   };
 }
 

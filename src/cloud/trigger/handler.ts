@@ -51,7 +51,8 @@ export async function handleFinalized(event: { id?: string; data?: unknown }, de
   const deadline = now() + (deps.config.deliveryDeadlineMs ?? deliveryDeadlineMs(deps.config.claimLeaseMs));
   const data = event.data as { bucket?: unknown; name?: unknown } | undefined;
   if (typeof data?.bucket !== "string" || typeof data?.name !== "string") {
-    deps.log.warn("malformed storage event ignored", { eventId: event.id ?? null });
+    // Not what Eventarc sends for a Cloud Storage object: nothing can be made of it, so it is dropped (ERROR: alerted).
+    deps.log.error("malformed storage event dropped: no bucket and object name in its data", { eventId: event.id ?? null });
     return "ignored";
   }
   const { config } = deps;
@@ -111,8 +112,9 @@ export async function handleFinalized(event: { id?: string; data?: unknown }, de
         time: new Date(now()).toISOString(),
       });
     } catch (e) {
-      // The conversion runs either way; a redelivery would only see the claim and stop.
-      log.error("could not publish conversion.requested", { execution, error: (e as Error).message });
+      // The conversion runs either way; a redelivery would only see the claim and stop. A WARNING: the function's
+      // ERROR lines mean a dropped event (src/cloud/trigger/severity.ts), and this one was not.
+      log.warn("could not publish conversion.requested", { execution, error: (e as Error).message });
     }
   }
   return "started";

@@ -27,6 +27,11 @@ output "groups" {
   value       = module.orbax2reg.groups
 }
 
+output "fan_out" {
+  description = "Convert-group executions at once and the size of each; `orbax2reg cloud check` reads it."
+  value       = module.orbax2reg.fan_out
+}
+
 output "claim_lease_seconds" {
   description = "The function's claim lease in seconds; the CLI reads it."
   value       = module.orbax2reg.claim_lease_seconds

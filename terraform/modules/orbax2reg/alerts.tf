@@ -1,44 +1,46 @@
 # Failure alerts, only when notification_channels names at least one channel (none by default: nothing is created).
+# Two policies, one for each side of the pipeline:
 #
-# What counts as a failed conversion: an execution of the conversion workflow that ends FAILED. Workflows writes an
-# execution log at the end of every execution (https://cloud.google.com/workflows/docs/log-workflow, "Execution
-# logs"), log workflows.googleapis.com/executions_system on the workflows.googleapis.com/Workflow resource, whose
-# payload carries the state (ExecutionsSystemLog in googleapis/google/cloud/workflows/type/executions_system.proto:
-# state FAILED, failure.exception). That line is there for every failure, also those after which convert.yaml cannot
-# publish conversion.failed (an execution past its step limit, a ResourceLimitError); a job task that failed and was
-# retried successfully is no failed conversion and raises no alert.
-# https://registry.terraform.io/providers/hashicorp/google/latest/docs/resources/logging_metric
+# 1. A conversion failed: an execution of the conversion workflow ended FAILED. Counted by Workflows' own metric
+#    workflows.googleapis.com/finished_execution_count (DELTA, INT64; label `status`, the execution's end state; on the
+#    monitored resource workflows.googleapis.com/Workflow, labels resource_container, location, workflow_id:
+#    https://cloud.google.com/monitoring/api/metrics_gcp, "workflows"; https://cloud.google.com/workflows/docs/monitor).
+#    A built-in metric exists in every project from the start, so the policy is accepted at the first apply (a
+#    log-based metric's descriptor can still be missing when the policy that names it is created), and it counts every
+#    FAILED end, also those after which convert.yaml cannot publish conversion.failed (an execution past its step limit).
+#    A job task that failed and was retried successfully is no failed conversion and raises no alert.
+# 2. An event was dropped: a commit marker that never becomes an execution never reaches the workflow, so (1) cannot
+#    see it. The function writes one ERROR line for each way an event is dropped (the start refused, a misconfigured
+#    function acknowledging every event, an event the handler gave up on, a delivery failing for longer than
+#    src/cloud/trigger/severity.ts allows: a claim that stays busy), and the policy matches those lines as they arrive
+#    (a log-match condition: https://cloud.google.com/logging/docs/alerting/log-based-alerts). A dead-letter topic cannot do
+#    this here: Eventarc creates and owns the trigger's Pub/Sub subscription (https://cloud.google.com/eventarc/docs/retry-events),
+#    so terraform cannot set one on it, and a dead-lettered event is one that failed for 24 h, a day late.
 # https://registry.terraform.io/providers/hashicorp/google/latest/docs/resources/monitoring_alert_policy
 
 locals {
   alerts = length(var.notification_channels) > 0
 
-  # The log-based metric's filter (Logging query language: https://cloud.google.com/logging/docs/view/logging-query-language).
+  # Monitoring filter (https://cloud.google.com/monitoring/api/v3/filters) of the failed executions of this deployment's
+  # workflow.
   failed_execution_filter = join(" AND ", [
+    "metric.type=\"workflows.googleapis.com/finished_execution_count\"",
+    "metric.labels.status=\"FAILED\"",
     "resource.type=\"workflows.googleapis.com/Workflow\"",
     "resource.labels.workflow_id=\"${local.names.workflow}\"",
-    "log_id(\"workflows.googleapis.com/executions_system\")",
-    "jsonPayload.state=\"FAILED\"",
+    "resource.labels.location=\"${var.region}\"",
   ])
-}
 
-# A counter: one per failed execution of this deployment's workflow (DELTA, INT64, unit 1).
-resource "google_logging_metric" "conversion_failures" {
-  count = local.alerts ? 1 : 0
-
-  project     = var.project_id
-  name        = "${var.name_prefix}/conversion_failures"
-  description = "Executions of the ${local.names.workflow} workflow (one orbax2reg conversion each) that ended FAILED."
-  filter      = local.failed_execution_filter
-
-  metric_descriptor {
-    metric_kind  = "DELTA"
-    value_type   = "INT64"
-    unit         = "1"
-    display_name = "${var.name_prefix} failed conversions"
-  }
-
-  depends_on = [google_project_service.required]
+  # Logging query (https://cloud.google.com/logging/docs/view/logging-query-language) of the function's ERROR lines: its
+  # own JSON lines (src/cloud/api/log.ts, component orbax2reg-trigger), on the Cloud Run service a 2nd-gen function runs
+  # as (resource cloud_run_revision, service_name = the function's name: https://cloud.google.com/run/docs/logging). The
+  # framework's own stack trace after a retryable failure is not matched: that event is redelivered, not dropped.
+  dropped_event_filter = join(" AND ", [
+    "resource.type=\"cloud_run_revision\"",
+    "resource.labels.service_name=\"${local.names.function}\"",
+    "jsonPayload.component=\"orbax2reg-trigger\"",
+    "severity>=ERROR",
+  ])
 }
 
 # Opens an incident, and notifies the channels, when any conversion failed in the last 5 minutes; it closes by itself
@@ -56,7 +58,7 @@ resource "google_monitoring_alert_policy" "conversion_failed" {
     display_name = "failed executions of ${local.names.workflow}"
 
     condition_threshold {
-      filter          = "metric.type=\"logging.googleapis.com/user/${google_logging_metric.conversion_failures[0].name}\" AND resource.type=\"workflows.googleapis.com/Workflow\""
+      filter          = local.failed_execution_filter
       comparison      = "COMPARISON_GT"
       threshold_value = 0
       duration        = "0s"
@@ -87,6 +89,51 @@ resource "google_monitoring_alert_policy" "conversion_failed" {
       - Which one and why: `orbax2reg cloud status`, or the workflow's executions in the console (the error names the phase and group, from the jobs' failure reports).
       - The job logs: Cloud Run jobs `${local.names.plan_job}`, `${local.names.group_job}`, `${local.names.finalize_job}`.
       - To convert the step again: `orbax2reg cloud start` with the same source and destination (finished objects are skipped).
+    EOT
+  }
+
+  depends_on = [google_project_service.required]
+}
+
+# Opens an incident on the first ERROR line of the function: an event that will never start a conversion. At most one
+# notification per 5 minutes (a rate limit is "required for alert policies with a LogMatch condition":
+# https://cloud.google.com/python/docs/reference/monitoring/latest/google.cloud.monitoring_v3.types.AlertPolicy.AlertStrategy);
+# closes 30 minutes after the last line.
+resource "google_monitoring_alert_policy" "event_dropped" {
+  count = local.alerts ? 1 : 0
+
+  project               = var.project_id
+  display_name          = "${var.name_prefix}: a checkpoint event was dropped"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+  user_labels           = var.labels
+
+  conditions {
+    display_name = "ERROR lines of ${local.names.function}"
+
+    condition_matched_log {
+      filter = local.dropped_event_filter
+    }
+  }
+
+  alert_strategy {
+    notification_rate_limit {
+      period = "300s"
+    }
+    auto_close = "1800s"
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = <<-EOT
+      The function `${local.names.function}` (project `${var.project_id}`) dropped a Cloud Storage event, or has been failing to handle one for long: a committed step may not be converted. Its ERROR line says which:
+
+      - `the workflow refused to start: ...`: the Workflows API refused the execution (a bad argument, a deleted workflow). Fix the cause, then `orbax2reg cloud start` the step.
+      - `misconfigured, events are acknowledged and ignored until redeployed: ...`: an environment variable of the function is wrong; every event is dropped until `terraform apply` redeploys it. Then `orbax2reg cloud backfill` the steps committed meanwhile.
+      - `... still failing ... after ...`: a delivery has been retried for that long (a claim that stays busy, an API that keeps failing); Eventarc drops the event 24 hours after it was sent. See the line's `errorKind` and the function's other lines.
+      - any other ERROR line: the event or what it names was rejected for good (`errorKind`, `retryable: false`).
+
+      `orbax2reg cloud status` lists the steps and their executions.
     EOT
   }
 

@@ -6,6 +6,9 @@ locals {
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
+    # `orbax2reg cloud check` reads the region's Cloud Run CPU and memory quotas through the Cloud Quotas API
+    # (https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.services.quotaInfos/get).
+    "cloudquotas.googleapis.com",
     "cloudresourcemanager.googleapis.com",
     "eventarc.googleapis.com",
     "iam.googleapis.com",

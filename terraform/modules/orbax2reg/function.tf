@@ -59,9 +59,15 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
   }
 
   service_config {
-    available_memory   = var.function_memory
-    timeout_seconds    = var.function_timeout_seconds
-    max_instance_count = var.function_max_instances
+    available_memory = var.function_memory
+    # A whole vCPU, so that one instance takes many events at once: a concurrency above 1 needs at least one
+    # (https://cloud.google.com/functions/docs/configuring/concurrency). Nearly every event is an object the conversion
+    # or the training job wrote, dismissed by a name test (src/cloud/trigger/classify.ts): at Cloud Run functions'
+    # default of one request per instance, each of them would hold an instance for its round trip.
+    available_cpu                    = var.function_cpu
+    max_instance_request_concurrency = var.function_concurrency
+    timeout_seconds                  = var.function_timeout_seconds
+    max_instance_count               = var.function_max_instances
     # Eventarc deliveries count as internal traffic; nothing else needs to reach the function.
     ingress_settings               = "ALLOW_INTERNAL_ONLY"
     all_traffic_on_latest_revision = true
@@ -108,6 +114,10 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
   ]
 
   lifecycle {
+    precondition {
+      condition     = local.function_shape_ok
+      error_message = "function_cpu = ${var.function_cpu} with function_memory = ${var.function_memory} do not fit Cloud Run (1 vCPU takes 512Mi-4Gi, 2 vCPU 512Mi-8Gi, 4 vCPU 2Gi-16Gi, 6 vCPU 4Gi-24Gi, 8 vCPU 4Gi-32Gi)."
+    }
     precondition {
       condition     = local.function_source_given
       error_message = "Give exactly one of function_source_zip (a local zip the module uploads) and function_source_object (an object already in function_source_bucket)."

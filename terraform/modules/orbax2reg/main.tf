@@ -111,6 +111,18 @@ locals {
     "6" = { min = 4096, max = 24576 }
     "8" = { min = 4096, max = 32768 }
   }
+  # The function is a Cloud Run service: the same vCPU/memory pairs (https://cloud.google.com/run/docs/configuring/services/cpu,
+  # "vCPU and memory table"; available_cpu "supports the same values as Cloud Run":
+  # https://cloud.google.com/functions/docs/reference/rest/v2/projects.locations.functions#ServiceConfig). Memory may be
+  # given in M / G (10^6, 10^9 bytes) as well as Mi / Gi.
+  function_memory_mib = tonumber(regex("^[0-9]+", var.function_memory)) * lookup(
+    { M = 1000000 / 1048576, Mi = 1, G = 1000000000 / 1048576, Gi = 1024 },
+    regex("[A-Za-z]+$", var.function_memory),
+  )
+  function_shape_ok = (
+    local.function_memory_mib >= local.job_memory_range_mib[var.function_cpu].min &&
+    local.function_memory_mib <= local.job_memory_range_mib[var.function_cpu].max
+  )
   job_memory_mib = {
     for phase, s in local.jobs : phase => tonumber(regex("^[0-9]+", s.memory)) * (endswith(s.memory, "Gi") ? 1024 : 1)
   }

@@ -97,6 +97,19 @@ output "groups" {
   value       = var.groups
 }
 
+output "fan_out" {
+  description = "What one conversion runs at once: max_parallel_groups convert-group executions of group_cpu vCPU and group_memory each, and the function at its bound (function_max_instances x function_cpu / function_memory); `orbax2reg cloud check` weighs it against the region's Cloud Run quota."
+  value = {
+    max_parallel_groups = var.max_parallel_groups
+    group_cpu           = var.group_cpu
+    group_memory        = var.group_memory
+    # The function is a Cloud Run service in the same region: at its bound it uses the same quota.
+    function_max_instances = var.function_max_instances
+    function_cpu           = var.function_cpu
+    function_memory        = var.function_memory
+  }
+}
+
 output "claim_lease_seconds" {
   description = "How long a step's claim that names no execution protects it (the function's ORBAX2REG_CLAIM_LEASE_SECONDS)."
   value       = var.function_timeout_seconds + 60

@@ -53,7 +53,7 @@ variable "deletion_protection" {
 }
 
 variable "notification_channels" {
-  description = "Cloud Monitoring notification channels to alert when a conversion fails (an execution of the workflow ends FAILED), as projects/<project>/notificationChannels/<id>. Empty (the default): no alert, and no log-based metric or alert policy is created. See README, \"Failure alerts\"."
+  description = "Cloud Monitoring notification channels to alert when a conversion fails (an execution of the workflow ends FAILED), as projects/<project>/notificationChannels/<id>. Also alerted: a checkpoint event the function dropped (its ERROR lines). Empty (the default): no alert policy is created. See README, \"Failure alerts\"."
   type        = list(string)
   default     = []
   nullable    = false
@@ -243,13 +243,35 @@ variable "function_build_service_account" {
 }
 
 variable "function_memory" {
-  description = "Memory of each function instance (the handler only filters names, claims the step and starts a workflow execution)."
+  description = "Memory of each function instance (the handler only filters names, claims the step and starts a workflow execution). With function_cpu it must be a pair Cloud Run allows (1 vCPU: 512Mi-4Gi, 2: 512Mi-8Gi, 4: 2Gi-16Gi, 6: 4Gi-24Gi, 8: 4Gi-32Gi; checked at plan time)."
   type        = string
-  default     = "256M"
+  default     = "512Mi"
 
   validation {
     condition     = can(regex("^[0-9]+(M|Mi|G|Gi)$", var.function_memory))
-    error_message = "function_memory must look like 256M, 512Mi or 1Gi."
+    error_message = "function_memory must look like 512M, 512Mi or 1Gi."
+  }
+}
+
+variable "function_cpu" {
+  description = "vCPUs of each function instance (service_config.available_cpu: \"1\", \"2\", \"4\", \"6\" or \"8\"). At least 1, because a request concurrency above 1 needs a whole vCPU (https://cloud.google.com/functions/docs/configuring/concurrency). One vCPU dismisses the bucket's other events at the rate docs/operations.md, \"Event cost\", measures; more buys nothing for a Node.js handler, which runs on one thread."
+  type        = string
+  default     = "1"
+
+  validation {
+    condition     = contains(["1", "2", "4", "6", "8"], var.function_cpu)
+    error_message = "function_cpu must be one of \"1\", \"2\", \"4\", \"6\", \"8\" (a concurrency above 1 needs at least one vCPU)."
+  }
+}
+
+variable "function_concurrency" {
+  description = "Events one function instance handles at once (service_config.max_instance_request_concurrency, 1 to 1000: https://cloud.google.com/run/docs/about-concurrency). Every object written to the bucket is one event, and almost all are dismissed by a name test in microseconds; at 1 (Cloud Run functions' default) each of them holds a whole instance for a round trip. See docs/operations.md, \"Event cost\"."
+  type        = number
+  default     = 80
+
+  validation {
+    condition     = var.function_concurrency >= 1 && var.function_concurrency <= 1000 && floor(var.function_concurrency) == var.function_concurrency
+    error_message = "function_concurrency must be an integer from 1 to 1000 (Cloud Run's limit on concurrent requests per instance)."
   }
 }
 
@@ -265,9 +287,9 @@ variable "function_timeout_seconds" {
 }
 
 variable "function_max_instances" {
-  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc."
+  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc. With function_concurrency events at once per instance, 10 instances dismiss tens of thousands of events a second (docs/operations.md, \"Event cost\"); the function at its bound counts against the region's Cloud Run CPU and memory quota, as the jobs do."
   type        = number
-  default     = 20
+  default     = 10
 
   validation {
     condition     = var.function_max_instances >= 1 && floor(var.function_max_instances) == var.function_max_instances

@@ -104,6 +104,9 @@ describe("the trigger function's handler", () => {
   let clock: number;
   let executions: FakeExecutions;
   let events: { topic: string; event: ConversionEvent }[];
+  /** The handler's log lines, as the function writes them to Cloud Logging. */
+  let lines: { severity: string; message: string }[] = [];
+  const errorLines = () => lines.filter((l) => l.severity === "ERROR").map((l) => l.message);
 
   const deps = (): TriggerDeps => ({
     config: {
@@ -119,7 +122,7 @@ describe("the trigger function's handler", () => {
     async publish(topic, event) {
       events.push({ topic, event });
     },
-    log: jsonLogger({}, () => {}),
+    log: jsonLogger({}, (l) => lines.push(JSON.parse(l))),
     now: () => clock,
     // Waiting advances the test's clock instead of the wall clock.
     sleep: async (ms) => {
@@ -271,9 +274,17 @@ describe("the trigger function's handler", () => {
     expect(await handleFinalized(commit(bucket, "runs/exp/step_00002000/commit_success.txt"), every())).toBe("started");
   });
 
-  test("a malformed event is acknowledged, not retried", async () => {
+  test("a malformed event is acknowledged, not retried, with one ERROR line each (the trigger-side alert sees drops)", async () => {
+    lines = [];
     expect(await handleFinalized({ id: "x", data: { nope: 1 } }, deps())).toBe("ignored");
     expect(await handleFinalized({ id: "x" }, deps())).toBe("ignored");
+    expect(errorLines()).toEqual([expect.stringMatching(/^malformed storage event dropped/), expect.stringMatching(/^malformed/)]);
+  });
+
+  test("an object that is not a commit marker is dismissed without a log line", async () => {
+    lines = [];
+    expect(await handleFinalized(commit(bucket, "runs/exp/regular/step_00000100/gda/w/0.0"), deps())).toBe("ignored");
+    expect(lines).toEqual([]);
   });
 
   test("when starting fails and no execution exists, the claim is released and the error thrown for a redelivery", async () => {
@@ -286,7 +297,9 @@ describe("the trigger function's handler", () => {
 
   test("when Workflows refuses the request itself, the event is acknowledged (redelivery cannot help) and the claim released", async () => {
     executions.failNext = "invalid-argument";
+    lines = [];
     expect(await handleFinalized(commit(bucket), deps())).toBe("refused");
+    expect(errorLines()).toEqual([expect.stringMatching(/^the workflow refused to start: /)]);
     expect(await (await destination()).stat(claimKey)).toBeUndefined();
     expect(executions.started).toHaveLength(0);
   });
