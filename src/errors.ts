@@ -269,6 +269,23 @@ export class RunApiError extends Orbax2RegError {
   }
 }
 
+/**
+ * A call to the Cloud Quotas API that failed (src/cloud/api/quotas.ts, after its own retries): `status` is the
+ * HTTP status, undefined when no answer came. Exit 1, like the other API failures; `cloud check` reports a 401 or
+ * 403 as a missing permission.
+ */
+export class QuotaApiError extends Orbax2RegError {
+  readonly kind = "QUOTA_API";
+  readonly exitCode = EXIT_FAILURE;
+  readonly retryable = true;
+  constructor(
+    message: string,
+    readonly status: number | undefined,
+  ) {
+    super(message);
+  }
+}
+
 /** Why an OS error code means the destination cannot be written, in words (none: not a destination problem). */
 const IO_CAUSES: Readonly<Record<string, string>> = {
   ENOTDIR: "a parent of this path is a file, not a directory",

@@ -22,6 +22,7 @@ import {
   MetadataError,
   NotFoundError,
   Orbax2RegError,
+  QuotaApiError,
   RunApiError,
   StoppedError,
   StorageIoError,
@@ -58,6 +59,7 @@ const TABLE: readonly (readonly [Orbax2RegError, string, number, boolean])[] = [
   [new ClaimBusyError("claim held"), "CLAIM_BUSY", 1, true],
   [new DeadlineError("deadline passed"), "DEADLINE", 1, true],
   [new RunApiError("get", "projects/p/locations/r/jobs/j/executions/e", 7, new Error("denied")), "RUN_API", 1, true],
+  [new QuotaApiError("cloudquotas: HTTP 403", 403), "QUOTA_API", 1, true],
   [new RetentionError([{ step: 100, error: "HTTP 403" }], []), "RETENTION", 1, true],
 ];
 

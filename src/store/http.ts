@@ -241,8 +241,9 @@ let shared: Dispatcher | undefined;
  * One dispatcher per process, made on first use. EnvHttpProxyAgent sends a request through HTTPS_PROXY or
  * HTTP_PROXY (either case) unless NO_PROXY names its host, as google-auth-library's token requests go, loopback
  * included (as curl does). Its own timeouts are off: the stall clock above is the one deadline, and it stops
- * while the consumer holds a piece. TLS sessions are resumed (undici's default cache), and the system's CAs and
- * NODE_EXTRA_CA_CERTS are trusted, as by every node TLS socket.
+ * while the consumer holds a piece. The system's CAs and NODE_EXTRA_CA_CERTS are trusted, as by every node TLS
+ * socket. undici resumes a TLS session only while its weak cache still holds it (nodejs/undici#1802: until the
+ * next garbage collection, soon in a conversion); what saves handshakes is that connections are kept alive.
  */
 function dispatcher(): Dispatcher {
   shared ??= new EnvHttpProxyAgent({ connections: MAX_SOCKETS, headersTimeout: 0, bodyTimeout: 0 });

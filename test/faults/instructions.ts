@@ -171,7 +171,11 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
       ([over]) => {
         let answered: IncomingMessage | undefined;
         const up = request(
-          { ...upstreamTls(), host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers },
+          // A connection of its own for each request: the testbench (gunicorn) answers an instructed upload before it
+          // has read the body, and a kept-alive connection then had the rest of that body read as the next request's
+          // line ("Invalid HTTP method", "Request Line is too large"). GCS frames requests itself; this proxy must not
+          // add a misframing of its own.
+          { ...upstreamTls(), agent: false, host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers },
           (answer) => {
             answered = answer;
             answer.on("close", over);
@@ -200,6 +204,11 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
           up.destroy();
         });
         if (methodOf(req) === "storage.objects.insert") req.on("data", (p: Buffer) => (stats.uploadBytes += p.length));
+        // A request the client gave up on before its whole body came must not stay open at the testbench, waiting
+        // for bytes that will never come (pipe() neither ends nor destroys `up` when `req` is cut off).
+        req.on("close", () => {
+          if (!req.complete) up.destroy();
+        });
         req.pipe(up);
       },
       () => cut(),

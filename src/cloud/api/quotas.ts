@@ -1,3 +1,4 @@
+import { QuotaApiError } from "../../errors.js";
 import { transientStatus } from "../../store/retry.js";
 import { type CallRetry, retryCall } from "./grpc.js";
 
@@ -94,16 +95,6 @@ export function quotaReader(client: RequestClient, base: string): QuotaReader {
       }
     },
   };
-}
-
-/** The Cloud Quotas API answered with an error (status), or not at all (no status). */
-export class QuotaApiError extends Error {
-  constructor(
-    message: string,
-    readonly status: number | undefined,
-  ) {
-    super(message);
-  }
 }
 
 const statusOf = (e: unknown): number | undefined => {

@@ -1,4 +1,5 @@
-import { QuotaApiError, type QuotaInfo, type QuotaReader } from "../api/quotas.js";
+import { QuotaApiError } from "../../errors.js";
+import type { QuotaInfo, QuotaReader } from "../api/quotas.js";
 
 /**
  * Whether the configured fan-out fits the region's Cloud Run quota, before the first real step. A conversion runs
