@@ -139,8 +139,7 @@ export class LocalStore implements Store {
   /**
    * `length` bytes at `offset`, a piece of the range [`whole`, `whole + wholeLength`) the caller wants (checked
    * against the object's size first: a corrupted length must not become a huge buffer, and a stream fails
-   * before its first piece), through a descriptor held only meanwhile. Into `into` (at least `length` bytes) if
-   * given, a buffer the caller reuses.
+   * before its first piece), through a descriptor held only meanwhile, into a buffer of its own.
    */
   private readPiece(
     key: string,
@@ -148,7 +147,6 @@ export class LocalStore implements Store {
     length: number,
     whole: number,
     wholeLength: number,
-    into?: Uint8Array,
   ): Promise<Uint8Array> {
     const path = this.file(key);
     return holding(READS, 1, async () => {
@@ -163,7 +161,7 @@ export class LocalStore implements Store {
         if (whole + wholeLength > size) {
           throw shortRead(describe(this, key), whole, wholeLength, size);
         }
-        const out = into !== undefined ? into.subarray(0, length) : new Uint8Array(length);
+        const out = new Uint8Array(length);
         let done = 0;
         while (done < length) {
           // fs reads take an int32 length; read large ranges in pieces.
