@@ -141,13 +141,7 @@ export class LocalStore implements Store {
    * against the object's size first: a corrupted length must not become a huge buffer, and a stream fails
    * before its first piece), through a descriptor held only meanwhile, into a buffer of its own.
    */
-  private readPiece(
-    key: string,
-    offset: number,
-    length: number,
-    whole: number,
-    wholeLength: number,
-  ): Promise<Uint8Array> {
+  private readPiece(key: string, offset: number, length: number, whole: number, wholeLength: number): Promise<Uint8Array> {
     const path = this.file(key);
     return holding(READS, 1, async () => {
       let handle: FileHandle;
