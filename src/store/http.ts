@@ -118,10 +118,9 @@ export class Http {
       // An error of a streamed body's source is the caller's, not ours: rethrown as it is.
       if (feed?.failure) throw feed.failure.error;
       throw classify(e, controller.signal, init.path);
-    } finally {
-      // An answer that came before the whole body (a refusal): the rest is not sent.
-      await feed?.stop();
     }
+    // An answer that came before the whole body (a refusal): the rest is not sent.
+    await feed?.stop();
     disarm();
 
     const answer = bodyOf(res, controller, { arm, disarm, hold }, stallMs, init.path);
