@@ -18,6 +18,8 @@ export GOPATH="$ROOT/.cache/go" GOMODCACHE="$ROOT/.cache/go/pkg/mod" GOFLAGS=-mo
 export PIP_CACHE_DIR="$ROOT/.cache/pip"
 
 step() { printf '\n== %s\n' "$*"; }
+# What a source setting names, for the venv's stamp: a file by its name and sha256, a pip requirement as it is.
+source_id() { if [ -f "$1" ]; then printf '%s %s' "$(basename "$1")" "$(sha256sum < "$1" | cut -d' ' -f1)"; else printf '%s' "$1"; fi; }
 
 step "npm ci"
 npm ci --no-audit --no-fund
@@ -76,8 +78,7 @@ step "storage-testbench -> .venv-testbench"
 if [ -z "${ORBAX2REG_STORAGE_TESTBENCH:-}" ]; then
   echo "skipped: ORBAX2REG_STORAGE_TESTBENCH is not set (the storage-testbench tests will skip)"
 else
-  source_id=$ORBAX2REG_STORAGE_TESTBENCH
-  if [ -f "$ORBAX2REG_STORAGE_TESTBENCH" ]; then source_id="$(basename "$ORBAX2REG_STORAGE_TESTBENCH") $(sha256sum < "$ORBAX2REG_STORAGE_TESTBENCH" | cut -d' ' -f1)"; fi
+  source_id=$(source_id "$ORBAX2REG_STORAGE_TESTBENCH")
   if [ "$(cat .venv-testbench/.installed-from 2>/dev/null || true)" != "$source_id" ]; then
     if [ ! -x .venv-testbench/bin/python ]; then python3 -m venv .venv-testbench; fi
     .venv-testbench/bin/pip install --quiet --disable-pip-version-check "$ORBAX2REG_STORAGE_TESTBENCH"
@@ -96,9 +97,7 @@ step "AXLearn -> .venv-axlearn"
 if [ -z "${ORBAX2REG_AXLEARN:-}" ]; then
   echo "skipped: ORBAX2REG_AXLEARN is not set (the AXLearn restore tests will skip)"
 else
-  source_id=$ORBAX2REG_AXLEARN
-  if [ -f "$ORBAX2REG_AXLEARN" ]; then source_id="$(basename "$ORBAX2REG_AXLEARN") $(sha256sum < "$ORBAX2REG_AXLEARN" | cut -d' ' -f1)"; fi
-  source_id="$source_id $(sha256sum < test/python/axlearn-requirements.txt | cut -d' ' -f1)"
+  source_id="$(source_id "$ORBAX2REG_AXLEARN") $(sha256sum < test/python/axlearn-requirements.txt | cut -d' ' -f1)"
   if [ "$(cat .venv-axlearn/.installed-from 2>/dev/null || true)" != "$source_id" ]; then
     if [ ! -x .venv-axlearn/bin/python ]; then python3 -m venv .venv-axlearn; fi
     .venv-axlearn/bin/python -m pip install --quiet --disable-pip-version-check -r test/python/axlearn-requirements.txt
