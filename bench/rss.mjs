@@ -3,7 +3,8 @@
 // chunk (bench/gen_big.py) local -> local, gs:// -> local, local -> gs://, gs:// -> gs://, and the 2 GB
 // fuji-shaped step (bench/gen_fuji.py) gs:// -> gs:// at several --concurrency and --memory settings, on
 // fake-gcs-server with its filesystem backend, over HTTPS as GCS serves (--plain: over plain HTTP instead, to
-// compare). Peak RSS is GNU time's maximum resident set size (bench/lib.mjs's timed()).
+// compare), and the gs:// -> gs:// copy verified through gs:// (issue 25's table, with a bigger chunk). Peak RSS
+// is GNU time's maximum resident set size (bench/lib.mjs's timed()).
 //
 //   node bench/rss.mjs [--only big|fuji] [--chunk-mib N] [--plain]
 import { execFileSync } from "node:child_process";
@@ -55,7 +56,16 @@ async function convert(source, dest, extra = []) {
   const r = await timed(join(ROOT, "bin/orbax2reg.js"), ["convert", source, out, "--json", ...extra], env);
   if (dest === "local") rmSync(out, { recursive: true, force: true });
   if (r.status !== 0) throw new Error(`convert ${source} -> ${out} failed: ${r.stderr.slice(-500)}`);
-  return { mib: Math.round(r.rssKiB / 1024), wall: r.seconds.toFixed(2), cpu: Math.round(r.cpu * 10) / 10 };
+  return { ...figures(r), out };
+}
+const figures = (r) => ({ mib: Math.round(r.rssKiB / 1024), wall: r.seconds.toFixed(2), cpu: Math.round(r.cpu * 10) / 10 });
+
+/** `orbax2reg verify` of a converted step against its source; fails unless every check passed. */
+async function verify(source, regular) {
+  const r = await timed(join(ROOT, "bin/orbax2reg.js"), ["verify", source, regular], env);
+  const summary = r.stdout.trim().split("\n").at(-1);
+  if (r.status !== 0 || !/ 0 failed$/.test(summary)) throw new Error(`verify ${regular} failed: ${summary} ${r.stderr.slice(-500)}`);
+  return { ...figures(r), summary };
 }
 
 execFileSync("npx", ["tsc", "-p", "tsconfig.build.json"], { cwd: ROOT, stdio: "inherit" });
@@ -74,7 +84,10 @@ if (only !== "fuji") {
   row("local → local, 1 GiB chunk", await convert(step, "local"));
   row("gs:// → local, 1 GiB chunk", await convert("gs://src/big/step_00000001", "local"));
   row("local → gs://, 1 GiB chunk", await convert(step, "gs"));
-  row("gs:// → gs://, 1 GiB chunk", await convert("gs://src/big/step_00000001", "gs"));
+  const copied = await convert("gs://src/big/step_00000001", "gs");
+  row("gs:// → gs://, 1 GiB chunk", copied);
+  const checked = await verify("gs://src/big/step_00000001", `${copied.out}/step_00000001`);
+  row(`verify gs:// against gs://, 1 GiB chunk (${checked.summary})`, checked);
 }
 if (only !== "big") {
   execFileSync(join(ROOT, ".venv/bin/python"), [join(ROOT, "bench/gen_fuji.py")], { stdio: "inherit" });

@@ -1,8 +1,10 @@
 // Starts the local stand-ins of the end-to-end test on loopback: the Pub/Sub emulator, the Workflows
 // emulator, the Cloud Run Admin API stand-in and the trigger function under the real functions-framework.
 // (fake-gcs-server is started by the global setup for every test file.) All are installed by scripts/install.sh.
+import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { afterEach } from "vitest";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
 import { type Deployed, workflowsDir } from "./deployed.js";
 
@@ -81,4 +83,19 @@ export function startDeployedWorkflow(work: string, deployed: Deployed, env: Nod
     },
     join(work, "workflows.log"),
   );
+}
+
+/**
+ * After a failed test, prints the last lines of each of the pipeline's logs in `work` (names relative to it),
+ * so that a failure seen once in CI can be read without keeping the scratch directory.
+ */
+export function printLogsOnFailure(work: () => string, names: readonly string[], lines = 40): void {
+  afterEach((ctx) => {
+    if (ctx.task.result?.state !== "fail") return;
+    for (const name of names) {
+      const file = join(work(), name);
+      const tail = existsSync(file) ? readFileSync(file, "utf8").split("\n").slice(-lines).join("\n") : "(none)";
+      process.stderr.write(`--- ${ctx.task.name}: the last lines of ${name}\n${tail}\n`);
+    }
+  });
 }

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { type Message, PubSub } from "@google-cloud/pubsub";
 import { Storage } from "@google-cloud/storage";
@@ -9,7 +9,7 @@ import { removeScratch, scratch } from "../helpers/convert.js";
 import { MANY_CHUNKS_ROOT, TOOLS } from "../helpers/paths.js";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
 import { deployedSettings } from "./deployed.js";
-import { startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
+import { printLogsOnFailure, startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
 
 // The event flood of the default deployment (docs/operations.md, "Event cost"): the regular checkpoint is written into
 // the watched checkpoint bucket itself, so every object the conversion writes is one more finalize event for the
@@ -134,14 +134,9 @@ beforeAll(async () => {
 
 // A failed test prints the end of what the pipeline logged, so that a failure seen once in CI can be read.
 afterEach((ctx) => {
-  if (ctx.task.result?.state !== "fail") return;
-  process.stderr.write(`--- ${ctx.task.name}: ${deliveries.length} deliveries so far\n`);
-  for (const name of ["hooks.jsonl", "jobs.jsonl", "workflows.log", "function.log", "fake-gcs.log"]) {
-    const file = join(work, name);
-    const tail = existsSync(file) ? readFileSync(file, "utf8").split("\n").slice(-40).join("\n") : "(none)";
-    process.stderr.write(`--- ${ctx.task.name}: the last lines of ${name}\n${tail}\n`);
-  }
+  if (ctx.task.result?.state === "fail") process.stderr.write(`--- ${ctx.task.name}: ${deliveries.length} deliveries so far\n`);
 });
+printLogsOnFailure(() => work, ["hooks.jsonl", "jobs.jsonl", "workflows.log", "function.log", "fake-gcs.log"]);
 
 afterAll(async () => {
   await closeRelay?.();

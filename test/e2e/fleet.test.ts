@@ -1,6 +1,6 @@
-import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, inject, test, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, test, vi } from "vitest";
 import type { StepRow, StepStatus } from "../../src/cloud/ops/status.js";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { type CliResult, runBin, runBinAsync } from "../helpers/cli.js";
@@ -8,7 +8,7 @@ import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
 import { type Deployed, deployedSettings } from "./deployed.js";
-import { startDeployedWorkflow, startRunApi } from "./emulators.js";
+import { printLogsOnFailure, startDeployedWorkflow, startRunApi } from "./emulators.js";
 
 // Each test waits on workflow retries with real backoff and several processes per job: ~10-25 s on an idle
 // machine, up to 5x that when the 2 cores are shared (seen in the full suite). A deadline, not a timing check.
@@ -53,14 +53,7 @@ beforeAll(async () => {
 }, 180_000);
 
 // A failed test prints the end of what the pipeline logged, so that a failure seen once in CI can be read.
-afterEach((ctx) => {
-  if (ctx.task.result?.state !== "fail") return;
-  for (const name of ["transcript.txt", "hooks.jsonl", "jobs.jsonl", "workflows.log", "run-api.log"]) {
-    const file = join(work, name);
-    const tail = existsSync(file) ? readFileSync(file, "utf8").split("\n").slice(-40).join("\n") : "(none)";
-    process.stderr.write(`--- ${ctx.task.name}: the last lines of ${name}\n${tail}\n`);
-  }
-});
+printLogsOnFailure(() => work, ["transcript.txt", "hooks.jsonl", "jobs.jsonl", "workflows.log", "run-api.log"]);
 
 afterAll(async () => {
   await Promise.all([workflows?.stop(), runApi?.stop()]);

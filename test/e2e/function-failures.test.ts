@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { removeScratch, scratch } from "../helpers/convert.js";
 import { newBucket } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
-import { startFunction } from "./emulators.js";
+import { printLogsOnFailure, startFunction } from "./emulators.js";
 
 // What the trigger function, served by the real functions-framework, answers when handling an event fails.
 // Eventarc redelivers an event whose function fails, with backoff, for up to 24 h
@@ -32,6 +32,9 @@ beforeAll(async () => {
     log,
   );
 }, 120_000);
+
+// A failed test prints the end of what the function logged.
+printLogsOnFailure(() => work, ["function.log"]);
 
 afterAll(async () => {
   await fn?.stop();

@@ -13,7 +13,7 @@ import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
 import { type Deployed, deployedSettings } from "./deployed.js";
-import { startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
+import { printLogsOnFailure, startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
 
 // Each test waits on workflow retries with real backoff and several processes per job: ~10-25 s on an idle
 // machine, up to 5x that when the 2 cores are shared (seen in the full suite). A deadline, not a timing check.
@@ -91,6 +91,9 @@ beforeAll(async () => {
     authClient: new PassThroughClient(),
   } as unknown as ConstructorParameters<typeof ExecutionsClient>[0]);
 }, 180_000);
+
+// A failed test prints the end of what the pipeline logged, so that a failure seen once in CI can be read.
+printLogsOnFailure(() => work, ["hooks.jsonl", "jobs.jsonl", "workflows.log", "function.log", "function-runs.log", "pubsub.log"]);
 
 afterAll(async () => {
   await closeSubscription?.();

@@ -46,8 +46,7 @@ export const cpuQuota = (vcpu: number, perRegion: Record<string, number> = {}) =
     vcpu * 1000,
     Object.fromEntries(Object.entries(perRegion).map(([r, v]) => [r, v * 1000])),
   );
-export const memoryQuota = (gib: number) =>
-  quotaInfo("MemAllocPerProjectRegion", "run.googleapis.com/memory_allocation", "By", gib * 2 ** 30);
+export const memoryQuota = (gib: number) => quotaInfo("MemAllocPerProjectRegion", "run.googleapis.com/mem_allocation", "By", gib * 2 ** 30);
 
 export async function startQuotaStandIn(project: string, infos: QuotaInfo[] = []): Promise<QuotaStandIn> {
   const state = { infos, failures: [] as number[], requests: [] as string[] };

@@ -6,7 +6,7 @@ import type { QuotaInfo, QuotaReader } from "../api/quotas.js";
  * min(groups, max_parallel_groups) convert-group job executions at once, each of tasks_per_group tasks of group_cpu
  * vCPU and group_memory (8 x 1 x 8 vCPU / 32 GiB = 64 vCPU, 256 GiB at the module's defaults). Cloud Run limits the
  * CPU and memory allocated at once in a region, per project: the quotas whose metrics are
- * run.googleapis.com/cpu_allocation (milli vCPU) and run.googleapis.com/memory_allocation (bytes), quota ids
+ * run.googleapis.com/cpu_allocation (milli vCPU) and run.googleapis.com/mem_allocation (bytes), quota ids
  * CpuAllocPerProjectRegion and MemAllocPerProjectRegion (https://cloud.google.com/run/quotas; read through the Cloud
  * Quotas API, src/cloud/api/quotas.ts). A new project's values can be lower than the defaults need.
  *
@@ -35,8 +35,14 @@ export interface QuotaVerdict {
   readonly detail: string;
 }
 
-const CPU_METRIC = "run.googleapis.com/cpu_allocation";
-const MEMORY_METRIC = "run.googleapis.com/memory_allocation";
+// The quotas by id, or by metric should an id ever change: quotaInfos as the Cloud Quotas API lists them for
+// run.googleapis.com (services/run.googleapis.com/quotaInfos/CpuAllocPerProjectRegion, metric
+// run.googleapis.com/cpu_allocation, unit milli-vCPU; .../MemAllocPerProjectRegion, run.googleapis.com/mem_allocation,
+// unit By). The ids are the ones Cloud Run's "Quota violated: MemAllocPerProjectRegion requested: ..." errors name.
+const CPU_QUOTA = { id: "CpuAllocPerProjectRegion", metric: "run.googleapis.com/cpu_allocation" } as const;
+const MEMORY_QUOTA = { id: "MemAllocPerProjectRegion", metric: "run.googleapis.com/mem_allocation" } as const;
+const CPU_METRIC = CPU_QUOTA.metric;
+const MEMORY_METRIC = MEMORY_QUOTA.metric;
 
 /** "8Gi", "512Mi", "32G", "4096M" as MiB (Kubernetes quantities, as Cloud Run takes them). */
 export function memoryMiB(quantity: string): number {
@@ -81,9 +87,10 @@ const gib = (mib: number) => `${Number((mib / 1024).toFixed(1))} GiB`;
 
 /**
  * Reads the quotas and says whether `fanOut` fits in `region`. Who runs the check needs cloudquotas.quotas.get on the
- * project (https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.services.quotaInfos/list; the
- * Quota Viewer role, roles/servicemanagement.quotaViewer, is the one https://cloud.google.com/docs/quotas/view-manage
- * names for viewing quotas), and the project needs cloudquotas.googleapis.com enabled (terraform apis.tf does).
+ * project (https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.services.quotaInfos/list). The
+ * narrowest predefined role holding it is Cloud Quotas Viewer, roles/cloudquotas.viewer
+ * (https://cloud.google.com/iam/docs/roles-permissions/cloudquotas); the project needs cloudquotas.googleapis.com
+ * enabled (terraform apis.tf does).
  */
 export async function checkQuota(reader: QuotaReader, project: string, region: string, fanOut: FanOut): Promise<QuotaVerdict> {
   let infos: QuotaInfo[];
@@ -93,7 +100,7 @@ export async function checkQuota(reader: QuotaReader, project: string, region: s
     if (e instanceof QuotaApiError && (e.status === 401 || e.status === 403)) {
       throw new Error(
         `cannot read the Cloud Run quotas of project ${project} (${e.message}): the caller needs cloudquotas.quotas.get ` +
-          "(e.g. Quota Viewer, roles/servicemanagement.quotaViewer) and the project cloudquotas.googleapis.com enabled",
+          "(e.g. Cloud Quotas Viewer, roles/cloudquotas.viewer) and the project cloudquotas.googleapis.com enabled",
       );
     }
     throw e;
@@ -126,11 +133,12 @@ export function quotaVerdict(infos: readonly QuotaInfo[], region: string, fanOut
     show: (v: number) => string;
   }[] = [];
   const unread: string[] = [];
-  for (const [kind, metric] of [
-    ["cpu", CPU_METRIC],
-    ["memory", MEMORY_METRIC],
+  for (const [kind, quota] of [
+    ["cpu", CPU_QUOTA],
+    ["memory", MEMORY_QUOTA],
   ] as const) {
-    for (const info of infos.filter((i) => i.metric === metric)) {
+    const metric = quota.metric;
+    for (const info of infos.filter((i) => i.quotaId === quota.id || i.metric === quota.metric)) {
       const raw = limitIn(info, region);
       if (raw === null) continue; // unlimited here
       const have = inUnits(info, raw, kind);

@@ -2,9 +2,11 @@
 # Two policies, one for each side of the pipeline:
 #
 # 1. A conversion failed: an execution of the conversion workflow ended FAILED. Counted by Workflows' own metric
-#    workflows.googleapis.com/finished_execution_count (DELTA, INT64; label `status`, the execution's end state; on the
-#    monitored resource workflows.googleapis.com/Workflow, labels resource_container, location, workflow_id:
-#    https://cloud.google.com/monitoring/api/metrics_gcp, "workflows"; https://cloud.google.com/workflows/docs/monitor).
+#    workflows.googleapis.com/finished_execution_count (BETA, DELTA, INT64; labels `status`, "the execution status of
+#    the workflow", and revision_id; on the monitored resource workflows.googleapis.com/Workflow, labels
+#    resource_container, location, workflow_id: https://cloud.google.com/monitoring/api/metrics_gcp_p_z, "workflows";
+#    https://cloud.google.com/monitoring/api/resources; https://cloud.google.com/workflows/docs/monitor). The page does
+#    not list the label's values; FAILED is the execution state's name (Execution.State in the Executions API).
 #    A built-in metric exists in every project from the start, so the policy is accepted at the first apply (a
 #    log-based metric's descriptor can still be missing when the policy that names it is created), and it counts every
 #    FAILED end, also those after which convert.yaml cannot publish conversion.failed (an execution past its step limit).
