@@ -28,7 +28,7 @@ COPY scripts/image-deps.mjs ./scripts/
 # code imports (scripts/image-deps.mjs: not the CLI's nor the trigger function's, functions-framework and
 # express), and of those nothing that is only for compilers and editors (*.d.ts, source maps, @types) or left
 # by the addon's build (its objects, the zstd sources it compiled; their licences stay).
-RUN npx tsc -p tsconfig.build.json --sourceMap false --declaration false \
+RUN npx tsc -p tsconfig.build.json --sourceMap false --declaration false --incremental false \
  && node scripts/image-deps.mjs --write \
  && npm prune --omit=dev --no-audit --no-fund \
  && rm -rf node_modules/@types node_modules/zstd-napi/src \

@@ -12,7 +12,7 @@
 //   node bench/gcs.mjs [--runs N] [--profile] [--no-verify]
 //
 // One emulator serves every run (the source is uploaded once); before each run the destination's objects are
-// deleted. --profile adds one `node --cpu-prof` orbax2reg run and prints where its main thread's time goes.
+// deleted. --profile adds one `node --cpu-prof` orbax2reg run over each transport and prints where its main thread's time goes.
 import { existsSync, readFileSync, statSync } from "node:fs";
 import os from "node:os";
 import { relative, resolve } from "node:path";
@@ -207,15 +207,21 @@ say(`| peak RSS (max of ${RUNS} runs) | ${fmt(tls.rss)}x | (printed) | |`);
 say();
 
 if (flag("--profile")) {
-  await deletePrefix(GCS, "dst", "tls/");
-  const keep = resolve(GEN, "gcs.cpuprofile");
-  const { profile, wall } = cpuProfile([CLI, "convert", `gs://src/${SRC}`, "gs://dst/tls"], keep, { ORBAX2REG_GCS_ENDPOINT: GCS });
-  say(
-    `## Profile of one \`orbax2reg convert\` gs:// -> gs:// over HTTPS (node --cpu-prof, ${fmt(wall)} s wall; saved to ${relative(ROOT, keep)})`,
-  );
-  say();
-  for (const l of profileSummary(profile, { top: 20 })) say(l);
-  say();
+  // Both transports: plain HTTP is the one held to TensorStore's CPU, HTTPS the one GCS serves.
+  for (const [name, endpoint, prefix] of [
+    ["plain HTTP", PLAIN, "o2r"],
+    ["HTTPS", GCS, "tls"],
+  ]) {
+    await deletePrefix(GCS, "dst", `${prefix}/`);
+    const keep = resolve(GEN, `gcs-${prefix}.cpuprofile`);
+    const { profile, wall } = cpuProfile([CLI, "convert", `gs://src/${SRC}`, `gs://dst/${prefix}`], keep, { ORBAX2REG_GCS_ENDPOINT: endpoint });
+    say(
+      `## Profile of one \`orbax2reg convert\` gs:// -> gs:// over ${name} (node --cpu-prof, ${fmt(wall)} s wall; saved to ${relative(ROOT, keep)})`,
+    );
+    say();
+    for (const l of profileSummary(profile, { top: 20 })) say(l);
+    say();
+  }
 }
 
 await deletePrefix(GCS, "dst", "");
