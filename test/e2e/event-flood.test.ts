@@ -6,6 +6,7 @@ import { ExecutionsClient, type protos } from "@google-cloud/workflows";
 import { PassThroughClient } from "google-auth-library";
 import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from "vitest";
 import { removeScratch, scratch } from "../helpers/convert.js";
+import { SETUP_RETRIES } from "../helpers/gcs.js";
 import { MANY_CHUNKS_ROOT, TOOLS } from "../helpers/paths.js";
 import { freePort, need, type Running, serve } from "../helpers/servers.js";
 import { deployedSettings } from "./deployed.js";
@@ -76,7 +77,7 @@ beforeAll(async () => {
     logFile: join(work, "fake-gcs.log"),
     ready: async (url) => (await fetch(`${url}/storage/v1/b`).catch(() => undefined))?.ok === true,
   });
-  storage = new Storage({ apiEndpoint: gcs.url, projectId: PROJECT });
+  storage = new Storage({ apiEndpoint: gcs.url, projectId: PROJECT, retryOptions: SETUP_RETRIES });
   await storage.createBucket(BUCKET);
 
   const emulators = {

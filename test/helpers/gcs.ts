@@ -1,12 +1,24 @@
 import { randomBytes } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
-import { Storage } from "@google-cloud/storage";
+import { IdempotencyStrategy, Storage, type StorageOptions } from "@google-cloud/storage";
 import { inject } from "vitest";
+
+/**
+ * The tests' own requests (setting up buckets and objects, reading results) retry every transient failure, writes
+ * included: what they write is the same on every attempt, and an emulator under load resets a kept-alive
+ * connection now and then (gunicorn's gthread worker under the storage-testbench does: benoitc/gunicorn#3013),
+ * which the client retries by default only for requests it can prove idempotent.
+ */
+export const SETUP_RETRIES: StorageOptions["retryOptions"] = {
+  autoRetry: true,
+  maxRetries: 5,
+  idempotencyStrategy: IdempotencyStrategy.RetryAlways,
+};
 
 /** A client for the fake-gcs-server the global setup started (the product picks it up the same way). */
 export function emulatorStorage(): Storage {
-  return new Storage({ apiEndpoint: inject("gcsEndpoint"), projectId: "test-project" });
+  return new Storage({ apiEndpoint: inject("gcsEndpoint"), projectId: "test-project", retryOptions: SETUP_RETRIES });
 }
 
 /** A new, empty bucket with a unique name. */

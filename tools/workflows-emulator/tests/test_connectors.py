@@ -24,6 +24,9 @@ FAIL = "import json; print(json.dumps({'message': 'no such bucket', 'code': 404,
 CRASH = "import sys; sys.stderr.write('oops'); raise SystemExit(3)"
 NOT_JSON = "print('hello')"
 SLOW = "import time; time.sleep(30)"
+# Reads its input only after the emulator's first 0.1 s wait for it is over, as a hook started on a busy machine does.
+LATE_READER = "import json,sys,time; time.sleep(0.5); c=json.load(sys.stdin); print(json.dumps({'size': len(c['args']['blob'])}))"
+PATCH = "googleapis.storage.v1.objects.patch"
 
 
 def calling(name, args, catch=True):
@@ -44,6 +47,7 @@ class Hooks(unittest.TestCase):
                  "googleapis.storage.v1.objects.list": {"command": [sys.executable, "-c", NOT_JSON]},
                  "googleapis.storage.v1.objects.delete": {"command": [sys.executable, "-c", SLOW], "timeout": 0.5},
                  "googleapis.storage.v1.objects.insert": "echo",  # a string: run by /bin/sh
+                 PATCH: {"command": [sys.executable, "-c", LATE_READER], "timeout": 10},
                  }
         path = os.path.join(cls.dir.name, "hooks.yaml")
         with open(path, "w") as f:
@@ -60,6 +64,10 @@ class Hooks(unittest.TestCase):
                 env={"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": "e1"})
         self.assertEqual(r.result, {"got": {"connector": JOB, "args": {"name": "projects/p/locations/l/jobs/j"}},
                                     "exec": "e1", "connector": JOB})
+
+    def test_a_hook_that_reads_late_gets_all_of_an_input_larger_than_a_pipe_holds(self):
+        r = run(calling(PATCH, {"blob": "x" * (1 << 20)}, catch=False))
+        self.assertEqual(r.result, {"size": 1 << 20})
 
     def test_a_string_command_runs_in_a_shell_and_empty_stdout_is_null(self):
         r = run(calling("googleapis.storage.v1.objects.insert", {"bucket": "b"}, catch=False))

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import yaml
@@ -86,17 +87,23 @@ def run_connector(rendered_step):
     payload = {"connector": name, "args": _plain(rendered_step.get("args", {}))}
     _check_cancelled()  # a cancelled execution starts no further hook
     started = time.monotonic()
-    proc = subprocess.Popen(spec["command"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=spec.get("cwd", _HOOKS_DIR), env=env)
+    # The payload goes in as a file, not through communicate(): a communicate(input, timeout) that times out
+    # before the input is all written (a busy machine: the pipe drains slowly, or this thread waits for the GIL)
+    # and is retried without the input (it refuses it a second time) never writes the rest nor closes stdin, so
+    # the hook waits for the end of its input until its own timeout (CPython's Popen._communicate registers
+    # stdin only when given input).
+    with tempfile.TemporaryFile() as payload_file:
+        payload_file.write(json.dumps(payload).encode())
+        payload_file.seek(0)
+        proc = subprocess.Popen(spec["command"], stdin=payload_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=spec.get("cwd", _HOOKS_DIR), env=env)
     deadline = time.monotonic() + spec["timeout"]
     event = _CANCEL.get()
-    stdin = json.dumps(payload)
     while True:
         try:
-            stdout, stderr = proc.communicate(stdin, timeout=0.1)
+            stdout, stderr = proc.communicate(timeout=0.1)
             break
         except subprocess.TimeoutExpired:
-            stdin = None  # sent already; communicate() refuses it a second time
             # Only the hook is stopped: what it started on "Cloud Run" runs on, as a job execution outlives a
             # cancelled workflow.
             if event is not None and event.is_set():
