@@ -214,7 +214,9 @@ if (flag("--profile")) {
   ]) {
     await deletePrefix(GCS, "dst", `${prefix}/`);
     const keep = resolve(GEN, `gcs-${prefix}.cpuprofile`);
-    const { profile, wall } = cpuProfile([CLI, "convert", `gs://src/${SRC}`, `gs://dst/${prefix}`], keep, { ORBAX2REG_GCS_ENDPOINT: endpoint });
+    const { profile, wall } = cpuProfile([CLI, "convert", `gs://src/${SRC}`, `gs://dst/${prefix}`], keep, {
+      ORBAX2REG_GCS_ENDPOINT: endpoint,
+    });
     say(
       `## Profile of one \`orbax2reg convert\` gs:// -> gs:// over ${name} (node --cpu-prof, ${fmt(wall)} s wall; saved to ${relative(ROOT, keep)})`,
     );
