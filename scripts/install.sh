@@ -24,45 +24,11 @@ source_id() { if [ -f "$1" ]; then printf '%s %s' "$(basename "$1")" "$(sha256su
 step "npm ci"
 npm ci --no-audit --no-fund
 
-step "Go tools -> .tools/bin"
-mkdir -p "$GOBIN"
-if [ ! -x "$GOBIN/fake-gcs-server" ]; then go install "$FAKE_GCS_SERVER"; fi
-# Google's in-memory Pub/Sub server (pstest), wrapped as a binary; versions pinned in its go.mod.
-if [ ! -x "$GOBIN/pubsub-emulator" ]; then (cd tools/pubsub-emulator && go build -trimpath -o "$GOBIN/pubsub-emulator" .); fi
-# terraform (test/terraform: fmt, validations, validate/plan), pinned: the machine's own when it is exactly this
-# version, else built from the Go module proxy into .tools/bin (tools/README.md, "Terraform"; ~8 min on 2 cores).
-TERRAFORM_VERSION=1.11.4
-# The v1.11.4 tag's commit, as the pseudo-version of the nested modules its go.mod replaces with local directories.
-TERRAFORM_NESTED=v0.0.0-20250409131005-35645b8fca68
-tf_version() { TF_CLI_CONFIG_FILE=/dev/null "$1" version 2>/dev/null | head -n1 || true; }
-build_terraform() {
-  # `go install ...@v1.11.4` refuses a go.mod with replace directives, and the module zip leaves out the nested
-  # modules they point at: build inside a copy of the module with those directories filled in from the proxy.
-  local src m
-  src=$(mktemp -d)
-  go mod download "github.com/hashicorp/terraform@v$TERRAFORM_VERSION"
-  cp -r "$GOMODCACHE/github.com/hashicorp/terraform@v$TERRAFORM_VERSION/." "$src"
-  chmod -R u+w "$src"
-  for m in $(sed -n 's|^replace \(github.com/hashicorp/terraform/[^ ]*\) => .*|\1|p' "$src/go.mod"); do
-    go mod download "$m@$TERRAFORM_NESTED"
-    rm -rf "${src:?}/${m#github.com/hashicorp/terraform/}"
-    cp -r "$GOMODCACHE/$m@$TERRAFORM_NESTED" "$src/${m#github.com/hashicorp/terraform/}"
-  done
-  chmod -R u+w "$src"
-  # Go >= 1.26 rejects its go.mod's `godebug tlskyber=0`: that TLS switch was removed from Go (its default applies).
-  sed -i '/^godebug tlskyber=/d' "$src/go.mod"
-  (cd "$src" && go build -trimpath -ldflags "-s -w -X github.com/hashicorp/terraform/version.dev=no" -o "$GOBIN/terraform" .)
-  rm -rf "$src"
-}
-if [ "$(tf_version "$GOBIN/terraform")" != "Terraform v$TERRAFORM_VERSION" ]; then
-  rm -f "$GOBIN/terraform"
-  if [ "$(tf_version terraform)" = "Terraform v$TERRAFORM_VERSION" ]; then
-    echo "terraform v$TERRAFORM_VERSION: $(command -v terraform)"
-  else
-    build_terraform
-  fi
-fi
-
+# The Python venvs install in the background while the Go tools build: pip waits mostly on downloads, go on
+# the CPU. Their output is shown once they are done (a failure stops the script with it).
+mkdir -p .cache
+python_log=.cache/install-python.log
+(
 step "Python venv with the real orbax-checkpoint -> .venv"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r test/fixtures-gen/requirements.txt
@@ -119,5 +85,53 @@ else
   fi
   echo "AXLearn: $source_id"
 fi
+) > "$python_log" 2>&1 &
+python_pid=$!
+
+step "Go tools -> .tools/bin"
+mkdir -p "$GOBIN"
+if [ ! -x "$GOBIN/fake-gcs-server" ]; then go install "$FAKE_GCS_SERVER"; fi
+# Google's in-memory Pub/Sub server (pstest), wrapped as a binary; versions pinned in its go.mod.
+if [ ! -x "$GOBIN/pubsub-emulator" ]; then (cd tools/pubsub-emulator && go build -trimpath -o "$GOBIN/pubsub-emulator" .); fi
+# terraform (test/terraform: fmt, validations, validate/plan), pinned: the machine's own when it is exactly this
+# version, else built from the Go module proxy into .tools/bin (tools/README.md, "Terraform"; ~8 min on 2 cores).
+TERRAFORM_VERSION=1.11.4
+# The v1.11.4 tag's commit, as the pseudo-version of the nested modules its go.mod replaces with local directories.
+TERRAFORM_NESTED=v0.0.0-20250409131005-35645b8fca68
+tf_version() { TF_CLI_CONFIG_FILE=/dev/null "$1" version 2>/dev/null | head -n1 || true; }
+build_terraform() {
+  # `go install ...@v1.11.4` refuses a go.mod with replace directives, and the module zip leaves out the nested
+  # modules they point at: build inside a copy of the module with those directories filled in from the proxy.
+  local src m
+  src=$(mktemp -d)
+  go mod download "github.com/hashicorp/terraform@v$TERRAFORM_VERSION"
+  cp -r "$GOMODCACHE/github.com/hashicorp/terraform@v$TERRAFORM_VERSION/." "$src"
+  chmod -R u+w "$src"
+  for m in $(sed -n 's|^replace \(github.com/hashicorp/terraform/[^ ]*\) => .*|\1|p' "$src/go.mod"); do
+    go mod download "$m@$TERRAFORM_NESTED"
+    rm -rf "${src:?}/${m#github.com/hashicorp/terraform/}"
+    cp -r "$GOMODCACHE/$m@$TERRAFORM_NESTED" "$src/${m#github.com/hashicorp/terraform/}"
+  done
+  chmod -R u+w "$src"
+  # Go >= 1.26 rejects its go.mod's `godebug tlskyber=0`: that TLS switch was removed from Go (its default applies).
+  sed -i '/^godebug tlskyber=/d' "$src/go.mod"
+  (cd "$src" && go build -trimpath -ldflags "-s -w -X github.com/hashicorp/terraform/version.dev=no" -o "$GOBIN/terraform" .)
+  rm -rf "$src"
+}
+if [ "$(tf_version "$GOBIN/terraform")" != "Terraform v$TERRAFORM_VERSION" ]; then
+  rm -f "$GOBIN/terraform"
+  if [ "$(tf_version terraform)" = "Terraform v$TERRAFORM_VERSION" ]; then
+    echo "terraform v$TERRAFORM_VERSION: $(command -v terraform)"
+  else
+    build_terraform
+  fi
+fi
+
+if ! wait "$python_pid"; then
+  cat "$python_log" >&2
+  echo "install.sh: the Python venvs failed (above)" >&2
+  exit 1
+fi
+cat "$python_log"
 
 step "done"
