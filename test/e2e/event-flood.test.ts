@@ -6,9 +6,10 @@ import { ExecutionsClient, type protos } from "@google-cloud/workflows";
 import { PassThroughClient } from "google-auth-library";
 import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from "vitest";
 import { removeScratch, scratch } from "../helpers/convert.js";
-import { SETUP_RETRIES } from "../helpers/gcs.js";
+import { SETUP_CLIENT } from "../helpers/gcs.js";
 import { MANY_CHUNKS_ROOT, TOOLS } from "../helpers/paths.js";
-import { freePort, need, type Running, serve } from "../helpers/servers.js";
+import { answers, freePort, need, type Running, serve } from "../helpers/servers.js";
+import { testTls } from "../helpers/tls.mjs";
 import { deployedSettings } from "./deployed.js";
 import { printLogsOnFailure, startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
 
@@ -70,14 +71,18 @@ beforeAll(async () => {
   const bin = `${TOOLS}/fake-gcs-server`;
   need(bin);
   const port = await freePort();
-  const args = ["-scheme", "http", "-host", "127.0.0.1", "-port", String(port), "-backend", "memory", "-log-level", "error"];
+  // Over HTTPS with the test CA, as the suite's own emulator (test/setup/global.ts) and Cloud Storage serve.
+  const { certFile, keyFile } = testTls();
+  const args = ["-scheme", "https", "-cert-location", certFile, "-private-key-location", keyFile];
+  args.push("-host", "127.0.0.1", "-port", String(port), "-backend", "memory", "-log-level", "error");
   args.push("-event.pubsub-project-id", PROJECT, "-event.pubsub-topic", TOPIC, "-event.bucket", BUCKET, "-event.list", "finalize");
   gcs = await serve("fake-gcs-server (events)", bin, args, port, {
+    scheme: "https",
     env: { PUBSUB_EMULATOR_HOST: pubsubHost },
     logFile: join(work, "fake-gcs.log"),
-    ready: async (url) => (await fetch(`${url}/storage/v1/b`).catch(() => undefined))?.ok === true,
+    ready: answers("/storage/v1/b"),
   });
-  storage = new Storage({ apiEndpoint: gcs.url, projectId: PROJECT, retryOptions: SETUP_RETRIES });
+  storage = new Storage({ apiEndpoint: gcs.url, projectId: PROJECT, ...SETUP_CLIENT });
   await storage.createBucket(BUCKET);
 
   const emulators = {

@@ -5,20 +5,20 @@ import { IdempotencyStrategy, Storage, type StorageOptions } from "@google-cloud
 import { inject } from "vitest";
 
 /**
- * The tests' own requests (setting up buckets and objects, reading results) retry every transient failure, writes
- * included: what they write is the same on every attempt, and an emulator under load resets a kept-alive
- * connection now and then (gunicorn's gthread worker under the storage-testbench does: benoitc/gunicorn#3013),
- * which the client retries by default only for requests it can prove idempotent.
+ * The tests' own storage clients (setting up buckets and objects, reading results): every transient failure is
+ * retried, writes included, since what they write is the same on every attempt (an emulator under load resets a
+ * kept-alive connection now and then: gunicorn's gthread worker under the storage-testbench does,
+ * benoitc/gunicorn#3013; the client retries by default only what it can prove idempotent), and every request has a
+ * deadline, so that a wedged emulator fails a test at once instead of hanging it (the client sets none).
  */
-export const SETUP_RETRIES: StorageOptions["retryOptions"] = {
-  autoRetry: true,
-  maxRetries: 5,
-  idempotencyStrategy: IdempotencyStrategy.RetryAlways,
-};
+export const SETUP_CLIENT = {
+  retryOptions: { autoRetry: true, maxRetries: 5, idempotencyStrategy: IdempotencyStrategy.RetryAlways },
+  timeout: 60_000,
+} satisfies StorageOptions;
 
 /** A client for the fake-gcs-server the global setup started (the product picks it up the same way). */
 export function emulatorStorage(): Storage {
-  return new Storage({ apiEndpoint: inject("gcsEndpoint"), projectId: "test-project", retryOptions: SETUP_RETRIES });
+  return new Storage({ apiEndpoint: inject("gcsEndpoint"), projectId: "test-project", ...SETUP_CLIENT });
 }
 
 /** A new, empty bucket with a unique name. */

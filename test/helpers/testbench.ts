@@ -4,7 +4,7 @@
 import { randomBytes } from "node:crypto";
 import { Storage } from "@google-cloud/storage";
 import { inject } from "vitest";
-import { SETUP_RETRIES } from "./gcs.js";
+import { SETUP_CLIENT } from "./gcs.js";
 
 /** The testbench's endpoint, or undefined when it is not installed. */
 export const testbenchEndpoint = (): string | undefined => inject("testbenchEndpoint") || undefined;
@@ -16,7 +16,7 @@ export const testbenchMissing = (): string | undefined =>
 /** A client for the testbench, optionally through another endpoint in front of it (a proxy). */
 export function testbenchStorage(endpoint = testbenchEndpoint()): Storage {
   if (endpoint === undefined) throw new Error("storage-testbench is not running");
-  return new Storage({ apiEndpoint: endpoint, projectId: "test-project", retryOptions: SETUP_RETRIES });
+  return new Storage({ apiEndpoint: endpoint, projectId: "test-project", ...SETUP_CLIENT });
 }
 
 /** A new, empty bucket on the testbench with a unique name. */
