@@ -41,8 +41,6 @@ export interface QuotaVerdict {
 // unit By). The ids are the ones Cloud Run's "Quota violated: MemAllocPerProjectRegion requested: ..." errors name.
 const CPU_QUOTA = { id: "CpuAllocPerProjectRegion", metric: "run.googleapis.com/cpu_allocation" } as const;
 const MEMORY_QUOTA = { id: "MemAllocPerProjectRegion", metric: "run.googleapis.com/mem_allocation" } as const;
-const CPU_METRIC = CPU_QUOTA.metric;
-const MEMORY_METRIC = MEMORY_QUOTA.metric;
 
 /** "8Gi", "512Mi", "32G", "4096M" as MiB (Kubernetes quantities, as Cloud Run takes them). */
 export function memoryMiB(quantity: string): number {
@@ -137,12 +135,11 @@ export function quotaVerdict(infos: readonly QuotaInfo[], region: string, fanOut
     ["cpu", CPU_QUOTA],
     ["memory", MEMORY_QUOTA],
   ] as const) {
-    const metric = quota.metric;
     for (const info of infos.filter((i) => i.quotaId === quota.id || i.metric === quota.metric)) {
       const raw = limitIn(info, region);
       if (raw === null) continue; // unlimited here
       const have = inUnits(info, raw, kind);
-      const id = info.quotaId ?? info.name ?? metric;
+      const id = info.quotaId ?? info.name ?? quota.metric;
       if (have === undefined) {
         unread.push(`${id} (unit ${JSON.stringify(info.metricUnit)})`);
         continue;
@@ -158,7 +155,7 @@ export function quotaVerdict(infos: readonly QuotaInfo[], region: string, fanOut
     const why =
       unread.length > 0
         ? `quotas in an unknown unit: ${unread.join(", ")}`
-        : `no ${CPU_METRIC} or ${MEMORY_METRIC} limit listed for ${region}`;
+        : `no ${CPU_QUOTA.metric} or ${MEMORY_QUOTA.metric} limit listed for ${region}`;
     return { fits: null, detail: `${need}; cannot tell whether it fits (${why}): see https://cloud.google.com/run/quotas` };
   }
   const stated = limits.map((l) => `${l.what} ${l.show(l.have)} (${l.id})`).join(", ");

@@ -85,6 +85,7 @@ describe("cloud check's quota stage", () => {
     const renamed = quota("MemAllocPerProjectRegion", "run.googleapis.com/memory_allocation_v2", "By", 100 * 2 ** 30);
     expect(quotaVerdict([cpu(1000), renamed], REGION, DEFAULTS).detail).toMatch(/memory 256 GiB > 100 GiB/);
   });
+
   test("an unlimited value (negative) or no such quota cannot fail the check: it says it cannot tell", () => {
     expect(
       quotaVerdict([quota("CpuAllocPerProjectRegion", "run.googleapis.com/cpu_allocation", "milli-vCPU", -1)], REGION, DEFAULTS),
