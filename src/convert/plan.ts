@@ -337,7 +337,7 @@ async function planArray(
 }
 
 /** How chunks of this array become zarr v2 chunks compressed with zstd. */
-function chunkMode(meta: ZarrArrayMeta): "copy" | "shard-inner" | "transcode" {
+export function chunkMode(meta: ZarrArrayMeta): "copy" | "shard-inner" | "transcode" {
   const enc = meta.encoding;
   if (enc.kind === "v2") return enc.compressor === "zstd" || enc.compressor === "none" ? "copy" : "transcode";
   // zarr v3 `bytes` + `zstd` stores exactly zstd(elements): the v2 chunk.

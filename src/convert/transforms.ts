@@ -147,7 +147,7 @@ function fill(run: Run, o: PlannedObject): Job {
  * (offset, nbytes, CRC-32C) sits in its last SHARD_INDEX_BYTES; it is checked before the stream ends, so a
  * shard that is not laid out as planned fails the write instead of producing a wrong object.
  */
-async function* innerChunkOfShard(source: Store, r: Range): AsyncIterable<Uint8Array> {
+export async function* innerChunkOfShard(source: Store, r: Range): AsyncIterable<Uint8Array> {
   const keep = r.length - SHARD_INDEX_BYTES;
   const tail = new Uint8Array(SHARD_INDEX_BYTES);
   const crcAt = SHARD_INDEX_BYTES - 4;

@@ -1,5 +1,7 @@
 import { createHash } from "node:crypto";
-import { isPermanent } from "../errors.js";
+import { readFrameHeader } from "../codecs/zstd.js";
+import { FormatError, isPermanent } from "../errors.js";
+import type { ValueLocation } from "../ocdbt/database.js";
 import { chunkKeyPattern, listArrays, type StoredArray } from "../orbax/arrays.js";
 import { iteratorOwner, missingIterators, relativeToStep } from "../orbax/processes.js";
 import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
@@ -7,15 +9,22 @@ import { parseIndex, structureStrings } from "../regular/index-file.js";
 import { regularChunkKey } from "../regular/zarray.js";
 import { openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
-import { Budget } from "../util/budget.js";
+import { Budget, forEachLimited } from "../util/budget.js";
+import { firstDifference } from "../util/streams.js";
 import { CAST_DTYPES, type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import type { DType } from "../zarr/dtype.js";
 import { chunkGrid, chunkKey, parseZarrMetadata, product } from "../zarr/metadata.js";
 import { unravel } from "../zarr/read-array.js";
-import { expectedIndexText, iteratorFiles, keptByParamsOnly } from "./plan.js";
+import { chunkMode, expectedIndexText, iteratorFiles, keptByParamsOnly, SHARD_INDEX_BYTES } from "./plan.js";
+import { innerChunkOfShard, STREAM_RESERVE } from "./transforms.js";
 
 const VERIFY_CONCURRENCY = 4;
+/**
+ * Memory for chunks compared decoded (a cast, or bytes that differ from the source's): each holds both sides
+ * encoded and decoded, so a chunk over this runs alone. Chunks stored as their source are compared streamed.
+ */
+const VERIFY_MEMORY = 512 << 20;
 /** AXLearn's zarr v2 chunk keys: indices joined by ".". */
 const REGULAR_KEYS = { prefix: "", separator: "." } as const;
 
@@ -35,8 +44,9 @@ const text = new TextDecoder();
 
 /**
  * Compares a regular checkpoint with the Orbax step it came from: the index (byte for byte, and AXLearn's
- * EXACT structure check), every `.zarray`, every chunk decoded and compared with the source's, and that
- * nothing extra sits under `gda/`. Also catches what AXLearn's restore would silently accept (a missing
+ * EXACT structure check), every `.zarray`, every chunk against the source's (streamed where it holds the
+ * source's bytes under the same codec, decoded where it does not or the export casts), and that nothing extra
+ * sits under `gda/`. Also catches what AXLearn's restore would silently accept (a missing
  * chunk file, a smaller stored shape, a different dtype).
  */
 export async function verify(
@@ -86,20 +96,21 @@ export async function verify(
   const arrays = choice.paramsOnly ? all.filter((a) => keptByParamsOnly(a.leaf.path)) : all;
   await checkIterators(source, dest, choice.paramsOnly, check);
   // Every object under gda/, by its directory (an array's) and name.
-  const stored = new Map<string, Set<string>>();
+  const stored = new Map<string, Map<string, number>>();
   for await (const o of dest.list("gda/")) {
     const dir = o.key.slice(0, o.key.lastIndexOf("/") + 1);
     let names = stored.get(dir);
     if (names === undefined) {
-      names = new Set();
+      names = new Map();
       stored.set(dir, names);
     }
-    names.add(o.key.slice(dir.length));
+    names.set(o.key.slice(dir.length), o.size);
   }
+  const memory = new Budget(VERIFY_MEMORY);
   for (const [i, a] of arrays.entries()) {
     const castTo = castTarget(a.meta.dtype, choice.dtype);
     await check(`gda/${a.leaf.path}${castTo === undefined ? "" : ` (cast to ${castTo.name})`}`, () =>
-      compareArray(source, a, dest, stored.get(`gda/${a.leaf.path}/`) ?? new Set(), castTo),
+      compareArray(source, a, dest, stored.get(`gda/${a.leaf.path}/`) ?? new Map(), castTo, memory),
     );
     onArray?.(i + 1, arrays.length);
   }
@@ -110,7 +121,7 @@ export async function verify(
     for (const [dir, names] of stored) {
       const rank = ranks.get(dir);
       const pattern = rank === undefined ? undefined : chunkKeyPattern(REGULAR_KEYS, rank);
-      for (const name of names) {
+      for (const name of names.keys()) {
         if (extra.length >= 5) break;
         if (pattern === undefined || (name !== ".zarray" && !pattern.test(name))) extra.push(dir + name);
       }
@@ -185,13 +196,17 @@ async function expectedIndex(source: OrbaxStep, step: number, all: readonly Stor
   return expectedIndexText(source, step, arrays, choice.paramsOnly);
 }
 
-/** Compares one array with its source; with `castTo`, with the source's elements cast (zarr/cast.ts). */
+/**
+ * Compares one array with its source; with `castTo`, with the source's elements cast (zarr/cast.ts). `present`
+ * holds the size of each object in the array's directory.
+ */
 async function compareArray(
   source: OrbaxStep,
   a: StoredArray,
   dest: Store,
-  present: ReadonlySet<string>,
+  present: ReadonlyMap<string, number>,
   castTo: DType | undefined,
+  memory: Budget,
 ): Promise<string | undefined> {
   const prefix = `gda/${a.leaf.path}`;
   const meta = parseZarrMetadata(".zarray", await dest.read(`${prefix}/.zarray`), { path: describe(dest, `${prefix}/.zarray`) });
@@ -203,38 +218,108 @@ async function compareArray(
   if (meta.dtype.name !== want.name)
     return `.zarray dtype ${meta.dtype.name}, ${castTo ? `the source's ${a.meta.dtype.name} cast to ${want.name}` : "source"} ${want.name}`;
   const grid = chunkGrid(meta);
+  const size = product(meta.chunkShape) * meta.dtype.itemSize;
+  // Stored bytes are compared as they are only where both sides decode them the same way (below).
+  const mode =
+    castTo === undefined && meta.encoding.kind === "v2" && meta.encoding.compressor === a.meta.encoding.compressor
+      ? chunkMode(a.meta)
+      : "decode";
   const problems: string[] = [];
-  // A few chunks at a time: enough to overlap reads, few enough to keep decoded chunks in memory small.
-  const slots = new Budget(VERIFY_CONCURRENCY);
-  await Promise.all(
-    Array.from({ length: product(grid) }, async (_, i) => {
-      const release = await slots.acquire();
+  // A few chunks at a time: enough to overlap reads.
+  await forEachLimited(
+    Array.from(grid.length === 0 ? [0] : { length: product(grid) }, (_, i) => i),
+    VERIFY_CONCURRENCY,
+    async (i) => {
+      if (problems.length > 0) return;
+      const index = meta.shape.length === 0 ? [] : unravel(i, grid);
+      const name = regularChunkKey(index);
+      const key = `${prefix}/${name}`;
+      const stored = present.get(name);
+      if (stored === undefined) {
+        problems.push(`chunk ${name} is missing (AXLearn would silently read zeros)`);
+        return;
+      }
+      const entry = a.chunks.get(chunkKey(a.meta, index));
+      const sourcePath = source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`);
+      const frame = mode === "decode" || entry === undefined ? undefined : storedFrame(source, entry.value, mode, sourcePath);
+      if (frame !== undefined && frame.length === stored) {
+        const release = await memory.acquire(STREAM_RESERVE);
+        try {
+          // The same bytes under the same codec are the same elements: compared streamed, nothing decoded, so a
+          // chunk of any size costs a few pieces of memory. Its frame header must still declare the chunk's size.
+          const head = new Uint8Array(Math.min(stored, FRAME_HEADER_MAX));
+          const at = await firstDifference(tap(dest.readStream(key, 0, stored), head), frame.bytes);
+          if (at === undefined) {
+            if (meta.encoding.kind === "v2" && meta.encoding.compressor === "zstd") {
+              const declared = readFrameHeader(head, describe(dest, key)).contentSize;
+              if (declared !== undefined && declared !== size)
+                problems.push(`chunk ${name} declares ${declared} bytes decoded, its shape holds ${size} (as does its source)`);
+            } else if (stored !== size) problems.push(`chunk ${name} holds ${stored} bytes, its shape ${size} (as does its source)`);
+            return;
+          }
+        } finally {
+          release();
+        }
+        // Different bytes may still be the same elements (another encoder's frame): decoded below.
+      }
+      // Both sides decoded (and cast): held whole, so as many at once as the memory budget allows.
+      const weight = stored + (entry === undefined || entry.value.kind === "inline" ? 0 : entry.value.length) + 3 * size;
+      const release = await memory.acquire(weight);
       try {
         if (problems.length > 0) return;
-        const index = meta.shape.length === 0 ? [] : unravel(i, grid);
-        const key = `${prefix}/${regularChunkKey(index)}`;
-        if (!present.has(regularChunkKey(index))) {
-          problems.push(`chunk ${regularChunkKey(index)} is missing (AXLearn would silently read zeros)`);
-          return;
-        }
-        const entry = a.chunks.get(chunkKey(a.meta, index));
         const [mineBytes, theirBytes] = await Promise.all([
           dest.read(key),
           entry === undefined ? undefined : source.source.read(entry.value),
         ]);
         const mine = decodeChunk(meta, mineBytes, describe(dest, key));
-        const decoded = decodeChunk(a.meta, theirBytes, source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`));
+        const decoded = decodeChunk(a.meta, theirBytes, sourcePath);
         const theirs = castTo === undefined ? decoded : castToBfloat16(decoded, a.meta.dtype);
         if (!Buffer.from(mine.buffer, mine.byteOffset, mine.length).equals(theirs)) {
           const what = castTo === undefined ? "the source" : `the source cast to ${castTo.name}`;
-          problems.push(`chunk ${regularChunkKey(index)} differs from ${what} (sha256 ${sha(mine)} vs ${sha(theirs)})`);
+          problems.push(`chunk ${name} differs from ${what} (sha256 ${sha(mine)} vs ${sha(theirs)})`);
         }
       } finally {
         release();
       }
-    }),
+    },
   );
   return problems[0];
+}
+
+/** Longest zstd frame header (RFC 8878 3.1.1): magic, descriptor, window, 4-byte dictionary id, 8-byte size. */
+const FRAME_HEADER_MAX = 18;
+
+/**
+ * The bytes a pass-through conversion stores for this chunk (plan.ts chunkMode): the source object itself
+ * (copy), or the inner chunk of a one-chunk shard (its index checked as it streams by). Undefined where it
+ * is not a stream (a small shard inline in the tree: decoded instead).
+ */
+function storedFrame(
+  source: OrbaxStep,
+  value: ValueLocation,
+  mode: ReturnType<typeof chunkMode>,
+  path: string,
+): { bytes: AsyncIterable<Uint8Array>; length: number } | undefined {
+  if (mode === "transcode") return undefined;
+  if (value.kind === "inline") return mode === "copy" ? { bytes: once(value.bytes), length: value.bytes.length } : undefined;
+  const range = { kind: "range", key: value.key, offset: value.offset, length: value.length } as const;
+  if (mode === "copy") return { bytes: source.store.readStream(value.key, value.offset, value.length), length: value.length };
+  if (value.length < SHARD_INDEX_BYTES) throw new FormatError(`shard of ${value.length} bytes has no room for its index`, { path });
+  return { bytes: innerChunkOfShard(source.store, range), length: value.length - SHARD_INDEX_BYTES };
+}
+
+async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
+  yield bytes;
+}
+
+/** Passes `pieces` through, copying their first bytes into `head`. */
+async function* tap(pieces: AsyncIterable<Uint8Array>, head: Uint8Array): AsyncIterable<Uint8Array> {
+  let at = 0;
+  for await (const p of pieces) {
+    if (at < head.length) head.set(p.subarray(0, head.length - at), at);
+    at += p.length;
+    yield p;
+  }
 }
 
 function sha(b: Uint8Array): string {
