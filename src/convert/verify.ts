@@ -227,7 +227,7 @@ async function compareArray(
   const problems: string[] = [];
   // A few chunks at a time: enough to overlap reads.
   await forEachLimited(
-    Array.from(grid.length === 0 ? [0] : { length: product(grid) }, (_, i) => i),
+    Array.from({ length: product(grid) }, (_, i) => i),
     VERIFY_CONCURRENCY,
     async (i) => {
       if (problems.length > 0) return;
@@ -302,9 +302,9 @@ function storedFrame(
 ): { bytes: AsyncIterable<Uint8Array>; length: number } | undefined {
   if (mode === "transcode") return undefined;
   if (value.kind === "inline") return mode === "copy" ? { bytes: once(value.bytes), length: value.bytes.length } : undefined;
-  const range = { kind: "range", key: value.key, offset: value.offset, length: value.length } as const;
   if (mode === "copy") return { bytes: source.store.readStream(value.key, value.offset, value.length), length: value.length };
   if (value.length < SHARD_INDEX_BYTES) throw new FormatError(`shard of ${value.length} bytes has no room for its index`, { path });
+  const range = { kind: "range", key: value.key, offset: value.offset, length: value.length } as const;
   return { bytes: innerChunkOfShard(source.store, range), length: value.length - SHARD_INDEX_BYTES };
 }
 
