@@ -16,7 +16,7 @@
 // that is too long (reproduced with raw sockets: test/faults/sessions.test.ts).
 // Here a session's next request waits until the testbench has answered the last one, or was cut off before it
 // had that request's whole body (then it stores none of it).
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { ClientRequest, IncomingMessage, ServerResponse } from "node:http";
 import { request } from "node:https";
 import { httpsServer, type Listening, listenOnLoopback, upstreamTls, viaProxy } from "./loopback.js";
 import { prng } from "./proxy.js";
@@ -154,6 +154,8 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
   };
 
   let listening: Listening | undefined; // set before the first request can come
+  /** Requests to the testbench not over yet: close() cuts them too, as it cuts the clients' connections. */
+  const ups = new Set<ClientRequest>();
   const server = httpsServer((req: IncomingMessage, res: ServerResponse) => {
     stats.requests++;
     req.pause(); // until the instruction is in place and, in a session, the previous request is over
@@ -167,56 +169,80 @@ export async function startInstructionProxy(o: InstructionProxyOptions): Promise
       else headers["x-retry-test-id"] = await retryTest(methodOf(req) as string, instruction.name);
     };
     const session = sessionOf(req) !== undefined;
-    Promise.all([turn(req), ready()]).then(
-      ([over]) => {
-        let answered: IncomingMessage | undefined;
-        const up = request(
-          // A connection of its own for each request: the testbench (gunicorn) answers an instructed upload before it
-          // has read the body, and a kept-alive connection then had the rest of that body read as the next request's
-          // line ("Invalid HTTP method", "Request Line is too large"). GCS frames requests itself; this proxy must not
-          // add a misframing of its own.
-          { ...upstreamTls(), agent: false, host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers },
-          (answer) => {
-            answered = answer;
-            answer.on("close", over);
-            // The client gave up before the answer came: it is read and dropped (see res's close below).
-            if (res.destroyed) return void answer.resume();
-            if (!o.rawErrors && instruction?.via === "retry-test" && (answer.statusCode ?? 0) >= 400) return flattened(answer, res);
-            // A resumable upload's session URI names the testbench: made to name this proxy, so that chunks come here.
-            const location = viaProxy(answer.headers.location, upstream, self);
-            if (location !== undefined) answer.headers.location = location;
-            res.writeHead(answer.statusCode ?? 502, answer.headers);
-            answer.pipe(res);
-            // The testbench cut the connection mid-answer: so does the proxy, so the client sees a reset too.
-            answer.on("aborted", cut);
-            answer.on("error", cut);
-          },
-        );
-        up.on("close", () => {
-          if (answered === undefined) over(); // no answer will come
-        });
-        up.on("error", cut);
-        // The client let go (its stall timeout, a cancelled read): let go of the testbench's answer too, but for a
-        // session's request whose whole body the testbench has: that one runs to its end before the next is sent.
-        res.on("close", () => {
-          if (res.writableFinished) return;
-          if (session && up.writableFinished) return void answered?.unpipe(res).resume();
-          up.destroy();
-        });
-        if (methodOf(req) === "storage.objects.insert") req.on("data", (p: Buffer) => (stats.uploadBytes += p.length));
-        // A request the client gave up on before its whole body came must not stay open at the testbench, waiting
-        // for bytes that will never come (pipe() neither ends nor destroys `up` when `req` is cut off).
-        req.on("close", () => {
-          if (!req.complete) up.destroy();
-        });
-        req.pipe(up);
-      },
-      () => cut(),
-    );
+    // The client may let go at any time, also while its request waits for the session's turn or for its Retry
+    // Test: listened for from the start, since a request sent on after that would open a connection to the
+    // testbench that nothing ever finishes, and gunicorn holds a thread on each such connection, with no deadline
+    // (16 of them stopped it for every test after: docs/testing.md).
+    let up: ClientRequest | undefined;
+    let answered: IncomingMessage | undefined;
+    let gone = false;
+    // The client gave up before its whole body came: the testbench must not wait for the rest (pipe() neither
+    // ends nor destroys `up` when `req` is cut off).
+    req.on("close", () => {
+      if (req.complete) return;
+      gone = true;
+      up?.destroy();
+    });
+    // The client let go (its stall timeout, a cancelled read): so does the proxy, but for a session's request
+    // whose whole body the testbench has: that one runs to its end before the next is sent.
+    res.on("close", () => {
+      if (res.writableFinished) return;
+      gone = true;
+      if (session && up?.writableFinished) return void answered?.unpipe(res).resume();
+      up?.destroy();
+    });
+    void turn(req).then(async (over) => {
+      try {
+        await ready();
+      } catch {
+        over();
+        return cut();
+      }
+      if (gone) return over(); // nothing of it is sent
+      up = request(
+        // A connection of its own for each request: the testbench (gunicorn) answers an instructed upload before it
+        // has read the body, and a kept-alive connection then had the rest of that body read as the next request's
+        // line ("Invalid HTTP method", "Request Line is too large"). GCS frames requests itself; this proxy must not
+        // add a misframing of its own.
+        { ...upstreamTls(), agent: false, host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers },
+        (answer) => {
+          answered = answer;
+          answer.on("close", over);
+          // The client gave up before the answer came: it is read and dropped (see res's close above).
+          if (res.destroyed || gone) return void answer.resume();
+          if (!o.rawErrors && instruction?.via === "retry-test" && (answer.statusCode ?? 0) >= 400) return flattened(answer, res);
+          // A resumable upload's session URI names the testbench: made to name this proxy, so that chunks come here.
+          const location = viaProxy(answer.headers.location, upstream, self);
+          if (location !== undefined) answer.headers.location = location;
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+          // The testbench cut the connection mid-answer: so does the proxy, so the client sees a reset too.
+          answer.on("aborted", cut);
+          answer.on("error", cut);
+        },
+      );
+      const mine = up;
+      ups.add(mine);
+      mine.on("close", () => {
+        ups.delete(mine);
+        if (answered === undefined) over(); // no answer will come
+      });
+      mine.on("error", cut);
+      if (methodOf(req) === "storage.objects.insert") req.on("data", (p: Buffer) => (stats.uploadBytes += p.length));
+      req.pipe(mine);
+    });
   });
   listening = await listenOnLoopback(server, "instruction proxy");
   self = listening.url;
-  return { url: self, stats, close: listening.close };
+  const { close } = listening;
+  return {
+    url: self,
+    stats,
+    close: () => {
+      for (const u of ups) u.destroy();
+      return close();
+    },
+  };
 }
 
 /**
