@@ -13,8 +13,16 @@ let proxy: FaultProxy;
 let bucket: string;
 const bytes = Uint8Array.from({ length: 64 << 10 }, (_, i) => (i * 7) & 0xff);
 const FAST = { retry: { firstDelayMs: 5, maxDelayMs: 50, deadlineMs: 3_000 }, timeouts: { stallMs: 300 } };
+const isStall = (f: FaultKind) => f === "stall" || f === "stall-headers";
 
-function store(options: GcsOptions = FAST): GcsStore {
+/**
+ * For what does not test the stall limit itself: one that a busy machine does not pass by chance. Under two
+ * suites at once the proxy (in this process) and fake-gcs-server pause for more than 300 ms now and then, which
+ * the short limit counts as a stall: one retry more than the test expects, or the stall named as the last cause
+ * instead of the fault injected (seen in bash scripts/repeat-suites.sh, 2026-12-02).
+ */
+const PATIENT = { ...FAST, timeouts: { stallMs: 5_000 } };
+function store(options: GcsOptions = PATIENT): GcsStore {
   return new GcsStore(bucket, "faults", undefined, new Storage({ apiEndpoint: proxy.url, projectId: "test-project" }), options);
 }
 
@@ -44,7 +52,7 @@ describe("transient faults are retried, for every kind of request", () => {
   const faults: FaultKind[] = ["503", "429", "reset", "reset-mid-body", "truncate", "stall", "stall-headers"];
   for (const fault of faults) {
     test(`${fault}: whole, ranged and streamed downloads, uploads, stats and listings all succeed, one retry each`, async () => {
-      const s = store();
+      const s = store(isStall(fault) ? FAST : PATIENT);
       const cases: [string, (m: string, u: string) => boolean, () => Promise<void>][] = [
         ["read", isDownload, async () => expect(Buffer.from(await s.read("obj"))).toEqual(Buffer.from(bytes))],
         ["readRange", isDownload, async () => expect([...(await s.readRange("obj", 1000, 3))]).toEqual([...bytes.subarray(1000, 1003)])],
@@ -96,11 +104,11 @@ describe("transient faults are retried, for every kind of request", () => {
 
   test("a large streamed upload carries no CRC up front but is checked against what GCS stored, and retried", async () => {
     const big = new Uint8Array(6 << 20).map((_, i) => i % 251);
-    await store().write("big-source", big);
-    resetRetryStats();
-    once("reset", isChunk);
     // Larger than a chunk: a resumable upload, of several requests (no stall counted on a busy machine).
     const s = store({ ...FAST, timeouts: { stallMs: 10_000 }, chunkBytes: 2 << 20 });
+    await s.write("big-source", big);
+    resetRetryStats();
+    once("reset", isChunk);
     const w = await s.write("big-copy", s.readStream("big-source", 0, big.length));
     expect(w.size).toBe(big.length);
     expect(retryStats().retries).toBe(1);
@@ -116,6 +124,8 @@ describe("transient faults are retried, for every kind of request", () => {
 
 describe("faults that outlast the deadline", () => {
   const SHORT = { retry: { firstDelayMs: 5, maxDelayMs: 50, deadlineMs: 400 }, timeouts: { stallMs: 150 } };
+  // The last attempt's cause is the one named: a pause of the busy machine must not be it (see PATIENT).
+  const SHORT_PATIENT = { ...SHORT, timeouts: { stallMs: 2_000 } };
   const cases: [FaultKind, RegExp][] = [
     ["503", /HTTP 503/],
     ["429", /HTTP 429/],
@@ -128,7 +138,7 @@ describe("faults that outlast the deadline", () => {
   for (const [fault, cause] of cases) {
     test(`${fault} on every request: each operation fails with one line naming the object and the cause`, async () => {
       proxy.configure({ rates: { [fault]: 1 } });
-      const s = store(SHORT);
+      const s = store(isStall(fault) ? SHORT : SHORT_PATIENT);
       const ops: [string, () => Promise<unknown>][] = [
         ["obj", () => s.read("obj")],
         ["obj", () => s.readRange("obj", 0, 10)],
