@@ -3,9 +3,10 @@
 // Both serve HTTPS, as Cloud Storage does, with the test CA's loopback certificate (test/helpers/tls.mjs), and
 // every process started after this trusts that CA through NODE_EXTRA_CA_CERTS: vitest's pool is "forks", so the
 // test workers, and every process they start, inherit it from process.env set here before they start.
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { lock } from "proper-lockfile";
 import type { TestProject } from "vitest/node";
 import {
   AXLEARN_ORBAX_ROOT,
@@ -31,11 +32,26 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  buildCli();
-  generateFixtures();
-  generateInterrupted();
-  generateManyChunks();
-  generateAxlearnOrbax();
+  // Two runs at once (scripts/repeat-suites.sh, a developer's run beside CI's) would each find the fixtures
+  // missing and generate them into the same folders, removing the other's half-written files: one generates,
+  // the other waits for it and then finds them up to date.
+  mkdirSync("test/.generated", { recursive: true });
+  const release = await lock("test/.generated", {
+    lockfilePath: "test/.generated/.generating.lock",
+    // Refreshed while the generators run (they run as child processes, so this event loop goes on); a run
+    // killed while holding it leaves a lock that is taken over a minute after its last refresh.
+    stale: 60_000,
+    retries: { retries: 2_400, minTimeout: 500, maxTimeout: 500 }, // 20 minutes, the generators' own limits
+  });
+  try {
+    await buildCli();
+    await generateFixtures();
+    await generateInterrupted();
+    await generateManyChunks();
+    await generateAxlearnOrbax();
+  } finally {
+    await release();
+  }
   trustTestCa(); // before any worker or server starts
   const gcs = await startFakeGcs();
   project.provide("gcsEndpoint", gcs.url);
@@ -52,14 +68,25 @@ export default async function setup(project: TestProject): Promise<() => Promise
   };
 }
 
+/**
+ * Runs a command with this process's output, killed after `timeoutMs`; resolves to its exit code (null when a
+ * signal ended it). Not spawnSync: the generation lock is refreshed by this event loop while it waits.
+ */
+function run(cmd: string, args: string[], timeoutMs?: number): Promise<number | null> {
+  return new Promise((done, fail) => {
+    const child = spawn(cmd, args, { stdio: "inherit", timeout: timeoutMs });
+    child.once("error", fail);
+    child.once("exit", (code) => done(code));
+  });
+}
+
 /** The CLI tests run the real `bin/orbax2reg.js`, which loads the compiled dist/. */
-function buildCli(): void {
-  const r = spawnSync("npx", ["tsc", "-p", "tsconfig.build.json"], { stdio: "inherit" });
-  if (r.status !== 0) throw new Error("tsc -p tsconfig.build.json failed");
+async function buildCli(): Promise<void> {
+  if ((await run("npx", ["tsc", "-p", "tsconfig.build.json"])) !== 0) throw new Error("tsc -p tsconfig.build.json failed");
 }
 
 /** Runs test/fixtures-gen/generate.py with the real orbax library unless its output is up to date. */
-function generateFixtures(): void {
+async function generateFixtures(): Promise<void> {
   need(PYTHON);
   const hash = createHash("sha256");
   for (const f of GENERATOR_INPUTS) hash.update(readFileSync(f));
@@ -70,27 +97,27 @@ function generateFixtures(): void {
   process.stderr.write("generating Orbax fixtures with the real orbax-checkpoint (once)...\n");
   for (const script of ["test/fixtures-gen/generate.py", "test/fixtures-gen/bigtree.py"]) {
     if (!existsSync(script)) continue;
-    const r = spawnSync(PYTHON, [script, GENERATED], { stdio: "inherit", timeout: 900_000 });
-    if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
+    const status = await run(PYTHON, [script, GENERATED], 900_000);
+    if (status !== 0) throw new Error(`${script} failed (exit ${status})`);
   }
   writeFileSync(stampFile, stamp);
 }
 
 /** Runs test/fixtures-gen/interrupted.py (a save killed before Orbax's finalize) into its own directory, once. */
-function generateInterrupted(): void {
-  generateOnce("test/fixtures-gen/interrupted.py", INTERRUPTED_ROOT);
+async function generateInterrupted(): Promise<void> {
+  await generateOnce("test/fixtures-gen/interrupted.py", INTERRUPTED_ROOT);
 }
 
 /** Runs test/fixtures-gen/many_chunks.py (a step of 6,400 small chunks) into its own directory, once. */
-function generateManyChunks(): void {
-  generateOnce("test/fixtures-gen/many_chunks.py", MANY_CHUNKS_ROOT);
+async function generateManyChunks(): Promise<void> {
+  await generateOnce("test/fixtures-gen/many_chunks.py", MANY_CHUNKS_ROOT);
 }
 
 /**
  * Runs test/fixtures-gen/axlearn_orbax.py (a two-process save by AXLearn's own OrbaxCheckpointer, with tf.data
  * iterators) with AXLearn's venv, once; without that venv the tests that read it skip.
  */
-function generateAxlearnOrbax(): void {
+async function generateAxlearnOrbax(): Promise<void> {
   if (!existsSync(AXLEARN_PYTHON)) return;
   const script = "test/fixtures-gen/axlearn_orbax.py";
   const stamp = createHash("sha256")
@@ -100,19 +127,19 @@ function generateAxlearnOrbax(): void {
   const stampFile = `${AXLEARN_ORBAX_ROOT}/.stamp`;
   if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
   rmSync(AXLEARN_ORBAX_ROOT, { recursive: true, force: true });
-  const r = spawnSync(AXLEARN_PYTHON, [script, AXLEARN_ORBAX_ROOT], { stdio: "inherit", timeout: 300_000 });
-  if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
+  const status = await run(AXLEARN_PYTHON, [script, AXLEARN_ORBAX_ROOT], 300_000);
+  if (status !== 0) throw new Error(`${script} failed (exit ${status})`);
   writeFileSync(stampFile, stamp);
 }
 
 /** Runs a generator that builds on generate.py into `out` unless its output is up to date (its own stamp). */
-function generateOnce(script: string, out: string): void {
+async function generateOnce(script: string, out: string): Promise<void> {
   const stamp = createHash("sha256").update(readFileSync(script)).update(readFileSync("test/fixtures-gen/generate.py")).digest("hex");
   const stampFile = `${out}/.stamp`;
   if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
   rmSync(out, { recursive: true, force: true });
-  const r = spawnSync(PYTHON, [script, out], { stdio: "inherit", timeout: 300_000 });
-  if (r.status !== 0) throw new Error(`${script} failed (exit ${r.status})`);
+  const status = await run(PYTHON, [script, out], 300_000);
+  if (status !== 0) throw new Error(`${script} failed (exit ${status})`);
   writeFileSync(stampFile, stamp);
 }
 
