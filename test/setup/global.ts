@@ -41,7 +41,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
     // Refreshed while the generators run (they run as child processes, so this event loop goes on); a run
     // killed while holding it leaves a lock that is taken over a minute after its last refresh.
     stale: 60_000,
-    retries: { retries: 2_400, minTimeout: 500, maxTimeout: 500 }, // 20 minutes, the generators' own limits
+    // Half a second apart for 50 minutes: longer than the generators' own time limits add up to (2 x 900 s and
+    // 3 x 300 s, below), so a holder still at work is waited for to its end.
+    retries: { retries: 6_000, minTimeout: 500, maxTimeout: 500 },
   });
   try {
     await buildCli();
