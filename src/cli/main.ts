@@ -1,6 +1,6 @@
 import { Command, CommanderError } from "commander";
 import { DEFAULT_DESTINATION_TEMPLATE } from "../defaults.js";
-import { classify, EXIT_BAD_INPUT, UNEXPECTED } from "../errors.js";
+import { classify, EXIT_BAD_INPUT, EXIT_CHECK_FAILED, UNEXPECTED } from "../errors.js";
 import { commanderOption, type Flags, type OptionUse } from "./options.js";
 import { type Output, processOutput } from "./output.js";
 
@@ -9,8 +9,9 @@ import { type Output, processOutput } from "./output.js";
 const convertCommands = () => import("./convert.js");
 const cloudFleet = () => import("./cloud-fleet.js");
 
-// Exit codes: 0 success, else what the error's class says (src/errors.ts: 1, 2 or 3).
-export { EXIT_BAD_INPUT, EXIT_DESTINATION } from "../errors.js";
+// Exit codes: 0 success, 4 when verify or cloud check finds a difference, else what the error's class says
+// (src/errors.ts: 1, 2 or 3).
+export { EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_DESTINATION } from "../errors.js";
 
 const LOCATION = "local path, file:// or gs:// URL";
 
@@ -213,25 +214,53 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
 ];
 
+/**
+ * A usage error as commander words it ("error: unknown option '--foo'", with "\n(Did you mean --force?)" when
+ * it has a guess), as the one line every other error is: "orbax2reg: unknown option '--foo' (see 'orbax2reg
+ * convert --help')". The full help is a --help away rather than 40 lines under every typo.
+ */
+export function usageLine(message: string, command: string): string {
+  const problem = message
+    .trim()
+    .replace(/^error: /, "")
+    .replace(/ is invalid\. /, " is invalid: ")
+    .replace(/\s*\n\(Did you mean (.*)\?\)$/s, ", did you mean $1?")
+    .replace(/\s*\n\s*/g, " ")
+    .replace(/\.$/, "");
+  return `orbax2reg: ${problem} (see '${command} --help')\n`;
+}
+
+/** Commander reports this command's usage errors in one line naming the command's help (usageLine). */
+function oneLineErrors(command: Command, path: string): Command {
+  return command.configureOutput({ outputError: (message, write) => write(usageLine(message, path)) });
+}
+
+const EXIT_CODES_HELP = `
+Exit codes: 0 success; 1 unexpected failure (a bug, or a storage fault that outlasted its retries); 2 bad input,
+usage or a refusal; 3 the destination cannot be written; ${EXIT_CHECK_FAILED} a check found a difference (verify, cloud check).`;
+
 function buildProgram(out: Output, setExit: (code: number) => void): Command {
   const program = new Command("orbax2reg")
     .description("Read Orbax (OCDBT) checkpoints and convert them to AXLearn regular checkpoints, offline on CPU.")
     .version(process.env.npm_package_version ?? "0.1.0")
-    .showHelpAfterError()
+    .showHelpAfterError(false)
     .exitOverride()
-    .configureOutput({ writeOut: (s) => out.writeOut(s), writeErr: (s) => out.writeErr(s) });
+    .configureOutput({ writeOut: (s) => out.writeOut(s), writeErr: (s) => out.writeErr(s) })
+    .addHelpText("after", EXIT_CODES_HELP);
+  oneLineErrors(program, "orbax2reg");
   const parents = new Map<string, Command>();
   const parentOf = (name: keyof typeof GROUPS | undefined): Command => {
     if (name === undefined) return program;
     let parent = parents.get(name);
     if (parent === undefined) {
-      parent = program.command(name).description(GROUPS[name]);
+      parent = oneLineErrors(program.command(name).description(GROUPS[name]), `orbax2reg ${name}`);
       parents.set(name, parent);
     }
     return parent;
   };
   for (const spec of COMMANDS) {
-    const command = parentOf(spec.parent).command(spec.name).description(spec.description);
+    const path = ["orbax2reg", spec.parent, spec.name].filter(Boolean).join(" ");
+    const command = oneLineErrors(parentOf(spec.parent).command(spec.name).description(spec.description), path);
     for (const [name, description] of spec.arguments) command.argument(`<${name}>`, description);
     for (const use of spec.options) command.addOption(commanderOption(use));
     if (spec.helpAfter !== undefined) command.addHelpText("after", spec.helpAfter);
