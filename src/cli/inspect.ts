@@ -2,19 +2,23 @@ import { inspectStep } from "../orbax/inspect.js";
 import { openStep } from "../orbax/step.js";
 import { formatBytes, formatShape, table } from "./format.js";
 import type { Output } from "./output.js";
-import { CountProgress } from "./progress.js";
+import { CountProgress, progressMode } from "./progress.js";
 
 export interface InspectOptions {
   json?: boolean;
   checksums?: boolean;
   step?: number;
+  /** false with --no-progress. */
+  progress?: boolean;
 }
 
 export async function runInspect(location: string, options: InspectOptions, out: Output): Promise<number> {
   const step = await openStep(location, options.step === undefined ? {} : { step: options.step });
   for (const w of step.warnings) out.warn(w);
   const total = step.leaves.filter((l) => l.isArray).length;
-  const progress = options.checksums ? new CountProgress("hashing arrays", out.isTTY, (line) => out.writeErr(`${line}\n`)) : undefined;
+  const progress = options.checksums
+    ? new CountProgress("hashing arrays", progressMode(options, out.isTTY), (line) => out.writeErr(`${line}\n`))
+    : undefined;
   const report = await inspectStep(step, { checksums: options.checksums ?? false, onArray: (done) => progress?.update(done, total) });
   progress?.stop();
   if (options.json) {

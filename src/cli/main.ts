@@ -57,7 +57,12 @@ export const COMMANDS: readonly CommandSpec[] = [
     name: "inspect",
     description: "List the arrays of an Orbax step (a step directory, a checkpoint root, or a PyTree item), with commit status and layout.",
     arguments: [["step-dir", LOCATION]],
-    options: [{ name: "json", description: "print one JSON object instead of a table" }, "checksums", "step"],
+    options: [
+      { name: "json", description: "print one JSON object instead of a table" },
+      "checksums",
+      "step",
+      { name: "progress", description: "with --checksums: show no progress on stderr" },
+    ],
     helpAfter:
       "\nExamples:\n  orbax2reg inspect gs://bucket/run/checkpoints/step_00001000\n  orbax2reg inspect ./checkpoints --step 1000 --json --checksums",
     run: async (out, o, location) => (await import("./inspect.js")).runInspect(location, o, out),
@@ -79,7 +84,8 @@ export const COMMANDS: readonly CommandSpec[] = [
       "dryRun",
       "force",
       "allowUncommitted",
-      { name: "json", description: "print a JSON summary (progress lines go to stderr)" },
+      { name: "json", description: "print a JSON summary on stdout, and progress as JSON lines on stderr" },
+      "progress",
     ],
     helpAfter:
       "\nExamples:\n  orbax2reg convert gs://bucket/run/checkpoints gs://bucket/run/regular\n  orbax2reg convert ./ckpt/step_00001000 ./regular --params-only --json\n  orbax2reg convert ./ckpt/step_00001000 ./serving --params-only --dtype bfloat16",
@@ -109,7 +115,16 @@ export const COMMANDS: readonly CommandSpec[] = [
     description:
       "Phase 2 of convert: copy one group of the plan. Groups can run at once on different machines; re-running skips what exists.",
     arguments: [["dest-root", LOCATION]],
-    options: [PLAN_STEP, "group", "taskIndex", "taskCount", "concurrency", "memory", { name: "json", description: "print a JSON report" }],
+    options: [
+      PLAN_STEP,
+      "group",
+      "taskIndex",
+      "taskCount",
+      "concurrency",
+      "memory",
+      { name: "json", description: "print a JSON report on stdout, and progress as JSON lines on stderr" },
+      "progress",
+    ],
     run: async (out, o, dest) => (await convertCommands()).runConvertGroup(dest, o, out),
   }),
   command({
@@ -127,7 +142,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       ["orbax-step", LOCATION],
       ["regular-step", `the converted step directory (<dest-root>/step_XXXXXXXX); ${LOCATION}`],
     ],
-    options: [{ name: "json", description: "print the checks as JSON" }],
+    options: [{ name: "json", description: "print the checks as JSON on stdout, and progress as JSON lines on stderr" }, "progress"],
     run: async (out, o, orbax, regular) => (await convertCommands()).runVerify(orbax, regular, o, out),
   }),
   command({

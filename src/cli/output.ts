@@ -5,7 +5,7 @@ export interface Output {
   writeOut(text: string): void;
   writeErr(text: string): void;
   warn(line: string): void;
-  /** Whether stderr is a terminal (progress bars) or not (JSON progress lines). */
+  /** Whether stderr is a terminal (progress bars) or not (progress lines: progress.ts). */
   readonly isTTY: boolean;
 }
 
