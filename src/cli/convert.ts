@@ -14,7 +14,7 @@ import { readPart } from "../convert/ownership.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../defaults.js";
-import { UsageError } from "../errors.js";
+import { EXIT_CHECK_FAILED, UsageError } from "../errors.js";
 import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
 import type { CastDtype } from "../zarr/cast.js";
@@ -226,7 +226,8 @@ export async function runVerify(orbax: string, regular: string, o: { json?: bool
     for (const c of result.checks) out.stdout(`${c.ok ? "PASS" : "FAIL"} ${c.name}${c.detail ? `: ${c.detail}` : ""}`);
     out.stdout(`${result.passed} passed, ${result.failed} failed`);
   }
-  return result.failed === 0 ? 0 : 1;
+  // Not 1 (a bug, a fault): the comparison ran to its end, and its answer is no.
+  return result.failed === 0 ? 0 : EXIT_CHECK_FAILED;
 }
 
 function requireStep(step: number | undefined): number {
