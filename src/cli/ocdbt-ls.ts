@@ -37,6 +37,7 @@ export async function runOcdbtLs(location: string, options: { prefix?: string; j
       ["key", "size", "value"],
       rows.map((r) => [r.key, String(r.size), r.inline ? "inline" : `${r.file}@${r.offset}`]),
       new Set([1]),
+      out.columns,
     ),
   );
   out.stdout(`${rows.length} keys, generation ${db.version?.generation ?? "none"}, ${db.stats.nodesRead} nodes read`);

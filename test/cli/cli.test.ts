@@ -36,7 +36,7 @@ describe("orbax2reg inspect", () => {
     const r = await runCli(["inspect", TINY, "--json"]);
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout);
-    expect(Object.keys(report)).toEqual(["step", "committed", "layout", "processes", "arrays"]);
+    expect(Object.keys(report)).toEqual(["step", "committed", "layout", "processes", "arrays", "nonArrays"]);
     expect(report).toMatchObject({ step: 100, committed: true, layout: "axlearn" });
     expect(report.arrays.find((a: { path: string }) => a.path === "model/decoder/layer/ffn/weight")).toEqual({
       path: "model/decoder/layer/ffn/weight",
