@@ -1,4 +1,4 @@
-import { MetadataError, NotFoundError, UncommittedError } from "../errors.js";
+import { MetadataError, NotFoundError, UncommittedError, UsageError } from "../errors.js";
 import { OcdbtDatabase } from "../ocdbt/database.js";
 import { parseIndex } from "../regular/index-file.js";
 import { INPUT, openStore } from "../store/open.js";
@@ -140,8 +140,18 @@ export async function openStep(location: string, options: OpenStepOptions = {}):
   switch (kindOf(top)) {
     case "emergency":
       return openEmergency(store, options.step);
-    case "step":
-      return openStepDir(store, "", name);
+    case "step": {
+      const step = await openStepDir(store, "", name);
+      // --step picks a step under a root; given with a step directory it can only agree with it. Not ignored:
+      // a user who typed it expects that step converted.
+      if (options.step !== undefined && step.step !== undefined && step.step !== options.step) {
+        throw new UsageError(
+          `is the directory of step ${step.step}, not of step ${options.step} (--step chooses a step under a checkpoint root)`,
+          { path: store.url },
+        );
+      }
+      return step;
+    }
     case "item":
       return openItem(store, "", { layout: "pytree", step: parseStepName(name), commit: { committed: true, marker: "none" } });
     case "root": {

@@ -121,3 +121,17 @@ describe("orbax2reg convert of a checkpoint root", () => {
     });
   });
 });
+
+describe("--step given with a step directory", () => {
+  test("another step than the directory's is refused, naming both (not silently ignored), exit 2", async () => {
+    const r = await runCli(["convert", TINY, tempDir("dest"), "--step", "200"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(
+      `orbax2reg: ${TINY}: is the directory of step 100, not of step 200 (--step chooses a step under a checkpoint root)\n`,
+    );
+  });
+
+  test("the directory's own step is accepted", async () => {
+    expect((await runCli(["inspect", TINY, "--step", "100", "--json"])).code).toBe(0);
+  });
+});
