@@ -22,6 +22,8 @@ const LOCATION = "local path, file:// or gs:// URL";
 export interface CommandSpec<Uses extends readonly OptionUse[] = readonly OptionUse[]> {
   readonly parent?: "ocdbt" | "cloud";
   readonly name: string;
+  /** A few words for the parent's list of commands (long descriptions there do not wrap); --help shows `description`. */
+  readonly summary: string;
   readonly description: string;
   /** Required positional arguments: [name, description]. */
   readonly arguments: readonly (readonly [string, string])[];
@@ -39,8 +41,11 @@ const command = <const Uses extends readonly OptionUse[]>(spec: CommandSpec<Uses
 
 /** Parent commands: only a description and their subcommands. */
 const GROUPS = {
-  ocdbt: "Low-level access to one OCDBT database.",
-  cloud: "Work with the pipeline deployed on Google Cloud (terraform/).",
+  ocdbt: { summary: "low-level access to one OCDBT database", description: "Low-level access to one OCDBT database." },
+  cloud: {
+    summary: "work with the pipeline deployed on Google Cloud",
+    description: "Work with the pipeline deployed on Google Cloud (terraform/).",
+  },
 } as const;
 
 const CHECK_HELP =
@@ -55,8 +60,9 @@ const PLAN_STEP = { name: "step", description: "the step the plan was made for",
 export const COMMANDS: readonly CommandSpec[] = [
   command({
     name: "inspect",
+    summary: "list the arrays of an Orbax step, its layout and commit status",
     description: "List the arrays of an Orbax step (a step directory, a checkpoint root, or a PyTree item), with commit status and layout.",
-    arguments: [["step-dir", LOCATION]],
+    arguments: [["location", `a step directory, a checkpoint root or a PyTree item; ${LOCATION}`]],
     options: [
       { name: "json", description: "print one JSON object instead of a table" },
       "checksums",
@@ -69,6 +75,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "convert",
+    summary: "convert an Orbax step into an AXLearn regular checkpoint",
     description: "Convert an Orbax step into an AXLearn regular checkpoint at <dest-root>/step_XXXXXXXX (plan, copy, finalize).",
     arguments: [
       ["source", `an Orbax step directory or checkpoint root (latest committed step); ${LOCATION}`],
@@ -93,6 +100,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "plan",
+    summary: "phase 1 of convert: write the plan",
     description: "Phase 1 of convert: write the plan under <dest-root>/step_XXXXXXXX/.orbax2reg/ and print its groups.",
     arguments: [
       ["source", LOCATION],
@@ -112,6 +120,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "convert-group",
+    summary: "phase 2 of convert: copy one group of the plan",
     description:
       "Phase 2 of convert: copy one group of the plan. Groups can run at once on different machines; re-running skips what exists.",
     arguments: [["dest-root", LOCATION]],
@@ -129,6 +138,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "finalize",
+    summary: "phase 3 of convert: check every object, write the index last",
     description: "Phase 3 of convert: check every planned object, copy iterator files, write the index last.",
     arguments: [["dest-root", LOCATION]],
     options: [PLAN_STEP, { name: "json", description: "print a JSON report" }],
@@ -136,6 +146,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "verify",
+    summary: "compare a converted step with its Orbax source",
     description:
       "Compare a regular checkpoint with its Orbax source: index, every .zarray, every chunk decoded. Prints N passed, M failed.",
     arguments: [
@@ -148,6 +159,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "ocdbt",
     name: "ls",
+    summary: "list the keys of an OCDBT database",
     description: "List the keys of an OCDBT database (the directory holding manifest.ocdbt) with where each value is stored.",
     arguments: [["db-dir", LOCATION]],
     options: ["keyPrefix", { name: "json", description: 'print a JSON array of {"key","size","inline","file","offset"}' }],
@@ -156,6 +168,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "check",
+    summary: "after terraform apply: convert a tiny checkpoint through the pipeline",
     description:
       "After `terraform apply`: upload a tiny Orbax checkpoint under a watched prefix, wait for the pipeline to convert it, verify the result, clean up.",
     arguments: [],
@@ -179,6 +192,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "status",
+    summary: "where each step of a checkpoint root stands",
     description: "Where each step of a checkpoint root stands: converted, running, failed, cancelled, claimed or not converted.",
     arguments: [CHECKPOINT_ROOT],
     options: [{ name: "step", description: "only this step" }, "watch", "interval", ...PIPELINE],
@@ -188,6 +202,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "start",
+    summary: "start one conversion in the pipeline",
     description: "Start one conversion of an Orbax step, claimed as the trigger claims it (refused while one runs).",
     arguments: [["step-dir", "gs://BUCKET/PATH/step_XXXXXXXX"]],
     options: [
@@ -203,6 +218,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "backfill",
+    summary: "start conversions for committed steps not yet converted",
     description: "Start conversions for committed steps that have neither a converted step nor a live claim.",
     arguments: [CHECKPOINT_ROOT],
     options: [
@@ -221,6 +237,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "cancel",
+    summary: "cancel a step's conversion",
     description: "Cancel a step's conversion and its running job executions; no index is written, and a later start resumes.",
     arguments: [CHECKPOINT_ROOT],
     options: [{ name: "step", description: "the step", required: true }, ...PIPELINE],
@@ -268,14 +285,17 @@ function buildProgram(out: Output, setExit: (code: number) => void): Command {
     if (name === undefined) return program;
     let parent = parents.get(name);
     if (parent === undefined) {
-      parent = oneLineErrors(program.command(name).description(GROUPS[name]), `orbax2reg ${name}`);
+      parent = oneLineErrors(
+        program.command(name).summary(GROUPS[name].summary).description(GROUPS[name].description),
+        `orbax2reg ${name}`,
+      );
       parents.set(name, parent);
     }
     return parent;
   };
   for (const spec of COMMANDS) {
     const path = ["orbax2reg", spec.parent, spec.name].filter(Boolean).join(" ");
-    const command = oneLineErrors(parentOf(spec.parent).command(spec.name).description(spec.description), path);
+    const command = oneLineErrors(parentOf(spec.parent).command(spec.name).summary(spec.summary).description(spec.description), path);
     for (const [name, description] of spec.arguments) command.argument(`<${name}>`, description);
     for (const use of spec.options) command.addOption(commanderOption(use));
     if (spec.helpAfter !== undefined) command.addHelpText("after", spec.helpAfter);
