@@ -73,8 +73,12 @@ describe("a source in a bucket that does not exist is bad input, not the destina
     ["inspect", [`gs://${NO_BUCKET}/run/step_00000100`]],
     ["convert", [`gs://${NO_BUCKET}/run/step_00000100`, "DEST"]],
     ["verify", [tiny.location, `gs://${NO_BUCKET}/regular/step_00000100`]],
+    [
+      "cloud status",
+      [`gs://${NO_BUCKET}/run`, "--workflow", "projects/p/locations/r/workflows/w", "--destination-template", "gs://{bucket}/regular"],
+    ],
   ])("%s", async (command, args) => {
-    const r = await runCli([command, ...args.map((a) => (a === "DEST" ? scratch("dest") : a))]);
+    const r = await runCli([...command.split(" "), ...args.map((a) => (a === "DEST" ? scratch("dest") : a))]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(
       new RegExp(`^orbax2reg: gs://${NO_BUCKET}/\\S+: the bucket gs://${NO_BUCKET} does not exist \\(HTTP 404.*\\n$`),
