@@ -1,6 +1,6 @@
 // The exit codes README's table gives: 1 is kept for failures nobody expected; a check that finds a difference
 // has a code of its own; what the user typed wrong (a path, a bucket) is bad input, 2, naming it.
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { EXIT_CHECK_FAILED } from "../../src/errors.js";
@@ -84,4 +84,19 @@ describe("a source in a bucket that does not exist is bad input, not the destina
       new RegExp(`^orbax2reg: gs://${NO_BUCKET}/\\S+: the bucket gs://${NO_BUCKET} does not exist \\(HTTP 404.*\\n$`),
     );
   });
+});
+
+test("README's exit-code table and docs/cli.md's are the same, and give every code the CLI exits with", () => {
+  const rows = (file: string) => {
+    const text = readFileSync(file, "utf8");
+    const lines = text.slice(text.indexOf("| code | meaning | examples |")).split("\n");
+    const table = lines.slice(
+      2,
+      lines.findIndex((l) => !l.startsWith("|")),
+    );
+    return table.sort();
+  };
+  const readme = rows("README.md");
+  expect(readme.map((r) => Number(r.split("|")[1]))).toEqual([0, 1, 2, 3, 4]);
+  expect(rows("docs/cli.md")).toEqual(readme);
 });
