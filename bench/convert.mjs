@@ -165,7 +165,7 @@ for (let round = 1; round <= RUNS; round++) {
     if (name === "orbax2reg" || (name === "python" && round === 1)) {
       const t0 = performance.now();
       const v = sh(process.execPath, [CLI, "verify", STEP, join(DEST[name], STEP_NAME), "--json"], { maxBuffer: 64 << 20 });
-      const j = v.status === 0 || v.status === 1 ? JSON.parse(v.stdout) : { passed: 0, failed: 1, checks: [] };
+      const j = v.status === 0 || v.status === 4 ? JSON.parse(v.stdout) : { passed: 0, failed: 1, checks: [] };
       verifies.push({ name, round, ...j, seconds: (performance.now() - t0) / 1000 });
       const bad = j.checks.filter((c) => !c.ok).map((c) => `${c.name}: ${c.detail}`);
       say(

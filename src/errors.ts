@@ -19,13 +19,15 @@ export interface ErrorLocation {
 
 /**
  * Exit codes: 0 success, 1 a failure that is not the input's (an I/O fault that outlasted its retries, a bug),
- * 2 bad input, usage or a refusal (e.g. another conversion holds the destination), 3 the destination cannot be
- * written (not a directory, a directory where a file goes, no permission, read-only, full, no such bucket),
- * 143 (128 + SIGTERM's 15) a job task that was told to stop.
+ * 2 bad input, usage or a refusal (e.g. another conversion holds the destination, a source bucket that does not
+ * exist), 3 the destination cannot be written (not a directory, a directory where a file goes, no permission,
+ * read-only, full, no such bucket), 4 a check that ran to its end found a difference (`verify`, `cloud check`: no
+ * error class, the command's answer), 143 (128 + SIGTERM's 15) a job task that was told to stop.
  */
 export const EXIT_FAILURE = 1;
 export const EXIT_BAD_INPUT = 2;
 export const EXIT_DESTINATION = 3;
+export const EXIT_CHECK_FAILED = 4;
 export const EXIT_STOPPED = 143;
 
 export abstract class Orbax2RegError extends Error {

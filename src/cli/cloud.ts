@@ -6,7 +6,7 @@ import { type CheckReport, postDeployCheck, type Stage } from "../cloud/ops/chec
 import { checkQuota, memoryMiB } from "../cloud/ops/check-quota.js";
 import { resolveCloudSettings, resolveFanOutSettings } from "../cloud/ops/settings.js";
 import { verify } from "../convert/verify.js";
-import { UsageError } from "../errors.js";
+import { EXIT_CHECK_FAILED, UsageError } from "../errors.js";
 import { openStore } from "../store/open.js";
 import type { Output } from "./output.js";
 
@@ -22,7 +22,10 @@ export interface CheckFlags {
   readonly json?: boolean;
 }
 
-/** `orbax2reg cloud check`: see src/cloud/ops/check.ts. Exit 0 when every stage passed, 1 otherwise. */
+/**
+ * `orbax2reg cloud check`: see src/cloud/ops/check.ts. Exit 0 when every stage passed, else 4 (EXIT_CHECK_FAILED,
+ * as `verify`'s difference): the check ran and found the deployment wanting; 1 stays for a failure of the tool.
+ */
 export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<number> {
   if (flags.bucket.startsWith("gs://") || flags.bucket.includes("/")) {
     throw new UsageError(
@@ -69,7 +72,7 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
   );
   if (flags.json) out.stdout(JSON.stringify(report, null, 2));
   else out.stdout(report.ok ? "the pipeline converted and verified a checkpoint: deployment OK" : "deployment check FAILED");
-  return report.ok ? 0 : 1;
+  return report.ok ? 0 : EXIT_CHECK_FAILED;
 }
 
 /** A temporary subscription to the events topic, deleted on close. */

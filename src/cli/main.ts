@@ -1,6 +1,6 @@
 import { Command, CommanderError } from "commander";
 import { DEFAULT_DESTINATION_TEMPLATE } from "../defaults.js";
-import { classify, EXIT_BAD_INPUT, UNEXPECTED } from "../errors.js";
+import { classify, EXIT_BAD_INPUT, EXIT_CHECK_FAILED, UNEXPECTED } from "../errors.js";
 import { commanderOption, type Flags, type OptionUse } from "./options.js";
 import { type Output, processOutput } from "./output.js";
 
@@ -9,8 +9,9 @@ import { type Output, processOutput } from "./output.js";
 const convertCommands = () => import("./convert.js");
 const cloudFleet = () => import("./cloud-fleet.js");
 
-// Exit codes: 0 success, else what the error's class says (src/errors.ts: 1, 2 or 3).
-export { EXIT_BAD_INPUT, EXIT_DESTINATION } from "../errors.js";
+// Exit codes: 0 success, 4 when verify or cloud check finds a difference, else what the error's class says
+// (src/errors.ts: 1, 2 or 3).
+export { EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_DESTINATION } from "../errors.js";
 
 const LOCATION = "local path, file:// or gs:// URL";
 
@@ -21,6 +22,8 @@ const LOCATION = "local path, file:// or gs:// URL";
 export interface CommandSpec<Uses extends readonly OptionUse[] = readonly OptionUse[]> {
   readonly parent?: "ocdbt" | "cloud";
   readonly name: string;
+  /** A few words for the parent's list of commands (long descriptions there do not wrap); --help shows `description`. */
+  readonly summary: string;
   readonly description: string;
   /** Required positional arguments: [name, description]. */
   readonly arguments: readonly (readonly [string, string])[];
@@ -38,8 +41,11 @@ const command = <const Uses extends readonly OptionUse[]>(spec: CommandSpec<Uses
 
 /** Parent commands: only a description and their subcommands. */
 const GROUPS = {
-  ocdbt: "Low-level access to one OCDBT database.",
-  cloud: "Work with the pipeline deployed on Google Cloud (terraform/).",
+  ocdbt: { summary: "low-level access to one OCDBT database", description: "Low-level access to one OCDBT database." },
+  cloud: {
+    summary: "work with the pipeline deployed on Google Cloud",
+    description: "Work with the pipeline deployed on Google Cloud (terraform/).",
+  },
 } as const;
 
 const CHECK_HELP =
@@ -54,15 +60,22 @@ const PLAN_STEP = { name: "step", description: "the step the plan was made for",
 export const COMMANDS: readonly CommandSpec[] = [
   command({
     name: "inspect",
+    summary: "list the arrays of an Orbax step, its layout and commit status",
     description: "List the arrays of an Orbax step (a step directory, a checkpoint root, or a PyTree item), with commit status and layout.",
-    arguments: [["step-dir", LOCATION]],
-    options: [{ name: "json", description: "print one JSON object instead of a table" }, "checksums", "step"],
+    arguments: [["location", `a step directory, a checkpoint root or a PyTree item; ${LOCATION}`]],
+    options: [
+      { name: "json", description: "print one JSON object instead of a table" },
+      "checksums",
+      "step",
+      { name: "progress", description: "with --checksums: show no progress on stderr" },
+    ],
     helpAfter:
       "\nExamples:\n  orbax2reg inspect gs://bucket/run/checkpoints/step_00001000\n  orbax2reg inspect ./checkpoints --step 1000 --json --checksums",
     run: async (out, o, location) => (await import("./inspect.js")).runInspect(location, o, out),
   }),
   command({
     name: "convert",
+    summary: "convert an Orbax step into an AXLearn regular checkpoint",
     description: "Convert an Orbax step into an AXLearn regular checkpoint at <dest-root>/step_XXXXXXXX (plan, copy, finalize).",
     arguments: [
       ["source", `an Orbax step directory or checkpoint root (latest committed step); ${LOCATION}`],
@@ -78,7 +91,8 @@ export const COMMANDS: readonly CommandSpec[] = [
       "dryRun",
       "force",
       "allowUncommitted",
-      { name: "json", description: "print a JSON summary (progress lines go to stderr)" },
+      { name: "json", description: "print a JSON summary on stdout, and progress as JSON lines on stderr" },
+      "progress",
     ],
     helpAfter:
       "\nExamples:\n  orbax2reg convert gs://bucket/run/checkpoints gs://bucket/run/regular\n  orbax2reg convert ./ckpt/step_00001000 ./regular --params-only --json\n  orbax2reg convert ./ckpt/step_00001000 ./serving --params-only --dtype bfloat16",
@@ -86,6 +100,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "plan",
+    summary: "phase 1 of convert: write the plan",
     description: "Phase 1 of convert: write the plan under <dest-root>/step_XXXXXXXX/.orbax2reg/ and print its groups.",
     arguments: [
       ["source", LOCATION],
@@ -105,14 +120,25 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "convert-group",
+    summary: "phase 2 of convert: copy one group of the plan",
     description:
       "Phase 2 of convert: copy one group of the plan. Groups can run at once on different machines; re-running skips what exists.",
     arguments: [["dest-root", LOCATION]],
-    options: [PLAN_STEP, "group", "taskIndex", "taskCount", "concurrency", "memory", { name: "json", description: "print a JSON report" }],
+    options: [
+      PLAN_STEP,
+      "group",
+      "taskIndex",
+      "taskCount",
+      "concurrency",
+      "memory",
+      { name: "json", description: "print a JSON report on stdout, and progress as JSON lines on stderr" },
+      "progress",
+    ],
     run: async (out, o, dest) => (await convertCommands()).runConvertGroup(dest, o, out),
   }),
   command({
     name: "finalize",
+    summary: "phase 3 of convert: check every object, write the index last",
     description: "Phase 3 of convert: check every planned object, copy iterator files, write the index last.",
     arguments: [["dest-root", LOCATION]],
     options: [PLAN_STEP, { name: "json", description: "print a JSON report" }],
@@ -120,18 +146,20 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "verify",
+    summary: "compare a converted step with its Orbax source",
     description:
       "Compare a regular checkpoint with its Orbax source: index, every .zarray, every chunk decoded. Prints N passed, M failed.",
     arguments: [
       ["orbax-step", LOCATION],
       ["regular-step", `the converted step directory (<dest-root>/step_XXXXXXXX); ${LOCATION}`],
     ],
-    options: [{ name: "json", description: "print the checks as JSON" }],
+    options: [{ name: "json", description: "print the checks as JSON on stdout, and progress as JSON lines on stderr" }, "progress"],
     run: async (out, o, orbax, regular) => (await convertCommands()).runVerify(orbax, regular, o, out),
   }),
   command({
     parent: "ocdbt",
     name: "ls",
+    summary: "list the keys of an OCDBT database",
     description: "List the keys of an OCDBT database (the directory holding manifest.ocdbt) with where each value is stored.",
     arguments: [["db-dir", LOCATION]],
     options: ["keyPrefix", { name: "json", description: 'print a JSON array of {"key","size","inline","file","offset"}' }],
@@ -140,6 +168,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "check",
+    summary: "after terraform apply: convert a tiny checkpoint through the pipeline",
     description:
       "After `terraform apply`: upload a tiny Orbax checkpoint under a watched prefix, wait for the pipeline to convert it, verify the result, clean up.",
     arguments: [],
@@ -163,6 +192,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "status",
+    summary: "where each step of a checkpoint root stands",
     description: "Where each step of a checkpoint root stands: converted, running, failed, cancelled, claimed or not converted.",
     arguments: [CHECKPOINT_ROOT],
     options: [{ name: "step", description: "only this step" }, "watch", "interval", ...PIPELINE],
@@ -172,6 +202,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "start",
+    summary: "start one conversion in the pipeline",
     description: "Start one conversion of an Orbax step, claimed as the trigger claims it (refused while one runs).",
     arguments: [["step-dir", "gs://BUCKET/PATH/step_XXXXXXXX"]],
     options: [
@@ -187,6 +218,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "backfill",
+    summary: "start conversions for committed steps not yet converted",
     description: "Start conversions for committed steps that have neither a converted step nor a live claim.",
     arguments: [CHECKPOINT_ROOT],
     options: [
@@ -205,6 +237,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   command({
     parent: "cloud",
     name: "cancel",
+    summary: "cancel a step's conversion",
     description: "Cancel a step's conversion and its running job executions; no index is written, and a later start resumes.",
     arguments: [CHECKPOINT_ROOT],
     options: [{ name: "step", description: "the step", required: true }, ...PIPELINE],
@@ -213,25 +246,56 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
 ];
 
+/**
+ * A usage error as commander words it ("error: unknown option '--foo'", with "\n(Did you mean --force?)" when
+ * it has a guess), as the one line every other error is: "orbax2reg: unknown option '--foo' (see 'orbax2reg
+ * convert --help')". The full help is a --help away rather than 40 lines under every typo.
+ */
+export function usageLine(message: string, command: string): string {
+  const problem = message
+    .trim()
+    .replace(/^error: /, "")
+    .replace(/ is invalid\. /, " is invalid: ")
+    .replace(/\s*\n\(Did you mean (.*)\?\)$/s, ", did you mean $1?")
+    .replace(/\s*\n\s*/g, " ")
+    .replace(/\.$/, "");
+  return `orbax2reg: ${problem} (see '${command} --help')\n`;
+}
+
+/** Commander reports this command's usage errors in one line naming the command's help (usageLine). */
+function oneLineErrors(command: Command, path: string): Command {
+  return command.configureOutput({ outputError: (message, write) => write(usageLine(message, path)) });
+}
+
+const EXIT_CODES_HELP = `
+Exit codes: 0 success; 1 unexpected failure (a bug, or a storage fault that outlasted its retries); 2 bad input,
+usage or a refusal; 3 the destination cannot be written; ${EXIT_CHECK_FAILED} a check found a difference (verify, cloud check).`;
+
 function buildProgram(out: Output, setExit: (code: number) => void): Command {
   const program = new Command("orbax2reg")
     .description("Read Orbax (OCDBT) checkpoints and convert them to AXLearn regular checkpoints, offline on CPU.")
     .version(process.env.npm_package_version ?? "0.1.0")
-    .showHelpAfterError()
+    .showHelpAfterError(false)
     .exitOverride()
-    .configureOutput({ writeOut: (s) => out.writeOut(s), writeErr: (s) => out.writeErr(s) });
+    .configureOutput({ writeOut: (s) => out.writeOut(s), writeErr: (s) => out.writeErr(s) })
+    .addHelpText("after", EXIT_CODES_HELP);
+  oneLineErrors(program, "orbax2reg");
   const parents = new Map<string, Command>();
   const parentOf = (name: keyof typeof GROUPS | undefined): Command => {
     if (name === undefined) return program;
     let parent = parents.get(name);
     if (parent === undefined) {
-      parent = program.command(name).description(GROUPS[name]);
+      parent = oneLineErrors(
+        program.command(name).summary(GROUPS[name].summary).description(GROUPS[name].description),
+        `orbax2reg ${name}`,
+      );
       parents.set(name, parent);
     }
     return parent;
   };
   for (const spec of COMMANDS) {
-    const command = parentOf(spec.parent).command(spec.name).description(spec.description);
+    const path = ["orbax2reg", spec.parent, spec.name].filter(Boolean).join(" ");
+    const command = oneLineErrors(parentOf(spec.parent).command(spec.name).summary(spec.summary).description(spec.description), path);
     for (const [name, description] of spec.arguments) command.argument(`<${name}>`, description);
     for (const use of spec.options) command.addOption(commanderOption(use));
     if (spec.helpAfter !== undefined) command.addHelpText("after", spec.helpAfter);

@@ -1,5 +1,6 @@
+import { NotFoundError } from "../errors.js";
 import { OcdbtDatabase } from "../ocdbt/database.js";
-import { openStore } from "../store/open.js";
+import { INPUT, openStore } from "../store/open.js";
 import { table } from "./format.js";
 import type { Output } from "./output.js";
 
@@ -13,7 +14,12 @@ export interface OcdbtLsRow {
 }
 
 export async function runOcdbtLs(location: string, options: { prefix?: string; json?: boolean }, out: Output): Promise<number> {
-  const db = await OcdbtDatabase.open(await openStore(location));
+  const store = await openStore(location, INPUT);
+  // A mistyped path is said to be one, not that the manifest.ocdbt in it is missing.
+  if ((await store.stat("manifest.ocdbt")) === undefined && (await store.listDir("")).absent) {
+    throw new NotFoundError("does not exist", { path: store.url });
+  }
+  const db = await OcdbtDatabase.open(store);
   const rows: OcdbtLsRow[] = [];
   for await (const e of db.list(options.prefix ?? "")) {
     rows.push(
@@ -31,6 +37,7 @@ export async function runOcdbtLs(location: string, options: { prefix?: string; j
       ["key", "size", "value"],
       rows.map((r) => [r.key, String(r.size), r.inline ? "inline" : `${r.file}@${r.offset}`]),
       new Set([1]),
+      out.columns,
     ),
   );
   out.stdout(`${rows.length} keys, generation ${db.version?.generation ?? "none"}, ${db.stats.nodesRead} nodes read`);

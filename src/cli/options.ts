@@ -45,6 +45,11 @@ const WORKFLOW_ID = "projects/P/locations/R/workflows/W";
 export const OPTIONS = {
   // Output
   json: { flags: "--json", description: "print JSON" },
+  // Commander names a `--no-x` switch's attribute `x`: true unless the flag is given.
+  progress: {
+    flags: "--no-progress",
+    description: "show no progress on stderr (otherwise: a bar on a terminal, JSON lines with --json, else a line every 30 s)",
+  },
   // Which step
   step: { flags: "--step <n>", description: "with a checkpoint root: this step instead of the latest committed one", parse: wholeNumber },
   // What a conversion does

@@ -5,8 +5,13 @@ export interface Output {
   writeOut(text: string): void;
   writeErr(text: string): void;
   warn(line: string): void;
-  /** Whether stderr is a terminal (progress bars) or not (JSON progress lines). */
+  /** Whether stderr is a terminal (progress bars) or not (progress lines: progress.ts). */
   readonly isTTY: boolean;
+  /**
+   * stdout's width when it is a terminal, which tables fit (src/cli/format.ts); undefined for a pipe or a
+   * file, where every row stays one line whatever its width.
+   */
+  readonly columns?: number;
 }
 
 export function processOutput(): Output {
@@ -16,5 +21,6 @@ export function processOutput(): Output {
     writeErr: (text) => process.stderr.write(text),
     warn: (line) => process.stderr.write(`warning: ${line}\n`),
     isTTY: process.stderr.isTTY === true,
+    ...(process.stdout.isTTY === true && process.stdout.columns > 0 ? { columns: process.stdout.columns } : {}),
   };
 }

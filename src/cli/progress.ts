@@ -2,8 +2,28 @@ import cliProgress from "cli-progress";
 import { dataLength, type PlannedObject } from "../convert/plan-format.js";
 import { formatBytes } from "./format.js";
 
-/** How often a progress JSON line is printed where there is no terminal to draw a bar on. */
-const LINE_EVERY_MS = 3000;
+/**
+ * How a command shows its progress on stderr: a bar on a terminal; JSON lines with --json (for whatever reads
+ * the JSON result); neither a terminal nor --json (a CI log, `| tee`), a short line now and then; nothing
+ * with --no-progress.
+ */
+export type ProgressMode = "bar" | "json" | "lines" | "off";
+
+export function progressMode(options: { json?: boolean; progress?: boolean }, stderrIsTTY: boolean): ProgressMode {
+  if (options.progress === false) return "off";
+  if (options.json) return "json";
+  return stderrIsTTY ? "bar" : "lines";
+}
+
+/** How often a JSON progress line is printed (--json): often enough for a script to show a live figure. */
+const JSON_EVERY_MS = 3000;
+
+/**
+ * How often a progress line is printed into a log (no terminal, no --json): a run shorter than this prints
+ * none (the output stays what the docs show), a long one keeps a CI log alive (CI services end a step after
+ * about 10 minutes of silence) at 2 lines a minute.
+ */
+export const LINE_EVERY_MS = 30_000;
 
 /**
  * An ETA needs a rate worth the name: this long a run and this share of the bytes done. The first objects are
@@ -20,15 +40,25 @@ export function eta(done: number, total: number, elapsedMs: number): number | nu
   return Math.round(((total - done) * elapsedMs) / done / 1000);
 }
 
-/** True at most once per LINE_EVERY_MS, counting from `last` (0: the first call is due at once). */
+/** True at most once per `every` ms, counting from `last` (0: the first call is due at once). */
 class Every {
-  constructor(private last: number) {}
+  constructor(
+    private last: number,
+    private readonly every: number,
+  ) {}
 
   due(now = Date.now()): boolean {
-    if (now - this.last < LINE_EVERY_MS) return false;
+    if (now - this.last < this.every) return false;
     this.last = now;
     return true;
   }
+}
+
+/** When the lines of a mode without a bar are due: JSON from the first object on, log lines after a while. */
+function schedule(mode: ProgressMode, started: number, jsonAtOnce: boolean): Every | undefined {
+  if (mode === "json") return new Every(jsonAtOnce ? 0 : started, JSON_EVERY_MS);
+  if (mode === "lines") return new Every(started, LINE_EVERY_MS);
+  return undefined;
 }
 
 /** What a conversion will write: its bytes, and how many objects each array (`gda/<path>`) has. */
@@ -49,15 +79,16 @@ export function progressScope(objects: Iterable<PlannedObject>, into?: { bytes: 
 }
 
 /**
- * Conversion progress: a bar on a terminal (bytes, arrays, MB/s, ETA); elsewhere a JSON line on stderr
- * every few seconds, which logs and scripts can parse.
+ * Conversion progress (progressMode): a bar (bytes, arrays, rate, ETA); JSON lines every few seconds, the
+ * first at once (a conversion may run for minutes); or a line such as "converting: 1.2 GiB of 13.5 GiB (9%),
+ * 3 of 31 arrays, 81.4 MiB/s, ETA 2m25s" every LINE_EVERY_MS.
  */
 export class ConvertProgress {
   private bytes = 0;
   private arraysDone = 0;
   private readonly remaining = new Map<string, number>();
   private readonly started = Date.now();
-  private readonly lines = new Every(0); // the first line at once: a conversion may run for minutes
+  private readonly lines: Every | undefined;
   private readonly bar: cliProgress.SingleBar | undefined;
   private readonly totalBytes: number;
   private readonly totalArrays: number;
@@ -65,14 +96,16 @@ export class ConvertProgress {
   /** `scope`: the objects to be converted, or their bytes and how many objects each array has (progressScope). */
   constructor(
     scope: readonly PlannedObject[] | ProgressScope,
-    tty: boolean,
+    private readonly mode: ProgressMode,
     private readonly writeLine: (line: string) => void,
+    private readonly label = "converting",
   ) {
     const { bytes, objectsPerArray } = Array.isArray(scope) ? progressScope(scope as readonly PlannedObject[]) : (scope as ProgressScope);
     this.totalBytes = bytes;
     for (const [array, n] of objectsPerArray) this.remaining.set(array, n);
     this.totalArrays = this.remaining.size;
-    if (tty) {
+    this.lines = schedule(mode, this.started, true);
+    if (mode === "bar") {
       this.bar = new cliProgress.SingleBar(
         {
           format: "{bar} {percentage}% | {done}/{totalHuman} | {arrays}/{totalArrays} arrays | {rate}/s | ETA {etaText}",
@@ -93,7 +126,7 @@ export class ConvertProgress {
       totalHuman: formatBytes(this.totalBytes),
       arrays: this.arraysDone,
       totalArrays: this.totalArrays,
-      rate: formatBytes(seconds > 0 ? this.bytes / seconds : 0),
+      rate: formatBytes(Math.round(seconds > 0 ? this.bytes / seconds : 0)),
       etaText: etaText(eta(this.bytes, this.totalBytes, Date.now() - this.started)),
     };
   }
@@ -105,7 +138,19 @@ export class ConvertProgress {
     this.remaining.set(array, left);
     if (left === 0) this.arraysDone++;
     if (this.bar) this.bar.update(this.bytes, this.payload());
-    else if (this.lines.due()) this.writeLine(JSON.stringify(this.snapshot()));
+    else if (this.lines?.due()) this.writeLine(this.mode === "json" ? JSON.stringify(this.snapshot()) : this.line());
+  }
+
+  /** The log line: what is done of what, the rate, and the ETA once there is one. */
+  line(): string {
+    const s = this.snapshot();
+    const share = s.totalBytes > 0 ? Math.floor((100 * s.bytes) / s.totalBytes) : 100;
+    const seconds = (Date.now() - this.started) / 1000;
+    const rate = formatBytes(Math.round(seconds > 0 ? s.bytes / seconds : 0));
+    return (
+      `${this.label}: ${formatBytes(s.bytes)} of ${formatBytes(s.totalBytes)} (${share}%), ${s.arrays} of ${s.totalArrays} arrays, ` +
+      `${rate}/s${s.etaSeconds === null ? "" : `, ETA ${etaText(s.etaSeconds)}`}`
+    );
   }
 
   snapshot() {
@@ -128,27 +173,30 @@ export class ConvertProgress {
 }
 
 /**
- * Progress through a count of items (arrays verified, arrays hashed), like ConvertProgress: a bar on a
- * terminal; elsewhere a JSON line on stderr every few seconds (none for a run shorter than that). The total
- * comes with each update, since some callers learn it only once the work has started.
+ * Progress through a count of items (arrays verified, arrays hashed), like ConvertProgress: a bar; JSON lines
+ * every few seconds (none for a run shorter than that); or a line such as "verifying arrays: 120 of 300 (40%),
+ * ETA 1m02s" every LINE_EVERY_MS. The total comes with each update, since some callers learn it only once the
+ * work has started.
  */
 export class CountProgress {
   private done = 0;
   private total = 0;
   private readonly started = Date.now();
-  private readonly lines = new Every(this.started); // none for a run shorter than the interval
+  private readonly lines: Every | undefined;
   private bar: cliProgress.SingleBar | undefined;
 
   constructor(
     private readonly label: string,
-    private readonly tty: boolean,
+    private readonly mode: ProgressMode,
     private readonly writeLine: (line: string) => void,
-  ) {}
+  ) {
+    this.lines = schedule(mode, this.started, false);
+  }
 
   update(done: number, total: number): void {
     this.done = done;
     this.total = total;
-    if (this.tty) {
+    if (this.mode === "bar") {
       if (this.bar === undefined) {
         this.bar = new cliProgress.SingleBar(
           { format: `${this.label} {bar} {value}/{total} | ETA {eta_formatted}`, hideCursor: true, clearOnComplete: true },
@@ -161,7 +209,14 @@ export class CountProgress {
       }
       return;
     }
-    if (this.lines.due()) this.writeLine(JSON.stringify(this.snapshot()));
+    if (this.lines?.due()) this.writeLine(this.mode === "json" ? JSON.stringify(this.snapshot()) : this.line());
+  }
+
+  /** The log line: how many of how many, and the ETA once there is one. */
+  line(): string {
+    const s = this.snapshot();
+    const share = s.total > 0 ? Math.floor((100 * s.done) / s.total) : 100;
+    return `${this.label}: ${s.done} of ${s.total} (${share}%)${s.etaSeconds === null ? "" : `, ETA ${etaText(s.etaSeconds)}`}`;
   }
 
   snapshot() {

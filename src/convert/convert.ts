@@ -1,6 +1,6 @@
 import { ConflictError, MetadataError, UncommittedError, UsageError } from "../errors.js";
 import { openStep, requireCommitted, stepDirName } from "../orbax/step.js";
-import { openStore, overlaps, resolveLocation } from "../store/open.js";
+import { INPUT, openStore, overlaps, resolveLocation } from "../store/open.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import type { CastDtype } from "../zarr/cast.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
@@ -100,7 +100,7 @@ async function loadHead(destinationRoot: string | Store, step: number): Promise<
     throw new MetadataError("no plan for this step: run `orbax2reg plan` first", { path: describe(destination, key) });
   }
   const head = parsePlan(new TextDecoder().decode(await destination.read(key)), describe(destination, key));
-  const source = await openStore(head.source.root);
+  const source = await openStore(head.source.root, INPUT);
   await assertNoOverlap(describe(source, head.source.stepDir), describe(destination, stepDirName(step)));
   return { head, destination, source };
 }
@@ -251,7 +251,7 @@ export async function convert(
   options.onPlan?.(plan);
   if (options.dryRun) return { plan, reused, alreadyConverted: false, execute: undefined, finalize: undefined };
   const destination = await openStore(destinationRoot);
-  const source = await openStore(plan.source.root);
+  const source = await openStore(plan.source.root, INPUT);
   return settling(destination, async () => {
     // Even a committed step is checked object by object (and a damaged object rewritten).
     const started = Date.now();

@@ -1,13 +1,13 @@
 import { createHash } from "node:crypto";
 import { readFrameHeader } from "../codecs/zstd.js";
-import { FormatError, isPermanent } from "../errors.js";
+import { FormatError, isPermanent, NotFoundError, UsageError } from "../errors.js";
 import type { ValueLocation } from "../ocdbt/database.js";
 import { chunkKeyPattern, listArrays, type StoredArray } from "../orbax/arrays.js";
 import { iteratorOwner, missingIterators, relativeToStep } from "../orbax/processes.js";
 import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
 import { parseIndex, structureStrings } from "../regular/index-file.js";
 import { regularChunkKey } from "../regular/zarray.js";
-import { openStore } from "../store/open.js";
+import { INPUT, openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
 import { Budget, forEachLimited } from "../util/budget.js";
 import { firstDifference } from "../util/streams.js";
@@ -43,6 +43,25 @@ export interface VerifyResult {
 const text = new TextDecoder();
 
 /**
+ * Refuses, as bad input, a regular step location that is no step at all: one that does not exist, or the
+ * destination root given for the step under it (the mistake the two arguments invite). A step that is there
+ * but wrong is what the checks are for.
+ */
+async function assertRegularStep(dest: Store): Promise<void> {
+  if ((await dest.stat("index")) !== undefined) return;
+  const top = await dest.listDir("");
+  if (top.absent) throw new NotFoundError("does not exist", { path: dest.url });
+  const steps = top.dirs.filter((d) => parseStepName(d) !== undefined);
+  if (top.files.length === 0 && steps.length > 0) {
+    const step = steps.at(-1) as string;
+    throw new UsageError(
+      `a root of step_* directories, not a converted step: verify takes the step itself, e.g. ${dest.url.replace(/\/+$/, "")}/${step}`,
+      { path: dest.url },
+    );
+  }
+}
+
+/**
  * Compares a regular checkpoint with the Orbax step it came from: the index (byte for byte, and AXLearn's
  * EXACT structure check), every `.zarray`, every chunk against the source's (streamed where it holds the
  * source's bytes under the same codec, decoded where it does not or the export casts), and that nothing extra
@@ -55,7 +74,8 @@ export async function verify(
   onArray?: (done: number, total: number) => void,
 ): Promise<VerifyResult> {
   const source = await openStep(orbaxLocation);
-  const dest = await openStore(regularStepLocation);
+  const dest = await openStore(regularStepLocation, INPUT);
+  await assertRegularStep(dest);
   // A source that does not name its step (a bare PyTree item) was converted with --step: the regular
   // step directory's name says which.
   const step = source.step ?? parseStepName(regularStepLocation.replace(/\/+$/, "").split("/").pop() ?? "") ?? 0;

@@ -27,18 +27,31 @@ export interface ProcessesReport {
   missingIterators: MissingIterator[];
 }
 
+/**
+ * A leaf of the PyTree that is not an array (no zarr data in the database): its path, and what `_METADATA`
+ * records of it, Orbax's value type (`None`, `PythonSavable` for an input iterator saved as files...) and
+ * whether restore skips it.
+ */
+export interface NonArrayReport {
+  path: string;
+  name: string;
+  valueType: string;
+  skipDeserialize: boolean;
+}
+
 export interface InspectReport {
   step: number | null;
   committed: boolean;
   layout: string;
   processes: ProcessesReport;
   arrays: ArrayReport[];
+  nonArrays: NonArrayReport[];
   warnings: string[];
 }
 
 /**
  * What `inspect` reports about an opened step: every array leaf (with its content's sha256 when `checksums`
- * is set), the step number, commit status, layout and warnings. Prints nothing; `onArray` hears how many
+ * is set), every other leaf, the step number, commit status, layout and warnings. Prints nothing; `onArray` hears how many
  * arrays are done.
  */
 export async function inspectStep(
@@ -66,6 +79,9 @@ export async function inspectStep(
     layout: step.layout,
     processes,
     arrays,
+    nonArrays: step.leaves
+      .filter((l) => !l.isArray)
+      .map((l) => ({ path: l.path, name: l.name, valueType: l.valueType, skipDeserialize: l.skipDeserialize })),
     warnings: [...step.warnings],
   };
 }

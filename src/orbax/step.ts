@@ -1,7 +1,7 @@
-import { MetadataError, NotFoundError, UncommittedError } from "../errors.js";
+import { MetadataError, NotFoundError, UncommittedError, UsageError } from "../errors.js";
 import { OcdbtDatabase } from "../ocdbt/database.js";
 import { parseIndex } from "../regular/index-file.js";
-import { openStore } from "../store/open.js";
+import { INPUT, openStore } from "../store/open.js";
 import { type DirListing, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
 import { mapLimited } from "../util/budget.js";
 import { parseCheckpointMetadata, pytreeItems } from "./checkpoint-metadata.js";
@@ -132,16 +132,26 @@ export async function openStep(location: string, options: OpenStepOptions = {}):
   const trimmed = location.replace(/\/+$/, "");
   const emergency = /^(.*)\/tensors\/(step_\d+)$/.exec(trimmed);
   if (emergency) {
-    return openEmergency(await openStore(emergency[1] as string), parseStepName(emergency[2] as string));
+    return openEmergency(await openStore(emergency[1] as string, INPUT), parseStepName(emergency[2] as string));
   }
-  const store = await openStore(trimmed);
+  const store = await openStore(trimmed, INPUT);
   const top = await store.listDir("");
   const name = trimmed.slice(trimmed.lastIndexOf("/") + 1);
   switch (kindOf(top)) {
     case "emergency":
       return openEmergency(store, options.step);
-    case "step":
-      return openStepDir(store, "", name);
+    case "step": {
+      const step = await openStepDir(store, "", name);
+      // --step picks a step under a root; given with a step directory it can only agree with it. Not ignored:
+      // a user who typed it expects that step converted.
+      if (options.step !== undefined && step.step !== undefined && step.step !== options.step) {
+        throw new UsageError(
+          `is the directory of step ${step.step}, not of step ${options.step} (--step chooses a step under a checkpoint root)`,
+          { path: store.url },
+        );
+      }
+      return step;
+    }
     case "item":
       return openItem(store, "", { layout: "pytree", step: parseStepName(name), commit: { committed: true, marker: "none" } });
     case "root": {
@@ -149,6 +159,7 @@ export async function openStep(location: string, options: OpenStepOptions = {}):
       return { ...(await openStepDir(store, chosen.name, chosen.name)), chosen };
     }
     default:
+      if (top.absent) throw new NotFoundError("does not exist", { path: store.url });
       throw new NotFoundError("no Orbax checkpoint here (expected a step directory, a root with step_* directories, or a PyTree item)", {
         path: store.url,
       });
@@ -181,7 +192,7 @@ function kindOf(top: DirListing): "emergency" | "step" | "item" | "root" | undef
  * openStep's choice costs: a listing of the root, the tracker file and a commit marker or a few.
  */
 export async function chooseRootStep(location: string, step?: number): Promise<RootStep | undefined> {
-  return chooseStepIn(await openStore(location.replace(/\/+$/, "")), step);
+  return chooseStepIn(await openStore(location.replace(/\/+$/, ""), INPUT), step);
 }
 
 /** chooseRootStep for the root at the top of `store`. */

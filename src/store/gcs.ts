@@ -49,6 +49,12 @@ export const STREAMED_CHUNK = 32 << 20;
 const PIECE_SLACK = 1 << 20;
 
 export interface GcsOptions {
+  /**
+   * What the store is to the command: an input it reads (a source, the step `verify` checks), or the destination
+   * (the default). A bucket that does not exist is bad input in the first (NotFoundError, exit 2), something to
+   * fix at the destination in the second (DestinationError, exit 3).
+   */
+  readonly role?: "input" | "destination";
   readonly retry?: RetryPolicy;
   readonly timeouts?: Timeouts;
   /** The largest resumable chunk (default DEFAULT_CHUNK), rounded down to a multiple of 256 KiB. */
@@ -73,7 +79,7 @@ export class GcsStore implements Store {
     options: GcsOptions = {},
   ) {
     const http = new Http(credentialsOf(client), options.timeouts ?? defaultTimeouts());
-    this.api = new JsonApi(client.apiEndpoint, bucketName, http, options.retry ?? defaultRetryPolicy());
+    this.api = new JsonApi(client.apiEndpoint, bucketName, http, options.retry ?? defaultRetryPolicy(), options.role);
     this.uploads = new Uploads(this.api);
     this.chunk = Math.max(CHUNK_UNIT, Math.floor((options.chunkBytes ?? defaultChunk()) / CHUNK_UNIT) * CHUNK_UNIT);
     this.writeBuffer = this.chunk + PIECE_SLACK;

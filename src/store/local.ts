@@ -246,7 +246,8 @@ export class LocalStore implements Store {
       entries = await holding(READS, 1, () => readdir(path, { withFileTypes: true }));
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT" || code === "ENOTDIR") return { files: [], dirs: [] };
+      if (code === "ENOENT") return { files: [], dirs: [], absent: true };
+      if (code === "ENOTDIR") return { files: [], dirs: [] };
       throw e;
     }
     const files: ObjectInfo[] = [];

@@ -33,6 +33,9 @@ export function parseLocation(location: string): Location {
   return { kind: "local", path: location, url: location };
 }
 
+/** openStore's options for a location the command reads as input (a source): see GcsOptions.role. */
+export const INPUT: GcsOptions = { role: "input" };
+
 /**
  * A store for a location: `gs://bucket/prefix`, `file:///abs/path`, or a plain local path. The GCS client
  * is loaded only when a gs:// location is used (it adds a quarter second to every start otherwise).

@@ -31,6 +31,11 @@ export interface WriteOptions {
 export interface DirListing {
   readonly files: ObjectInfo[];
   readonly dirs: string[];
+  /**
+   * True when the directory itself does not exist (a local store; an empty GCS prefix is only empty), so that
+   * a mistyped path can be said to be one rather than "nothing useful here".
+   */
+  readonly absent?: boolean;
 }
 
 /**

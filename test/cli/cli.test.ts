@@ -36,7 +36,7 @@ describe("orbax2reg inspect", () => {
     const r = await runCli(["inspect", TINY, "--json"]);
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout);
-    expect(Object.keys(report)).toEqual(["step", "committed", "layout", "processes", "arrays"]);
+    expect(Object.keys(report)).toEqual(["step", "committed", "layout", "processes", "arrays", "nonArrays"]);
     expect(report).toMatchObject({ step: 100, committed: true, layout: "axlearn" });
     expect(report.arrays.find((a: { path: string }) => a.path === "model/decoder/layer/ffn/weight")).toEqual({
       path: "model/decoder/layer/ffn/weight",
@@ -119,5 +119,19 @@ describe("orbax2reg convert of a checkpoint root", () => {
       stepChosenBy: "listing",
       stepChoiceNote: "latest_checkpointed_step.txt names step 200, but there is no step_00000200",
     });
+  });
+});
+
+describe("--step given with a step directory", () => {
+  test("another step than the directory's is refused, naming both (not silently ignored), exit 2", async () => {
+    const r = await runCli(["convert", TINY, tempDir("dest"), "--step", "200"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(
+      `orbax2reg: ${TINY}: is the directory of step 100, not of step 200 (--step chooses a step under a checkpoint root)\n`,
+    );
+  });
+
+  test("the directory's own step is accepted", async () => {
+    expect((await runCli(["inspect", TINY, "--step", "100", "--json"])).code).toBe(0);
   });
 });

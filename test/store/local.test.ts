@@ -14,6 +14,14 @@ function tempStore(): LocalStore {
 // The behaviours LocalStore shares with GcsStore (read, ranges, list, listDir, write, createExclusive,
 // delete, stat, key refusal) are in contract.test.ts; here only what is specific to the local filesystem.
 describe("LocalStore", () => {
+  test("a directory that does not exist lists as absent; an empty one only as empty", async () => {
+    const s = tempStore();
+    await s.write("empty/x", new Uint8Array(1));
+    await s.delete("empty/x");
+    expect(await s.listDir("nowhere")).toEqual({ files: [], dirs: [], absent: true });
+    expect(await s.listDir("empty")).toEqual({ files: [], dirs: [] });
+  });
+
   test("copyRangeTo reports the size only: a verbatim copy is checked against its source, not checksummed twice", async () => {
     const s = tempStore();
     await s.write("crc", new TextEncoder().encode("123456789"));

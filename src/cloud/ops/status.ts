@@ -1,6 +1,8 @@
 import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "../../convert/work-dir.js";
 import { NotFoundError, UsageError } from "../../errors.js";
 import { listSteps, parseStepName, stepDirName } from "../../orbax/step.js";
+import type { GcsOptions } from "../../store/gcs.js";
+import { INPUT } from "../../store/open.js";
 import { transientStatus } from "../../store/retry.js";
 import { joinKey, type Store } from "../../store/store.js";
 import { mapLimited } from "../../util/budget.js";
@@ -65,7 +67,8 @@ export interface StepRow {
 }
 
 export interface FleetDeps {
-  openStore(location: string): Promise<Store>;
+  /** `options`: INPUT for the checkpoint root, which is read (a missing bucket there is bad input, exit 2). */
+  openStore(location: string, options?: GcsOptions): Promise<Store>;
   readonly executions: Executions;
   /** Cloud Run job executions; undefined: no job details. */
   readonly jobs?: JobExecutions;
@@ -114,7 +117,7 @@ const SKEW_MS = 60_000;
  */
 export async function stepStatuses(rootLocation: string, onlyStep: number | undefined, deps: FleetDeps): Promise<StepRow[]> {
   const root = parseRoot(rootLocation);
-  const source = await deps.openStore(root.url);
+  const source = await deps.openStore(root.url, INPUT);
   const committed = new Map<number, boolean>();
   for (const s of await listSteps(source)) {
     if (onlyStep === undefined || s.step === onlyStep) committed.set(s.step, (committed.get(s.step) ?? false) || s.commit.committed);

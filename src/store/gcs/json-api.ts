@@ -26,7 +26,8 @@ export interface GcsRequest {
   readonly accept: readonly number[];
   /**
    * What a 404 the caller does not handle means: no such object (NotFoundError), or, for a request on the
-   * bucket itself (a listing, an upload), no such bucket (DestinationError: the user fixes it there).
+   * bucket itself (a listing, an upload), no such bucket (DestinationError: the user fixes it there; a
+   * NotFoundError naming the bucket when the store is an input).
    */
   readonly missing?: "object" | "bucket";
   /** The object (store URL + key), for messages. */
@@ -39,6 +40,7 @@ export interface BucketResource {
 }
 
 export class JsonApi {
+  private readonly bucketName: string;
   private readonly bucket: string;
   private readonly objects: string;
   private readonly uploads: string;
@@ -48,7 +50,10 @@ export class JsonApi {
     bucket: string,
     private readonly http: Http,
     private readonly policy: RetryPolicy,
+    /** What the store is to the command (GcsOptions.role): what a missing bucket means. */
+    private readonly role: "input" | "destination" = "destination",
   ) {
+    this.bucketName = bucket;
     const base = endpoint.replace(/\/+$/, "");
     this.bucket = `${base}/storage/v1/b/${encodeURIComponent(bucket)}`;
     this.objects = `${base}/storage/v1/b/${encodeURIComponent(bucket)}/o`;
@@ -80,7 +85,7 @@ export class JsonApi {
     };
     const a = await this.http.send(req.method, url, init);
     if (a.status === 404 && req.missing && !req.accept.includes(404)) {
-      if (req.missing === "bucket") return noSuchBucket(a, req.path);
+      if (req.missing === "bucket") return noSuchBucket(a, req.path, this.role === "input" ? this.bucketName : undefined);
       await a.discard();
       throw new NotFoundError("no such object", { path: req.path });
     }
@@ -138,9 +143,10 @@ export class JsonApi {
 
 /**
  * A 404 to a request on the bucket itself (a listing, an upload's start): the bucket does not exist, which
- * the user fixes at the destination. Named with GCS's own words, as any other refused request is.
+ * the user fixes at the destination; or, for an input (`inputBucket`, its name), bad input naming the bucket.
+ * Named with GCS's own words, as any other refused request is.
  */
-async function noSuchBucket(a: Answer, path: string): Promise<never> {
+async function noSuchBucket(a: Answer, path: string, inputBucket?: string): Promise<never> {
   const text = new TextDecoder().decode(await a.bytes().catch(() => new Uint8Array()));
   let message = text.slice(0, 300);
   try {
@@ -150,6 +156,9 @@ async function noSuchBucket(a: Answer, path: string): Promise<never> {
     // not JSON: keep the text
   }
   message = message.replace(/\s+/g, " ").trim();
+  if (inputBucket !== undefined) {
+    throw new NotFoundError(`the bucket gs://${inputBucket} does not exist (HTTP 404${message ? ` (${message})` : ""})`, { path });
+  }
   throw new DestinationError(`no such bucket (HTTP 404${message ? ` (${message})` : ""})`, { path });
 }
 
