@@ -172,6 +172,21 @@ export class ConfigError extends Orbax2RegError {
   }
 }
 
+/**
+ * No Google credentials to send to Cloud Storage: Application Default Credentials found nothing (no
+ * GOOGLE_APPLICATION_CREDENTIALS, no `gcloud auth application-default login` file, no metadata server). Trying
+ * again cannot find them, so it is said at once instead of being retried until the storage deadline.
+ */
+export class CredentialsError extends Orbax2RegError {
+  readonly kind = "CREDENTIALS";
+  readonly exitCode = EXIT_BAD_INPUT;
+  readonly retryable = false;
+  constructor(detail: string, where: { path?: string } = {}) {
+    super(detail, { path: where.path });
+    this.stack = `${this.name}: ${this.message}`;
+  }
+}
+
 // Not the input's faults: the input may be fine, so a job exits 1 and the workflow retries it (boundedly).
 
 /**

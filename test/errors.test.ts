@@ -13,6 +13,7 @@ import {
   ClaimBusyError,
   ConfigError,
   ConflictError,
+  CredentialsError,
   classify,
   DeadlineError,
   DestinationError,
@@ -51,6 +52,7 @@ const TABLE: readonly (readonly [Orbax2RegError, string, number, boolean])[] = [
   [new LimitError("too large"), "LIMIT", 2, false],
   [new ConflictError("held"), "CONFLICT", 2, false],
   [new ConfigError("N", "x", "must be a number"), "CONFIG", 2, false],
+  [new CredentialsError("no Google credentials found"), "CREDENTIALS", 2, false],
   // Not the input's: a job fails transiently (the workflow retries, boundedly).
   [new StorageIoError("HTTP 403"), "IO", 1, true],
   [new TransientError("HTTP 503", "http-503"), "TRANSIENT", 1, true],

@@ -5,7 +5,7 @@
 // body is not pulled once its request has an answer or has failed.
 import type { Readable } from "node:stream";
 import { type Dispatcher, EnvHttpProxyAgent } from "undici";
-import { StorageIoError } from "../errors.js";
+import { CredentialsError, StorageIoError } from "../errors.js";
 import { TransientError, transientStatus } from "./retry.js";
 
 export interface Timeouts {
@@ -107,7 +107,7 @@ export class Http {
         origin: u.origin,
         path: `${u.pathname}${u.search}`,
         method: method as Dispatcher.HttpMethod,
-        headers: { ...(await this.credentials.headers()), ...init.headers },
+        headers: { ...(await credentialHeaders(this.credentials, init.path)), ...init.headers },
         // undici takes an AsyncIterable body (docs/api/Dispatcher.md, `body`), which its types leave out.
         body: (feed as unknown as Readable | undefined) ?? (init.body as Uint8Array | undefined) ?? null,
         signal: controller.signal,
@@ -356,8 +356,28 @@ const TLS_TRUST =
   /^(UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|CERT_HAS_EXPIRED|CERT_NOT_YET_VALID|CERT_UNTRUSTED|CERT_REJECTED|ERR_TLS_CERT_ALTNAME_INVALID|HOSTNAME_MISMATCH)$/;
 
 /** Whether a failed request or body read is worth another attempt; the cause, in words, for the message. */
+/**
+ * The credentials' headers. google-auth-library says "Could not load the default credentials" when Application
+ * Default Credentials find nothing at all (it has already tried the metadata server): no later attempt can do
+ * better, so that is a CredentialsError saying how to give some, not a transient fault retried for minutes.
+ * Any other failure (a token endpoint or metadata server that did not answer) stays transient.
+ */
+async function credentialHeaders(credentials: Credentials, path: string): Promise<Record<string, string>> {
+  try {
+    return await credentials.headers();
+  } catch (e) {
+    if (e instanceof Error && /Could not load the default credentials/.test(e.message)) {
+      throw new CredentialsError(
+        "no Google credentials found: run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file, or run where a metadata server gives them (Compute Engine, Cloud Run, Cloud Shell)",
+        { path },
+      );
+    }
+    throw e;
+  }
+}
+
 function classify(e: unknown, signal: AbortSignal, path: string): unknown {
-  if (e instanceof TransientError || e instanceof StorageIoError) return e;
+  if (e instanceof TransientError || e instanceof StorageIoError || e instanceof CredentialsError) return e;
   if (signal.aborted && signal.reason instanceof TransientError) return signal.reason;
   const err = e as Error & { code?: string; cause?: { code?: string; message?: string } };
   const code = err?.code ?? err?.cause?.code;

@@ -22,19 +22,20 @@ export function transcripts(markdown: string): Transcript[] {
   const lines = markdown.split("\n");
   const out: Transcript[] = [];
   for (let i = 0; i < lines.length; i++) {
-    const open = FENCE.exec(lines[i]);
+    const open = FENCE.exec(lines[i] ?? "");
     if (!open) continue;
+    const fence = open[2] ?? "```";
     const start = i;
     const body: string[] = [];
-    for (i++; i < lines.length && !lines[i].trimStart().startsWith(open[2]); i++) body.push(lines[i]);
+    for (i++; i < lines.length && !(lines[i] ?? "").trimStart().startsWith(fence); i++) body.push(lines[i] ?? "");
     const first = body.findIndex((l) => l.trim() !== "");
-    if (first < 0 || !body[first].startsWith("$ ")) continue;
+    if (first < 0 || !body[first]?.startsWith("$ ")) continue;
     const steps: TranscriptStep[] = [];
     for (const l of body.slice(first)) {
       if (l.startsWith("$ ")) steps.push({ command: l.slice(2), expected: [] });
-      else steps[steps.length - 1].expected.push(l);
+      else steps[steps.length - 1]?.expected.push(l);
     }
-    for (const s of steps) while (s.expected.length > 0 && s.expected[s.expected.length - 1].trim() === "") s.expected.pop();
+    for (const s of steps) while (s.expected.length > 0 && s.expected[s.expected.length - 1]?.trim() === "") s.expected.pop();
     out.push({ line: start + 1, steps });
   }
   return out;
@@ -56,7 +57,7 @@ export function compareOutput(expected: string[], actual: string[]): string | nu
   while (got.length > 0 && got[got.length - 1] === "") got.pop();
   const match = (w: number, g: number): boolean => {
     if (w === want.length) return g === got.length;
-    if (want[w].trim() === "…") {
+    if (want[w]?.trim() === "…") {
       for (let k = g + 1; k <= got.length; k++) if (match(w + 1, k)) return true;
       return false;
     }

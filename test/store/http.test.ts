@@ -2,7 +2,7 @@
 // (over HTTPS with the test CA's loopback certificate, as GCS answers).
 import { createServer, type Server } from "node:https";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { StorageIoError } from "../../src/errors.js";
+import { CredentialsError, StorageIoError } from "../../src/errors.js";
 import { Http, NO_CREDENTIALS } from "../../src/store/http.js";
 import { TransientError, transientStatus } from "../../src/store/retry.js";
 import { serverTls } from "../helpers/tls.mjs";
@@ -43,5 +43,31 @@ describe("an answer the caller did not accept", () => {
   test("a transient one's Retry-After, capped at 30 s, is the least wait before the retry", async () => {
     expect(((await failure("/503/2")) as TransientError).retryAfterMs).toBe(2_000);
     expect(((await failure("/429/600")) as TransientError).retryAfterMs).toBe(30_000);
+  });
+});
+
+describe("credentials", () => {
+  test("no Application Default Credentials at all is said at once, not retried, with how to give some", async () => {
+    const none = new Http(
+      {
+        headers: () =>
+          Promise.reject(
+            new Error(
+              "Could not load the default credentials. Browse to https://cloud.google.com/docs/authentication/getting-started for more information.",
+            ),
+          ),
+      },
+      { stallMs: 5_000 },
+    );
+    const e = await none.send("GET", `${base}/200`, { accept: [200], path: "gs://b/o" }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(CredentialsError);
+    expect((e as CredentialsError).exitCode).toBe(2);
+    expect((e as Error).message).toMatch(/^gs:\/\/b\/o: no Google credentials found: run `gcloud auth application-default login`/);
+  });
+
+  test("a token that could not be fetched this time stays transient", async () => {
+    const flaky = new Http({ headers: () => Promise.reject(new Error("request to metadata server timed out")) }, { stallMs: 5_000 });
+    const e = await flaky.send("GET", `${base}/200`, { accept: [200], path: "gs://b/o" }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(TransientError);
   });
 });
