@@ -312,8 +312,11 @@ describe("what the module builds from (sources.tf), evaluated offline", () => {
 
 describe("terraform/README.md's first deployment", () => {
   const readme = readFileSync("terraform/README.md", "utf8");
-  const section = readme.slice(readme.indexOf("## First deployment"), readme.indexOf("\n## ", readme.indexOf("## First deployment") + 1));
-  const commands = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1] ?? "").join("\n");
+  const start = readme.indexOf("## First deployment");
+  const section = readme.slice(start, readme.indexOf("\n## ", start + 1));
+  // The deployment's own commands: everything before the check, which runs the CLI wherever it is installed.
+  const deploy = section.slice(0, section.indexOf("### Check the deployment"));
+  const commands = [...deploy.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1] ?? "").join("\n");
 
   test("is one terraform apply: no -target, no docker, no npm, no node on the operator's machine", () => {
     expect(commands).toContain("terraform init");

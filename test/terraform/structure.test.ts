@@ -752,7 +752,7 @@ describe("IAM", () => {
     const readme = readFileSync(`${TERRAFORM}/README.md`, "utf8");
     const roles = new Set(Object.values(EXPECTED).flatMap((list) => list.map((r) => r.split(" @ ")[0] ?? "")));
     for (const role of roles) expect(readme, role).toContain(`\`${role}\``);
-    const section = readme.slice(readme.indexOf("## Roles"), readme.indexOf("## Deploy"));
+    const section = readme.slice(readme.indexOf("## Roles"), readme.indexOf("## First deployment"));
     const rows = section.split("\n").filter((l) => /^\| .*`roles\//.test(l));
     expect(rows.length).toBe(Object.values(EXPECTED).flat().length - 2); // the three job grants share one row
     for (const row of rows) expect(row, row).toMatch(/https:\/\/cloud\.google\.com\//);

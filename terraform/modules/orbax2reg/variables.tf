@@ -23,7 +23,7 @@ variable "region" {
 }
 
 variable "name_prefix" {
-  description = "Prefix of every resource name and service account id (function <prefix>-on-checkpoint, workflow <prefix>-convert, jobs <prefix>-plan / <prefix>-convert-group / <prefix>-finalize, service accounts <prefix>-fn / -trigger / -workflow / -jobs). Change it to deploy several independent pipelines in one project."
+  description = "Prefix of every resource name and service account id (function <prefix>-on-checkpoint, workflow <prefix>-convert, jobs <prefix>-plan / <prefix>-convert-group / <prefix>-finalize, service accounts <prefix>-fn / -trigger / -workflow / -jobs / -build / -imgbuild, bucket <project_id>-<prefix>-sources). Change it to deploy several independent pipelines in one project."
   type        = string
   default     = "orbax2reg"
 
