@@ -1,7 +1,8 @@
 # The one image for the three Cloud Run jobs (terraform/modules/orbax2reg/jobs.tf runs
-# `node dist/jobs/main.js plan|convert-group|finalize` in it).
-#   docker build -t REGION-docker.pkg.dev/PROJECT/orbax2reg/orbax2reg:$(git rev-parse --short HEAD) .
-# Needs no internet access beyond the package registries (npm, Debian).
+# `node dist/jobs/main.js plan|convert-group|finalize` in it). `terraform apply` builds it with Cloud Build
+# (terraform/modules/orbax2reg/build.tf: the files .dockerignore lets in, zipped by terraform, tagged with their
+# identity); by hand: docker build -t IMAGE .
+# Needs no internet access beyond the package registries (npm, Debian) and the base image (NODE_IMAGE).
 
 ARG NODE_IMAGE=node:22-bookworm-slim
 

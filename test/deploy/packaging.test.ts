@@ -1,14 +1,15 @@
 import { spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { builtinModules } from "node:module";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { parse } from "@cdktf/hcl2json";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { PYTHON } from "../helpers/paths.js";
+import { type ModuleSources, moduleSources } from "../helpers/sources.js";
 
-// What ships: the job image (Dockerfile; no Docker engine runs here, so its structure is checked) and the
-// function's source zip (built and loaded for real).
+// What ships: the job image (Dockerfile; no Docker engine runs here, so its structure is checked, and the build context
+// terraform gives Cloud Build) and the function's source archive (laid out as terraform zips it, built and loaded).
 
+type Obj = Record<string, unknown>;
 const pkg = JSON.parse(readFileSync("package.json", "utf8")) as { dependencies: Record<string, string> };
 /** The flags every start of node carries (the launcher's comment says why). */
 const NODE_FLAGS = ["--max-semi-space-size=1"];
@@ -124,36 +125,90 @@ describe("the job image", () => {
     }
     expect([...imported].filter((p) => !(p in pkg.dependencies))).toEqual([]);
   });
+
+  test("terraform's build context for it is exactly what .dockerignore lets in, and the Dockerfile", () => {
+    const allowed = readFileSync(".dockerignore", "utf8")
+      .split("\n")
+      .filter((l) => l.startsWith("!"))
+      .map((l) => l.slice(1));
+    expect(readFileSync(".dockerignore", "utf8")).toMatch(/^\*\*$/m);
+    const files = (pattern: string): string[] =>
+      pattern.endsWith("/**")
+        ? readdirSync(pattern.slice(0, -3), { recursive: true, withFileTypes: true })
+            .filter((e) => e.isFile())
+            .map((e) => join(e.parentPath, e.name))
+        : [pattern];
+    expect(moduleSources().imageFiles).toEqual(["Dockerfile", ...allowed.flatMap(files)].sort());
+  }, 60_000);
+
+  test("every file the Dockerfile copies from the build context is in it", () => {
+    const context = new Set(moduleSources().imageFiles.map((f) => f.split("/")[0]));
+    for (const l of build ?? []) {
+      if (!l.startsWith("COPY ") || l.includes("--from=")) continue;
+      for (const src of l.split(/\s+/).slice(1, -1)) expect(context.has(src.replace(/\/$/, "").split("/")[0] as string), l).toBe(true);
+    }
+  }, 60_000);
+
+  test("Cloud Build builds it with the module's base image, whose default is the Dockerfile's", async () => {
+    const config = readFileSync("terraform/modules/orbax2reg/image-build.cloudbuild.yaml", "utf8");
+    expect(config).toContain('args: ["build", "--build-arg", "NODE_IMAGE=$_NODE_IMAGE", "-t", "$_IMAGE", "."]');
+    expect(config).toContain('images: ["$_IMAGE"]');
+    expect(config).toMatch(/^ {2}logging: CLOUD_LOGGING_ONLY$/m);
+    const variables = (await parse("variables.tf", readFileSync("terraform/modules/orbax2reg/variables.tf", "utf8"))) as {
+      variable: Record<string, { default?: unknown }[]>;
+    };
+    expect(`ARG NODE_IMAGE=${String(variables.variable.image_build_node_image?.[0]?.default)}`).toBe(
+      dockerfile.split("\n").find((l) => l.startsWith("ARG NODE_IMAGE=")),
+    );
+  });
 });
 
-describe("the function's source zip", () => {
-  const packageFunction = () => {
-    const r = spawnSync(process.execPath, ["scripts/package-function.mjs", "--json"], { encoding: "utf8" });
-    expect(r.status).toBe(0);
-    return JSON.parse(r.stdout.trim().split("\n").at(-1) as string) as { zip: string; object: string; sha256: string };
-  };
-  let first: ReturnType<typeof packageFunction>;
-  let second: ReturnType<typeof packageFunction>;
-  const dir = ".cache/function-zip";
+describe("the function's source archive (terraform/modules/orbax2reg/sources.tf)", () => {
+  // What terraform zips, evaluated by terraform itself, then laid out and built as Cloud Functions' build does: the
+  // buildpack installs the lockfile's dependencies, devDependencies included, runs the `gcp-build` script and prunes
+  // the devDependencies (https://cloud.google.com/run/docs/runtimes/nodejs, "NPM build scripts"). Here the
+  // repository's node_modules stands in for that install.
+  let sources: ModuleSources;
+  let manifest: { main: string; scripts: Record<string, string>; dependencies: Obj; devDependencies: Obj };
+  const dir = ".cache/function-archive";
 
   beforeAll(() => {
-    first = packageFunction();
-    // Extracted inside the repository so that node_modules resolves as `npm ci` would provide it.
+    sources = moduleSources();
+    manifest = JSON.parse(sources.functionPackageJson);
     rmSync(dir, { recursive: true, force: true });
-    expect(spawnSync(PYTHON, ["-m", "zipfile", "-e", first.zip, dir]).status).toBe(0);
-    second = packageFunction();
+    // Inside the repository, so that node_modules resolves as the build's install provides it.
+    for (const f of sources.functionFiles) cpSync(f, join(dir, f));
+    writeFileSync(join(dir, "package.json"), sources.functionPackageJson);
   }, 120_000);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  test("is reproducible and named by its content", () => {
-    expect(second.sha256).toBe(first.sha256);
-    expect(first.object).toBe(`orbax2reg/function-${first.sha256.slice(0, 16)}.zip`);
+  test("holds the function's TypeScript, the code it imports, the TypeScript configuration and the lockfile", () => {
+    const top = [...new Set(sources.functionFiles.map((f) => f.split("/")[0]))].sort();
+    expect(top).toEqual(["functions", "jobs", "package-lock.json", "src", "tsconfig.build.json", "tsconfig.json"]);
+    expect(sources.functionFiles).toContain("functions/index.ts");
+    expect(sources.functionFiles.some((f) => f.startsWith("test/") || f.startsWith("dist/"))).toBe(false);
   });
 
-  test("holds a package.json whose main registers the function, with everything it imports", () => {
-    const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+  test("its package.json names the function's module and builds it with gcp-build, from the lockfile's dependencies", () => {
     expect(manifest.main).toBe("dist/functions/index.js");
-    expect(manifest.scripts).toEqual({});
+    // No `prepare` (npm runs it at every install, also after the prune) and no `build` (the buildpack runs it too).
+    expect(Object.keys(manifest.scripts)).toEqual(["gcp-build"]);
+    expect(manifest.scripts["gcp-build"]).toMatch(/^tsc -p tsconfig\.build\.json /);
+    const repository = JSON.parse(readFileSync("package.json", "utf8"));
+    // What `npm ci` checks the lockfile against.
+    expect(manifest.dependencies).toEqual(repository.dependencies);
+    expect(manifest.devDependencies).toEqual(repository.devDependencies);
+    expect(manifest.devDependencies).toHaveProperty("typescript");
+  });
+
+  test("built by its gcp-build script, it registers onCheckpointFinalized", () => {
+    const [tsc, ...args] = manifest.scripts["gcp-build"]?.split(" ") ?? [];
+    expect(tsc).toBe("tsc");
+    const build = spawnSync(process.execPath, [resolve("node_modules/typescript/bin/tsc"), ...args], { cwd: dir, encoding: "utf8" });
+    expect(build.stdout + build.stderr).toBe("");
+    expect(build.status).toBe(0);
+    expect(readdirSync(join(dir, "dist")).sort()).toEqual(["functions", "jobs", "src"]);
+    expect(jsFiles(join(dir, "dist")).some((f) => f.endsWith(".map"))).toBe(false);
     const load = spawnSync(
       process.execPath,
       [
@@ -167,11 +222,9 @@ describe("the function's source zip", () => {
     );
     expect(load.stderr).toBe("");
     expect(load.stdout.trim()).toBe("function");
-  });
+  }, 120_000);
 
-  test("leaves out tests, sources and the job entry point", () => {
-    const names = readdirSync(join(dir, "dist"));
-    expect(names.sort()).toEqual(["functions", "src"]);
-    expect(jsFiles(dir).some((f) => f.includes("/test/"))).toBe(false);
+  test("is named by its content: orbax2reg/function-<16 hex digits>.zip", () => {
+    expect(sources.functionObject).toMatch(/^orbax2reg\/function-[0-9a-f]{16}\.zip$/);
   });
 });

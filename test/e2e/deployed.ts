@@ -31,8 +31,6 @@ const PROVIDER_VALUES: Record<string, string> = {
   'google_cloud_run_v2_job.phase["plan"].name': "local.names.plan_job",
   'google_cloud_run_v2_job.phase["convert-group"].name': "local.names.group_job",
   'google_cloud_run_v2_job.phase["finalize"].name': "local.names.finalize_job",
-  // google_artifact_registry_repository: repository_id is the configured id (jobs.tf's image local)
-  "google_artifact_registry_repository.images.repository_id": "var.artifact_repository_id",
 };
 
 export interface Deployed {

@@ -37,7 +37,7 @@ const TOPIC = "gcs-notifications";
 // flight. Eight tasks of 32 objects each against ~13,000 objects on 2 cores kept requests waiting past the jobs' 30 s
 // stall limit, and the retries made it worse: the execution did not finish in 20 minutes. The events per object,
 // which this test counts, do not depend on the fan-out; a user sets the same module variable.
-const TFVARS = { project_id: PROJECT, checkpoint_bucket: BUCKET, function_source_bucket: "functions-src" };
+const TFVARS = { project_id: PROJECT, checkpoint_bucket: BUCKET };
 const MODULE_ARGS = { max_parallel_groups: 2 };
 
 let work: string;

@@ -32,7 +32,7 @@ let cliEnv: NodeJS.ProcessEnv;
 beforeAll(async () => {
   work = scratch("fleet");
   process.env.METADATA_SERVER_DETECTION = "none";
-  deployed = await deployedSettings({ project_id: "test-project", checkpoint_bucket: "ckpts", function_source_bucket: "functions-src" });
+  deployed = await deployedSettings({ project_id: "test-project", checkpoint_bucket: "ckpts" });
   const emulators = {
     ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint"),
     GOOGLE_CLOUD_PROJECT: "test-project",

@@ -48,7 +48,7 @@ const events: { attributes: Record<string, string>; event: ConversionEvent }[] =
 let closeSubscription: () => Promise<void>;
 
 // Required variables of the example root without defaults; the function reads none of them.
-const TFVARS = { project_id: PROJECT, checkpoint_bucket: "ckpts", function_source_bucket: "functions-src" };
+const TFVARS = { project_id: PROJECT, checkpoint_bucket: "ckpts" };
 
 beforeAll(async () => {
   work = scratch("e2e");

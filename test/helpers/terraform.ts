@@ -31,6 +31,8 @@ export function terraform(
     cwd,
     encoding: "utf8",
     timeout: o.timeoutMs ?? 120_000,
+    // A plan's JSON carries the module's source archives' contents (hashicorp/archive keeps them in the state): megabytes.
+    maxBuffer: 256 * 1024 * 1024,
     env: {
       ...process.env,
       TF_CLI_CONFIG_FILE: o.cliConfig ?? cliConfig,
@@ -59,23 +61,21 @@ export function applyForOutputs(dir: string, args: string[]): { code: number; ou
 }
 
 export const GOOGLE_PROVIDER_VERSION = "7.45.0";
+/** The hashicorp/archive version the module's `~> 2.7` is checked against (local build, like the google provider's). */
+export const ARCHIVE_PROVIDER_VERSION = "2.7.1";
 
 /**
- * A filesystem mirror holding the hashicorp/google provider: $ORBAX2REG_TF_PROVIDER_MIRROR, else ~/.terraform.d/plugins.
- * `provider` is the binary's path in the mirror's unpacked layout; `present` says whether it is there.
+ * A filesystem mirror holding the providers the module needs (hashicorp/google and hashicorp/archive):
+ * $ORBAX2REG_TF_PROVIDER_MIRROR, else ~/.terraform.d/plugins. `missing` lists the binaries not there, by their path in the
+ * mirror's unpacked layout; `present` says whether none is missing.
  */
-export function googleProviderMirror(): { mirror: string; provider: string; present: boolean } {
+export function providerMirror(): { mirror: string; missing: string[]; present: boolean } {
   const mirror = resolve(process.env.ORBAX2REG_TF_PROVIDER_MIRROR || join(homedir(), ".terraform.d", "plugins"));
-  const provider = join(
-    mirror,
-    "registry.terraform.io/hashicorp/google",
-    GOOGLE_PROVIDER_VERSION,
-    "linux_amd64",
-    `terraform-provider-google_v${GOOGLE_PROVIDER_VERSION}`,
-  );
-  return { mirror, provider, present: process.platform === "linux" && process.arch === "x64" && existsSync(provider) };
+  const binary = (name: string, version: string) =>
+    join(mirror, `registry.terraform.io/hashicorp/${name}`, version, "linux_amd64", `terraform-provider-${name}_v${version}`);
+  const missing = [binary("google", GOOGLE_PROVIDER_VERSION), binary("archive", ARCHIVE_PROVIDER_VERSION)].filter((b) => !existsSync(b));
+  return { mirror, missing, present: process.platform === "linux" && process.arch === "x64" && missing.length === 0 };
 }
-
 /** A CLI configuration that installs providers from `mirror` only (no registry, no network). */
 export function mirrorCliConfig(mirror: string): string {
   const file = join(tempDir("tf-cli"), "terraformrc");

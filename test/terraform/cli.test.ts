@@ -2,12 +2,15 @@
 // built into .tools/bin), on every machine and offline:
 // - `terraform fmt -check -recursive -diff terraform`;
 // - the module's variable validations and derived checks: variables.tf + main.tf hold no resource or data source, so
-//   `terraform apply` evaluates them with no provider, and the locals are read back as outputs.
+//   `terraform apply` evaluates them with no provider, and the locals are read back as outputs;
+// - what the module builds from (sources.tf, locals too): each archive's identity follows exactly its own files;
+// - terraform/README.md's first deployment is one `terraform apply`, with nothing built on the operator's machine.
 // Provider-dependent checks (init, validate, plan with hashicorp/google) are in provider.test.ts.
-import { copyFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { deployedSettings } from "../e2e/deployed.js";
+import { copyOfSources, type ModuleSources, moduleSources } from "../helpers/sources.js";
 import { applyForOutputs, TERRAFORM_VERSION, terraform } from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -155,14 +158,18 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     expect(r.code, r.out).toBe(0);
   });
 
-  test("the longest name_prefix still yields valid service account ids (6-30) and repository ids", () => {
-    const r = evaluate({ name_prefix: "a-prefix-of-21-chars1" });
+  test("the longest name_prefix and project id still yield valid service account ids (6-30), repository ids and bucket names", () => {
+    const r = evaluate({ name_prefix: "a-prefix-of-21-chars1", project_id: "a-project-id-of-thirty-chars-1" });
     expect(r.code, r.out).toBe(0);
     const names = r.locals.names as Record<string, string>;
-    for (const key of ["function_sa", "trigger_sa", "workflow_sa", "jobs_sa", "build_sa"])
+    for (const key of ["function_sa", "trigger_sa", "workflow_sa", "jobs_sa", "build_sa", "image_build_sa"])
       expect(names[key], key).toMatch(/^[a-z][a-z0-9-]{4,28}[a-z0-9]$/);
     expect(names.build_sa).toBe("a-prefix-of-21-chars1-build");
+    expect(names.image_build_sa).toBe("a-prefix-of-21-chars1-imgbuild");
     expect(names.function_repository).toMatch(/^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$/);
+    // Bucket names: 3-63 lowercase letters, digits and hyphens without dots (https://cloud.google.com/storage/docs/buckets#naming).
+    expect(names.sources_bucket).toBe("a-project-id-of-thirty-chars-1-a-prefix-of-21-chars1-sources");
+    expect(names.sources_bucket).toMatch(/^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$/);
   });
 
   test("more memory than the CPU count allows is flagged (6 vCPU with 32Gi)", () => {
@@ -202,11 +209,11 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     expect(r.locals.function_shape_ok).toBe(fits);
   });
 
-  test("the function's source must be exactly one of a local zip and an uploaded object", () => {
+  test("the function's source is the module's archive, or a prebuilt object (a bucket alone names nothing)", () => {
     expect(evaluate({}).locals.function_source_given).toBe(true);
-    expect(evaluate({ function_source_zip: "dist/function-source.zip" }).locals.function_source_given).toBe(false);
+    expect(evaluate({ function_source_bucket: undefined, function_source_object: undefined }).locals.function_source_given).toBe(true);
+    expect(evaluate({ function_source_bucket: undefined }).locals.function_source_given).toBe(true);
     expect(evaluate({ function_source_object: undefined }).locals.function_source_given).toBe(false);
-    expect(evaluate({ function_source_object: undefined, function_source_zip: "f.zip" }).locals.function_source_given).toBe(true);
   });
 
   test("a task timeout the workflow would not wait for is flagged", () => {
@@ -223,7 +230,7 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
 });
 
 describe("step selection and retention, as the example root deploys them (test/e2e/deployed.ts)", () => {
-  const TFVARS = { project_id: "my-project", checkpoint_bucket: "ckpts", function_source_bucket: "src-bucket" };
+  const TFVARS = { project_id: "my-project", checkpoint_bucket: "ckpts" };
 
   test("by default: every step converted, no retention variable on the finalize job, project and region on every job", async () => {
     const d = await deployedSettings(TFVARS);
@@ -247,5 +254,86 @@ describe("step selection and retention, as the example root deploys them (test/e
     const d = await deployedSettings({ ...TFVARS, keep_last_n: 5 });
     expect(d.jobEnv.finalize?.ORBAX2REG_KEEP_LAST_N).toBe("5");
     expect(d.jobEnv.finalize).not.toHaveProperty("ORBAX2REG_KEEP_EVERY_N_STEPS");
+  });
+});
+
+describe("what the module builds from (sources.tf), evaluated offline", () => {
+  // Each archive is named by the files in it: a change to what goes in is a new name (a new function archive, a new
+  // image tag, hence a redeploy), and a change to anything else is not.
+  let root = "";
+  let before: ModuleSources;
+  const edit = (file: string, text = "\n// edited\n") => appendFileSync(join(root, file), text);
+
+  beforeAll(() => {
+    root = copyOfSources();
+    before = moduleSources(root);
+  }, 60_000);
+
+  test("the identities are those of this repository's files, in any copy of them", () => {
+    const here = moduleSources();
+    expect(before.imageTag).toBe(here.imageTag);
+    expect(before.functionObject).toBe(here.functionObject);
+    expect(before.imageTag).toMatch(/^[0-9a-f]{16}$/);
+  }, 60_000);
+
+  test("a change to the code both the function and the jobs run (src/) rebuilds both", () => {
+    edit("src/errors.ts");
+    const after = moduleSources(root);
+    expect(after.imageTag).not.toBe(before.imageTag);
+    expect(after.functionObject).not.toBe(before.functionObject);
+    before = after;
+  }, 60_000);
+
+  test("a change to the function's own code rebuilds the function, not the image", () => {
+    edit("functions/index.ts");
+    const after = moduleSources(root);
+    expect(after.imageTag).toBe(before.imageTag);
+    expect(after.functionObject).not.toBe(before.functionObject);
+    before = after;
+  }, 60_000);
+
+  test("a change to the Dockerfile or the image's base rebuilds the image, not the function", () => {
+    edit("Dockerfile", "\n# edited\n");
+    const after = moduleSources(root);
+    expect(after.imageTag).not.toBe(before.imageTag);
+    expect(after.functionObject).toBe(before.functionObject);
+    const base = moduleSources(root, { image_build_node_image: "mirror.example/node:22-bookworm-slim" });
+    expect(base.imageTag).not.toBe(after.imageTag);
+    expect(base.functionObject).toBe(after.functionObject);
+    before = after;
+  }, 60_000);
+
+  test("a change to anything else (the documentation) rebuilds nothing", () => {
+    edit("README.md", "\nedited\n");
+    const after = moduleSources(root);
+    expect(after).toEqual(before);
+  }, 60_000);
+});
+
+describe("terraform/README.md's first deployment", () => {
+  const readme = readFileSync("terraform/README.md", "utf8");
+  const start = readme.indexOf("## First deployment");
+  const section = readme.slice(start, readme.indexOf("\n## ", start + 1));
+  // The deployment's own commands: everything before the check, which runs the CLI wherever it is installed.
+  const deploy = section.slice(0, section.indexOf("### Check the deployment"));
+  const commands = [...deploy.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1] ?? "").join("\n");
+
+  test("is one terraform apply: no -target, no docker, no npm, no node on the operator's machine", () => {
+    expect(commands).toContain("terraform init");
+    expect(commands).toContain("terraform apply");
+    for (const command of commands.split("\n").map((l) => l.replace(/#.*$/, "").trim())) {
+      expect(command, command).not.toMatch(/-target|^docker\b|^npm\b|^npx\b|^node\b/);
+    }
+  });
+
+  test("says what to install and how to log in, and where the checks run", () => {
+    for (const text of ["gcloud auth application-default login", "uniform-bucket-level-access", "orbax2reg cloud check", "git clone"])
+      expect(section, text).toContain(text);
+  });
+
+  test("docs/operations.md links to it instead of repeating it", () => {
+    const operations = readFileSync("docs/operations.md", "utf8");
+    expect(operations).toContain("../terraform/README.md#first-deployment");
+    expect(operations).not.toMatch(/terraform apply -target|docker build|npm run package:function/);
   });
 });

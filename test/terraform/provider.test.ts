@@ -1,30 +1,59 @@
-// terraform init / validate / plan with the real hashicorp/google provider, when a filesystem mirror has it
-// ($ORBAX2REG_TF_PROVIDER_MIRROR, else ~/.terraform.d/plugins, unpacked layout
-// registry.terraform.io/hashicorp/google/7.45.0/linux_amd64/terraform-provider-google_v7.45.0). No registry serves
-// the provider here, so it is built from its source tag (tools/README.md, "Terraform"); without it these tests skip.
+// terraform init / validate / plan with the real hashicorp/google and hashicorp/archive providers, when a filesystem
+// mirror has them ($ORBAX2REG_TF_PROVIDER_MIRROR, else ~/.terraform.d/plugins, unpacked layout
+// registry.terraform.io/hashicorp/<name>/<version>/linux_amd64/terraform-provider-<name>_v<version>). No registry
+// serves them here, so they are built from their source tags (tools/README.md, "Terraform"); without them these tests
+// skip.
 //
-// Everything runs in a temporary copy of the repository's terraform/ and workflows/ (the module reads
-// ../../../workflows/convert.yaml from path.module), so no .terraform/ or .terraform.lock.hcl lands in the repository:
-// a lock file made from a local build carries hashes no real registry download would match.
+// Everything runs in a temporary copy of the repository's terraform/, workflows/ and the sources the module archives
+// (it reads them from path.module/../../..), so no .terraform/ or .terraform.lock.hcl lands in the repository: a lock
+// file made from a local build carries hashes no real registry download would match.
+import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
-import { GOOGLE_PROVIDER_VERSION, googleProviderMirror, mirrorCliConfig, terraform } from "../helpers/terraform.js";
+import { PYTHON } from "../helpers/paths.js";
+import { moduleSources } from "../helpers/sources.js";
+import { ARCHIVE_PROVIDER_VERSION, GOOGLE_PROVIDER_VERSION, mirrorCliConfig, providerMirror, terraform } from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
-const { mirror, provider, present } = googleProviderMirror();
-const WHY_SKIPPED = `skipped: no ${provider} (build hashicorp/google v${GOOGLE_PROVIDER_VERSION} per tools/README.md, or set ORBAX2REG_TF_PROVIDER_MIRROR)`;
+const { mirror, missing, present } = providerMirror();
+const WHY_SKIPPED = `skipped: no ${missing.join(", ")} (build hashicorp/google v${GOOGLE_PROVIDER_VERSION} and hashicorp/archive v${ARCHIVE_PROVIDER_VERSION} per tools/README.md, or set ORBAX2REG_TF_PROVIDER_MIRROR)`;
 if (!present) console.warn(`test/terraform/provider.test.ts ${WHY_SKIPPED}`);
+
+/** What the module reads besides terraform/: the workflow and the sources it archives (sources.tf). */
+const REPOSITORY_FILES = [
+  "workflows",
+  "Dockerfile",
+  "package.json",
+  "package-lock.json",
+  "tsconfig.json",
+  "tsconfig.build.json",
+  "scripts/image-deps.mjs",
+  "src",
+  "jobs",
+  "functions",
+];
 
 /** Values for the module's required variables; trigger_region given so no bucket is read at plan time. */
 const ROOT_VARS = {
   project_id: "my-project",
   region: "us-central1",
   checkpoint_bucket: "ckpts",
-  function_source_bucket: "src-bucket",
-  function_source_object: "orbax2reg/function-0123abcd.zip",
   trigger_region: "us-central1",
 };
+
+/** The image a planned Cloud Run job's container runs. */
+const jobImage = (job: Record<string, unknown> | null | undefined): string | undefined =>
+  (job?.template as { template: { containers: { image: string }[] }[] }[] | undefined)?.[0]?.template[0]?.containers[0]?.image;
+
+/** The entries of a zip, in order (Python's zipfile: the test venv's interpreter). */
+function zipEntries(zip: string): string[] {
+  const r = spawnSync(PYTHON, ["-c", "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))", zip], {
+    encoding: "utf8",
+  });
+  if (r.status !== 0) throw new Error(r.stderr);
+  return r.stdout.trim().split("\n");
+}
 
 /** A plan's resource_changes entry (terraform show -json). */
 interface Change {
@@ -34,7 +63,7 @@ interface Change {
 }
 
 describe.skipIf(!present)(
-  `terraform init/validate/plan with hashicorp/google v${GOOGLE_PROVIDER_VERSION} from a filesystem mirror${present ? "" : ` (${WHY_SKIPPED})`}`,
+  `terraform init/validate/plan with hashicorp/google v${GOOGLE_PROVIDER_VERSION} and hashicorp/archive v${ARCHIVE_PROVIDER_VERSION} from a filesystem mirror${present ? "" : ` (${WHY_SKIPPED})`}`,
   () => {
     let root = "";
     let cliConfig = "";
@@ -49,17 +78,25 @@ describe.skipIf(!present)(
     };
     const tf = (args: string[], cwd: string) => terraform(args, cwd, { cliConfig, env, timeoutMs: 300_000 });
 
-    /** `terraform plan` of the module as the root configuration: the summary line and the planned resources. */
-    function plan(vars: Record<string, string>): { summary: string; out: string; changes: Change[] } {
+    /**
+     * `terraform plan` of a root configuration (the module itself by default) on an empty state: the summary line, the
+     * planned resources and the configuration as `terraform show -json` gives them.
+     */
+    function plan(
+      vars: Record<string, string>,
+      dir = MODULE(),
+      base: Record<string, string> = ROOT_VARS,
+    ): { summary: string; out: string; changes: Change[]; configuration: Record<string, unknown> } {
       const out = join(tempDir("tf-plan"), "tfplan");
       const args = ["plan", "-refresh=false", "-input=false", "-no-color", `-out=${out}`];
-      for (const [k, v] of Object.entries({ ...ROOT_VARS, ...vars })) args.push("-var", `${k}=${v}`);
-      const r = tf(args, MODULE());
+      for (const [k, v] of Object.entries({ ...base, ...vars })) args.push("-var", `${k}=${v}`);
+      const r = tf(args, dir);
       expect(r.code, r.out).toBe(0);
-      const shown = tf(["show", "-json", out], MODULE());
+      const shown = tf(["show", "-json", out], dir);
       expect(shown.code, shown.out).toBe(0);
       const summary = r.stdout.split("\n").find((l) => l.startsWith("Plan: ")) ?? "";
-      return { summary, out: r.out, changes: (JSON.parse(shown.stdout) as { resource_changes: Change[] }).resource_changes };
+      const json = JSON.parse(shown.stdout) as { resource_changes: Change[]; configuration: Record<string, unknown> };
+      return { summary, out: r.out, changes: json.resource_changes, configuration: json.configuration };
     }
 
     const after = (changes: Change[], address: string): Record<string, unknown> => {
@@ -72,7 +109,7 @@ describe.skipIf(!present)(
       root = tempDir("tf-provider");
       const skip = (src: string) => ![".terraform", ".terraform.lock.hcl", "terraform.tfstate", "terraform.tfvars"].includes(basename(src));
       cpSync("terraform", join(root, "terraform"), { recursive: true, filter: skip });
-      cpSync("workflows", join(root, "workflows"), { recursive: true });
+      for (const entry of REPOSITORY_FILES) cpSync(entry, join(root, entry), { recursive: true });
       cliConfig = mirrorCliConfig(mirror);
     });
 
@@ -80,10 +117,11 @@ describe.skipIf(!present)(
       ["module", MODULE],
       ["example", EXAMPLE],
     ] as const) {
-      test(`${label}: terraform init -backend=false installs the provider from the mirror, and terraform validate passes`, () => {
+      test(`${label}: terraform init -backend=false installs the providers from the mirror, and terraform validate passes`, () => {
         const init = tf(["init", "-backend=false", "-input=false", "-no-color"], dir());
         expect(init.code, init.out).toBe(0);
         expect(init.out).toContain(`Installing hashicorp/google v${GOOGLE_PROVIDER_VERSION}...`);
+        expect(init.out).toContain(`Installing hashicorp/archive v${ARCHIVE_PROVIDER_VERSION}...`);
         expect(init.out).toContain("Terraform has been successfully initialized!");
         const validate = tf(["validate", "-no-color"], dir());
         expect(validate.code, validate.out).toBe(0);
@@ -102,9 +140,10 @@ describe.skipIf(!present)(
       });
 
       test("creates everything and nothing else", () => {
-        // 13 APIs, function, workflow, 3 jobs, topic, 2 repositories, 5 service accounts = 26 resources, and 20 grants:
-        // GCS agent 1, trigger 2, function 4, workflow 7 (3 jobs), jobs 3, build 3.
-        expect(summary).toBe("Plan: 46 to add, 0 to change, 0 to destroy.");
+        // 13 APIs, function, workflow, 3 jobs, topic, 2 repositories, 6 service accounts, the sources bucket, the
+        // function's archive in it and the image's build = 30 resources, and 23 grants: GCS agent 1, trigger 2,
+        // function 4, workflow 7 (3 jobs), jobs 3, build 3, image build 3.
+        expect(summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
         expect(changes.every((c) => c.change.actions.join() === "create" || c.change.actions.join() === "read")).toBe(true);
       });
 
@@ -115,6 +154,7 @@ describe.skipIf(!present)(
           "data.google_storage_bucket.destination",
           "data.google_storage_project_service_account.gcs",
         ]);
+        // The archives are made at plan time, on this machine, without any call.
       });
 
       test("the planned grants are the least-privilege set: roles, members, scopes and conditions", () => {
@@ -156,7 +196,12 @@ describe.skipIf(!present)(
           "google_artifact_registry_repository_iam_member.build_writes_function_images[0]": "roles/artifactregistry.writer",
           // The project number is read at apply, so the condition is only known then.
           "google_project_iam_member.build_reads_function_source[0]": "roles/storage.objectAdmin if (known after apply)",
+          "google_project_iam_member.image_build_log_writer[0]": "roles/logging.logWriter",
+          "google_artifact_registry_repository_iam_member.image_build_pushes_images[0]": "roles/artifactregistry.writer",
+          "google_storage_bucket_iam_member.image_build_reads_sources[0]":
+            'roles/storage.objectViewer if resource.name.startsWith("projects/_/buckets/my-project-orbax2reg-sources/objects/orbax2reg/image-builds/")',
         });
+        expect(after(changes, "google_service_account.image_build[0]").account_id).toBe("orbax2reg-imgbuild");
         const claims = after(changes, "google_storage_bucket_iam_member.function_destination_claims");
         expect(claims.bucket).toBe("ckpts");
         expect(claims.member).toBe("serviceAccount:orbax2reg-fn@my-project.iam.gserviceaccount.com");
@@ -187,9 +232,9 @@ describe.skipIf(!present)(
         function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
         pubsub_agent_token_creator: "true",
       });
-      expect(summary).toBe("Plan: 43 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 50 to add, 0 to change, 0 to destroy.");
       const addresses = changes.map((c) => c.address);
-      expect(addresses.filter((a) => a.includes(".build"))).toEqual([]);
+      expect(addresses.filter((a) => /\.build(_|\[|$)/.test(a))).toEqual([]);
       expect(after(changes, "google_project_iam_member.pubsub_agent_token_creator[0]").role).toBe("roles/iam.serviceAccountTokenCreator");
       const fn = after(changes, "google_cloudfunctions2_function.on_checkpoint");
       expect((fn.build_config as Record<string, unknown>[])[0]?.service_account).toBe(
@@ -200,7 +245,7 @@ describe.skipIf(!present)(
     test("with notification_channels: the Monitoring API and the two alert policies (failed conversion, dropped event) to those channels", () => {
       const channel = "projects/my-project/notificationChannels/1234";
       const { summary, changes } = plan({ notification_channels: JSON.stringify([channel]) });
-      expect(summary).toBe("Plan: 49 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 56 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       // No log-based metric: the failed executions come from Workflows' built-in metric, which exists at the first apply.
       expect(changes.filter((c) => c.type === "google_logging_metric")).toEqual([]);
@@ -220,6 +265,72 @@ describe.skipIf(!present)(
       );
       const strategy = (dropped.alert_strategy as { notification_rate_limit: { period: string }[] }[])[0];
       expect(strategy?.notification_rate_limit[0]?.period).toBe("300s");
+    });
+
+    test("with a pinned image and a prebuilt function archive: nothing is built, no build account or sources read grant", () => {
+      const image = "us-docker.pkg.dev/other/images/orbax2reg@sha256:0123";
+      const { summary, changes } = plan({ image, function_source_object: "orbax2reg/function-0123456789abcdef.zip" });
+      // 53 - the image's build, its account and its 3 grants - the function's archive.
+      expect(summary).toBe("Plan: 47 to add, 0 to change, 0 to destroy.");
+      expect(changes.map((c) => c.address).filter((a) => /image_build|google_storage_bucket_object|archive_file/.test(a))).toEqual([]);
+      expect(jobImage(after(changes, 'google_cloud_run_v2_job.phase["plan"]'))).toBe(image);
+    });
+
+    describe("plan of examples/basic on an empty state, offline, with only its required variables", () => {
+      let result: ReturnType<typeof plan>;
+      const module = (address: string) => `module.orbax2reg.${address}`;
+
+      beforeAll(() => {
+        const init = tf(["init", "-backend=false", "-input=false", "-no-color"], EXAMPLE());
+        expect(init.code, init.out).toBe(0);
+        result = plan({}, EXAMPLE(), { project_id: "my-project", checkpoint_bucket: "ckpts" });
+      });
+
+      test("creates everything, the jobs' image and the function's source included, in one apply", () => {
+        expect(result.summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
+        for (const address of [
+          "terraform_data.image_build[0]",
+          "google_storage_bucket.sources",
+          "google_storage_bucket_object.function_source[0]",
+          'google_cloud_run_v2_job.phase["plan"]',
+          "google_cloudfunctions2_function.on_checkpoint",
+        ])
+          expect(result.changes.find((c) => c.address === module(address))?.change.actions, address).toEqual(["create"]);
+        // Without trigger_region the bucket's location is read, after the APIs are enabled: at apply, no call now.
+        const reads = result.changes.filter((c) => c.change.actions.join() === "read").map((c) => c.address);
+        expect(reads).toContain(module("data.google_storage_bucket.checkpoint[0]"));
+      });
+
+      test("the jobs run the image the build pushes, tagged with its sources' identity, and depend on the build", () => {
+        const tag = moduleSources().imageTag;
+        const image = `us-central1-docker.pkg.dev/my-project/orbax2reg/orbax2reg:${tag}`;
+        for (const phase of ["plan", "convert-group", "finalize"]) {
+          const job = result.changes.find((c) => c.address === module(`google_cloud_run_v2_job.phase["${phase}"]`))?.change.after;
+          expect(jobImage(job)).toBe(image);
+        }
+        expect(result.changes.find((c) => c.address === module("terraform_data.image_build[0]"))?.change.after?.triggers_replace).toBe(
+          image,
+        );
+        const resources = (
+          result.configuration as {
+            root_module: { module_calls: { orbax2reg: { module: { resources: { address: string; depends_on?: string[] }[] } } } };
+          }
+        ).root_module.module_calls.orbax2reg.module.resources;
+        expect(resources.find((r) => r.address === "google_cloud_run_v2_job.phase")?.depends_on).toContain("terraform_data.image_build");
+      });
+
+      test("the function's source object is named by its identity", () => {
+        const object = result.changes.find((c) => c.address === module("google_storage_bucket_object.function_source[0]"))?.change.after;
+        expect(object?.name).toBe(moduleSources().functionObject);
+        expect(object?.bucket).toBe("my-project-orbax2reg-sources");
+      });
+
+      test("the archives terraform wrote hold exactly the files sources.tf lists, and the function's package.json", () => {
+        const sources = moduleSources();
+        const dir = join(EXAMPLE(), ".terraform/orbax2reg");
+        expect(zipEntries(join(dir, "image-source.zip"))).toEqual(sources.imageFiles);
+        expect(zipEntries(join(dir, "function-source.zip"))).toEqual([...sources.functionFiles, "package.json"].sort());
+      });
     });
 
     test("lock files are made in the temporary copy only, and terraform/.gitignore keeps them out of git", () => {

@@ -144,12 +144,14 @@ describe("terraform files", () => {
       expect.arrayContaining([
         "apis.tf",
         "artifact_registry.tf",
+        "build.tf",
         "function.tf",
         "iam.tf",
         "jobs.tf",
         "main.tf",
         "outputs.tf",
         "pubsub.tf",
+        "sources.tf",
         "variables.tf",
         "versions.tf",
         "workflow.tf",
@@ -197,23 +199,44 @@ describe("Cloud Function", () => {
       expect(deps.map(bare), d).toContain(d);
   });
 
-  test("runs onCheckpointFinalized on nodejs22 from the uploaded source zip", () => {
+  test("runs onCheckpointFinalized on nodejs22 from the source archive the module uploads (or a prebuilt one given)", () => {
     expect(at(fn(), "build_config", 0, "runtime")).toBe("nodejs22");
     expect(at(fn(), "build_config", 0, "entry_point")).toBe("onCheckpointFinalized");
     expect(at(fn(), "build_config", 0, "source", 0, "storage_source", 0)).toEqual({
-      bucket: ex("var.function_source_bucket"),
+      bucket: ex("local.function_source_bucket"),
       object: ex("local.function_source_object"),
     });
-  });
-
-  test("uploads a local source zip under a content-hash name, or uses an object uploaded before", () => {
-    const upload = resource(mod, "google_storage_bucket_object", "function_source");
-    expect(upload.count).toBe(ex("var.function_source_zip == null ? 0 : 1"));
-    expect(upload.bucket).toBe(ex("var.function_source_bucket"));
-    expect(upload.name).toBe(`orbax2reg/function-${ex("substr(filesha256(var.function_source_zip), 0, 16)")}.zip`);
-    expect(upload.source).toBe(ex("var.function_source_zip"));
+    expect(String(mod.locals.function_source_bucket)).toBe(
+      ex("var.function_source_bucket != null ? var.function_source_bucket : google_storage_bucket.sources.name"),
+    );
+    expect(String(mod.locals.function_source_object)).toBe(
+      ex("var.function_source_object != null ? var.function_source_object : one(google_storage_bucket_object.function_source[*].name)"),
+    );
     const conditions = (at(fn(), "lifecycle", 0, "precondition") as Obj[]).map((p) => p.condition);
     expect(conditions).toContain(ex("local.function_source_given"));
+  });
+
+  test("the module zips the function's sources itself and uploads them under their identity, unless given a prebuilt object", () => {
+    const archive = mod.data.archive_file?.function_source as Obj;
+    expect(archive.count).toBe(ex("var.function_source_object == null ? 1 : 0"));
+    expect(archive.type).toBe("zip");
+    expect(at(archive, "dynamic", "source", 0, "for_each")).toBe(ex("local.function_source_files"));
+    expect(at(archive, "source", 0)).toEqual({ filename: "package.json", content: ex("local.function_package_json") });
+    const upload = resource(mod, "google_storage_bucket_object", "function_source");
+    expect(upload.count).toBe(ex("var.function_source_object == null ? 1 : 0"));
+    expect(upload.bucket).toBe(ex("google_storage_bucket.sources.name"));
+    expect(upload.name).toBe(ex("local.function_source_object_name"));
+    expect(upload.source).toBe(ex("data.archive_file.function_source[0].output_path"));
+    expect(String(mod.locals.function_source_object_name)).toBe(`orbax2reg/function-${ex("substr(local.function_source_id, 0, 16)")}.zip`);
+  });
+
+  test("the sources bucket is the module's own: uniform access, never public, build contexts expire", () => {
+    const bucket = resource(mod, "google_storage_bucket", "sources");
+    expect(bucket.name).toBe(ex("local.names.sources_bucket"));
+    expect(at(mod.locals.names, "sources_bucket")).toBe(`${ex("var.project_id")}-${ex("var.name_prefix")}-sources`);
+    expect(bucket.uniform_bucket_level_access).toBe(true);
+    expect(bucket.public_access_prevention).toBe("enforced");
+    expect(at(bucket, "lifecycle_rule", 0, "condition", 0, "matches_prefix")).toEqual([`${ex("local.image_build_staging_prefix")}/`]);
   });
 
   test("takes many events per instance: request concurrency from a validated variable, on at least one vCPU", () => {
@@ -381,13 +404,51 @@ describe("Cloud Run jobs", () => {
     }
   });
 
-  test("the default image is orbax2reg:<image_tag> in the module's Artifact Registry repository", () => {
-    expect(String(mod.locals.image)).toContain(
+  test("the jobs run the image the module built, orbax2reg:<identity of its sources>, or the pinned image given", () => {
+    expect(mod.locals.image).toBe(ex("var.image != null ? var.image : local.built_image"));
+    expect(mod.locals.built_image).toBe(
       `${ex("var.region")}-docker.pkg.dev/${ex("var.project_id")}/${ex("google_artifact_registry_repository.images.repository_id")}/` +
-        `${ex("local.names.image_package")}:${ex("var.image_tag")}`,
+        `${ex("local.names.image_package")}:${ex("local.image_tag")}`,
     );
+    expect(mod.locals.image_tag).toBe(ex("substr(local.image_source_id, 0, 16)"));
     expect(at(mod.locals.names, "image_package")).toBe("orbax2reg");
     expect(resource(mod, "google_artifact_registry_repository", "images").format).toBe("DOCKER");
+    expect(mod.variable.image?.default).toBeNull();
+    expect(mod.variable.image_tag).toBeUndefined();
+  });
+
+  test("the jobs wait for the image's build", () => {
+    expect((resource(mod, "google_cloud_run_v2_job", "phase").depends_on as string[]).map(bare)).toEqual([
+      "google_project_service.required",
+      "terraform_data.image_build",
+    ]);
+  });
+
+  test("the image is built by Cloud Build (gcloud, no shell) from the module's archive, again exactly when its identity changes", () => {
+    const b = resource(mod, "terraform_data", "image_build");
+    expect(b.count).toBe(ex("var.image == null ? 1 : 0"));
+    expect(b.triggers_replace).toBe(ex("local.built_image"));
+    const exec = at(b, "provisioner", "local-exec", 0) as Obj;
+    expect(exec.command).toBe(ex("data.archive_file.image_source[0].output_path"));
+    const interpreter = bare(exec.interpreter);
+    for (const arg of [
+      '"gcloud", "builds", "submit"',
+      `"--project=${ex("var.project_id")}"`,
+      `"--region=${ex("local.image_build_region")}"`,
+      `"--config=${ex("path.module")}/image-build.cloudbuild.yaml"`,
+      `"--substitutions=_IMAGE=${ex("local.built_image")},_NODE_IMAGE=${ex("var.image_build_node_image")}"`,
+      `"--service-account=${ex("local.image_build_service_account")}"`,
+      `"--gcs-source-staging-dir=gs://${ex("google_storage_bucket.sources.name")}/${ex("local.image_build_staging_prefix")}"`,
+      '"--suppress-logs"',
+      `["--worker-pool=${ex("var.image_build_worker_pool")}"]`,
+    ])
+      expect(interpreter, arg).toContain(arg);
+    expect(existsSync(`${MODULE}/image-build.cloudbuild.yaml`)).toBe(true);
+    const archive = mod.data.archive_file?.image_source as Obj;
+    expect(archive.count).toBe(ex("var.image == null ? 1 : 0"));
+    expect(at(archive, "dynamic", "source", 0, "for_each")).toBe(ex("local.image_source_files"));
+    // The identity covers the base image too: a new base is a new image.
+    expect(String(mod.locals.image_source_id)).toContain("var.image_build_node_image");
   });
 
   test("each job's CPU and memory come from its own variables", () => {
@@ -460,6 +521,9 @@ describe("IAM", () => {
   const CLAIMS_ONLY =
     `resource.name.startsWith("projects/_/buckets/${ex("local.destination_bucket")}/objects/") && ` +
     `resource.name.endsWith("/${CLAIM_KEY}")`;
+  const IMAGE_BUILD_CONTEXTS_ONLY =
+    `resource.name.startsWith("projects/_/buckets/${ex("google_storage_bucket.sources.name")}/objects/` +
+    `${ex("local.image_build_staging_prefix")}/")`;
   const FUNCTION_SOURCE_ONLY =
     `resource.name.startsWith("projects/_/buckets/gcf-v2-sources-${ex("data.google_project.this.number")}-${ex("var.region")}` +
     `/objects/${ex("local.names.function")}/")`;
@@ -493,6 +557,11 @@ describe("IAM", () => {
       `roles/storage.objectUser @ bucket local.destination_bucket if ${ex("local.jobs_write_condition")}`,
       "roles/storage.objectViewer @ bucket local.destination_bucket",
       "roles/storage.objectViewer @ bucket var.checkpoint_bucket",
+    ],
+    image_build: [
+      "roles/artifactregistry.writer @ repository google_artifact_registry_repository.images",
+      "roles/logging.logWriter @ project",
+      `roles/storage.objectViewer @ bucket google_storage_bucket.sources if ${IMAGE_BUILD_CONTEXTS_ONLY}`,
     ],
     build: [
       "roles/artifactregistry.writer @ repository google_artifact_registry_repository.function_builds",
@@ -579,10 +648,20 @@ describe("IAM", () => {
     expect(iamTypes.filter((t) => !MEMBER_TYPES.includes(t))).toEqual([]);
   });
 
-  test("the module creates the five dedicated service accounts, the build one only when none is given", () => {
-    expect(Object.keys(mod.resource.google_service_account ?? {}).sort()).toEqual(["build", "function", "jobs", "trigger", "workflow"]);
+  test("the module creates the six dedicated service accounts, the build ones only when none is given", () => {
+    expect(Object.keys(mod.resource.google_service_account ?? {}).sort()).toEqual([
+      "build",
+      "function",
+      "image_build",
+      "jobs",
+      "trigger",
+      "workflow",
+    ]);
     expect(resource(mod, "google_service_account", "build").count).toBe(ex("var.function_build_service_account == null ? 1 : 0"));
     expect(at(mod.locals.names, "build_sa")).toBe(`${ex("var.name_prefix")}-build`);
+    expect(resource(mod, "google_service_account", "image_build").count).toBe(ex("local.image_build_account_created ? 1 : 0"));
+    expect(mod.locals.image_build_account_created).toBe(ex("var.image == null && var.image_build_service_account == null"));
+    expect(at(mod.locals.names, "image_build_sa")).toBe(`${ex("var.name_prefix")}-imgbuild`);
   });
 
   for (const [who, roles] of Object.entries(EXPECTED)) {
@@ -602,7 +681,7 @@ describe("IAM", () => {
     expect(mod.resource.google_service_account_iam_member ?? {}).toEqual({});
   });
 
-  test("the build account's grants exist only when the module creates the account; the Pub/Sub agent's only on request", () => {
+  test("the build accounts' grants exist only when the module creates them; the Pub/Sub agent's only on request", () => {
     const conditional = bindings().filter(([, b]) => "count" in b);
     expect(Object.fromEntries(conditional.map(([address, b]) => [address, b.count]))).toEqual({
       "google_project_iam_member.build_log_writer": ex("var.function_build_service_account == null ? 1 : 0"),
@@ -612,6 +691,9 @@ describe("IAM", () => {
       "google_artifact_registry_repository_iam_member.build_writes_function_images": ex(
         "var.function_build_service_account == null ? 1 : 0",
       ),
+      "google_project_iam_member.image_build_log_writer": ex("local.image_build_account_created ? 1 : 0"),
+      "google_artifact_registry_repository_iam_member.image_build_pushes_images": ex("local.image_build_account_created ? 1 : 0"),
+      "google_storage_bucket_iam_member.image_build_reads_sources": ex("local.image_build_account_created ? 1 : 0"),
     });
     const v = mod.variable.pubsub_agent_token_creator;
     expect(v?.default).toBe(false);
@@ -656,6 +738,9 @@ describe("IAM", () => {
     expect(at(fn, "service_config", 0, "service_account_email")).toBe(ex("google_service_account.function.email"));
     expect(at(fn, "event_trigger", 0, "service_account_email")).toBe(ex("google_service_account.trigger.email"));
     expect(at(fn, "build_config", 0, "service_account")).toBe(ex("local.build_service_account"));
+    expect(String(mod.locals.image_build_service_account)).toBe(
+      ex("var.image_build_service_account != null ? var.image_build_service_account : one(google_service_account.image_build[*].id)"),
+    );
     expect(resource(mod, "google_workflows_workflow", "convert").service_account).toBe(ex("google_service_account.workflow.id"));
     for (const phase of Object.keys(mod.locals.jobs as Obj)) {
       const job = instance(mod, "google_cloud_run_v2_job", "phase", phase);
@@ -667,7 +752,7 @@ describe("IAM", () => {
     const readme = readFileSync(`${TERRAFORM}/README.md`, "utf8");
     const roles = new Set(Object.values(EXPECTED).flatMap((list) => list.map((r) => r.split(" @ ")[0] ?? "")));
     for (const role of roles) expect(readme, role).toContain(`\`${role}\``);
-    const section = readme.slice(readme.indexOf("## Roles"), readme.indexOf("## Deploy"));
+    const section = readme.slice(readme.indexOf("## Roles"), readme.indexOf("## First deployment"));
     const rows = section.split("\n").filter((l) => /^\| .*`roles\//.test(l));
     expect(rows.length).toBe(Object.values(EXPECTED).flat().length - 2); // the three job grants share one row
     for (const row of rows) expect(row, row).toMatch(/https:\/\/cloud\.google\.com\//);
@@ -776,6 +861,8 @@ describe("versions", () => {
       const google = providers.map((p) => p.google).find(isObj);
       expect(google?.source).toBe("hashicorp/google");
       expect(String(google?.version)).toMatch(/^~> 7\.\d+$/);
+      if (label === "module")
+        expect(providers.map((p) => p.archive).find(isObj)).toEqual({ source: "hashicorp/archive", version: "~> 2.7" });
       // Every declared provider carries a pessimistic pin.
       for (const p of providers)
         for (const [name, spec] of Object.entries(p)) expect(String(at(spec, "version")), name).toMatch(/^~> \d+\.\d+/);

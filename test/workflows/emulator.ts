@@ -68,7 +68,7 @@ export interface ConvertWorkflowOptions {
  */
 export async function startConvertWorkflow(work: string, o: ConvertWorkflowOptions): Promise<Running> {
   const deployed = await deployedSettings(
-    { project_id: PROJECT, region: LOCATION, checkpoint_bucket: "ckpts", function_source_bucket: "functions-src" },
+    { project_id: PROJECT, region: LOCATION, checkpoint_bucket: "ckpts" },
     { groups: o.groups, max_parallel_groups: 3 },
   );
   return startWorkflows(

@@ -1,7 +1,9 @@
-# Minimal deployment of the orbax2reg pipeline into one project:
+# Minimal deployment of the orbax2reg pipeline into one project, everything from one apply (the function's and the
+# jobs' code are built by Google Cloud from this repository):
+#   cp terraform.tfvars.example terraform.tfvars   (fill it in)
 #   terraform init
-#   terraform apply -var-file=terraform.tfvars     (copy terraform.tfvars.example first)
-# See terraform/README.md for what gets created, the first-apply order (image before jobs) and destroying.
+#   terraform apply
+# See terraform/README.md, "First deployment", for what to install and have first, and what gets created.
 
 terraform {
   required_version = ">= 1.5"
@@ -41,12 +43,12 @@ module "orbax2reg" {
   keep_last_n           = var.keep_last_n
   keep_every_n_steps    = var.keep_every_n_steps
 
-  function_source_bucket = var.function_source_bucket
-  # One of the two: a CI-uploaded object wins over the local zip.
-  function_source_zip    = var.function_source_object == null ? var.function_source_zip : null
-  function_source_object = var.function_source_object
+  # Only for the Eventarc trigger of a project whose Pub/Sub service agent predates 8 April 2021 (README).
+  pubsub_agent_token_creator = var.pubsub_agent_token_creator
 
-  image_tag = var.image_tag
+  # The jobs' image: built by the module from the repository (null), in a private pool if given; or a pinned one.
+  image                   = var.image
+  image_build_worker_pool = var.image_build_worker_pool
 
   deletion_protection = var.deletion_protection
 }

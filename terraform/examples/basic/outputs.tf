@@ -54,11 +54,16 @@ output "service_account_emails" {
 }
 
 output "artifact_repository_url" {
-  description = "Push the job image here as <url>/orbax2reg:<image_tag>."
+  description = "The jobs' image repository; the module's build pushes orbax2reg:<identity of its sources> there."
   value       = module.orbax2reg.artifact_repository_url
 }
 
 output "image" {
-  description = "Image the jobs run."
+  description = "Image the jobs run (built by the module from the repository, tagged with its sources' identity)."
   value       = module.orbax2reg.image
+}
+
+output "function_source" {
+  description = "The function's source archive the module uploaded (named by its content)."
+  value       = module.orbax2reg.function_source
 }

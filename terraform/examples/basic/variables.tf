@@ -50,27 +50,22 @@ variable "keep_every_n_steps" {
   default     = null
 }
 
-variable "function_source_bucket" {
-  description = "Existing bucket for the function's source zip."
-  type        = string
+variable "pubsub_agent_token_creator" {
+  description = "Grant the Pub/Sub service agent Service Account Token Creator: only for a project whose Pub/Sub service agent was created on or before 8 April 2021 (see terraform/README.md)."
+  type        = bool
+  default     = false
 }
 
-variable "function_source_zip" {
-  description = "Local path of the zip `npm run package:function` writes; the module uploads it under a content-hash name."
-  type        = string
-  default     = "../../../dist/function-source.zip"
-}
-
-variable "function_source_object" {
-  description = "Instead of function_source_zip: an object already in function_source_bucket (e.g. uploaded by CI), named by content hash."
+variable "image" {
+  description = "A pinned image for the jobs instead of the one the module builds from the repository (null)."
   type        = string
   default     = null
 }
 
-variable "image_tag" {
-  description = "Tag of the job image pushed to the module's Artifact Registry repository (a git sha is best)."
+variable "image_build_worker_pool" {
+  description = "Cloud Build private pool for the image's build, projects/<p>/locations/<r>/workerPools/<pool>; null: the default pool."
   type        = string
-  default     = "latest"
+  default     = null
 }
 
 variable "deletion_protection" {

@@ -1,10 +1,13 @@
-# The bucket's location decides the trigger's region; only read when trigger_region is not given.
+# The bucket's location decides the trigger's region; only read when trigger_region is not given. Read after the APIs
+# are enabled, as the other data sources are: a first plan calls no API (deferred to apply).
 data "google_storage_bucket" "checkpoint" {
   count = var.trigger_region == null ? 1 : 0
 
   name = var.checkpoint_bucket
   # Only fills the data source's `project` attribute; saves it a Compute API lookup.
   project = var.project_id
+
+  depends_on = [google_project_service.required]
 }
 
 locals {
@@ -15,21 +18,12 @@ locals {
 # Cloud Function (2nd gen) on every object finalized in the checkpoint bucket. It keeps only Orbax commit markers
 # under checkpoint_prefixes, claims the step once and starts one workflow execution for it.
 #
-# Source: the zip `npm run package:function` builds (the function is TypeScript compiled by the repository's build,
-# so the module does not zip a directory itself). Either the module uploads it (function_source_zip) or it was
-# uploaded before (function_source_object). Either way its name carries its content hash: every code change is a
-# new object, hence a redeploy, and nothing else is.
-resource "google_storage_bucket_object" "function_source" {
-  count = var.function_source_zip == null ? 0 : 1
-
-  bucket       = var.function_source_bucket
-  name         = "orbax2reg/function-${substr(filesha256(var.function_source_zip), 0, 16)}.zip"
-  source       = var.function_source_zip
-  content_type = "application/zip"
-}
-
+# Source: the archive build.tf uploads (the function's TypeScript with the lockfile; Cloud Functions' build compiles it,
+# sources.tf), named by its content, so every code change is a new object, hence a rebuild and redeploy, and nothing
+# else is. Or an object uploaded before (function_source_object, in function_source_bucket or the module's bucket).
 locals {
-  function_source_object = var.function_source_zip == null ? var.function_source_object : one(google_storage_bucket_object.function_source[*].name)
+  function_source_bucket = var.function_source_bucket != null ? var.function_source_bucket : google_storage_bucket.sources.name
+  function_source_object = var.function_source_object != null ? var.function_source_object : one(google_storage_bucket_object.function_source[*].name)
 
   # The build runs as function_build_service_account when given, else as the <prefix>-build account iam.tf creates.
   build_service_account = var.function_build_service_account != null ? var.function_build_service_account : one(google_service_account.build[*].id)
@@ -52,7 +46,7 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
 
     source {
       storage_source {
-        bucket = var.function_source_bucket
+        bucket = local.function_source_bucket
         object = local.function_source_object
       }
     }
@@ -120,7 +114,7 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
     }
     precondition {
       condition     = local.function_source_given
-      error_message = "Give exactly one of function_source_zip (a local zip the module uploads) and function_source_object (an object already in function_source_bucket)."
+      error_message = "function_source_bucket is set but function_source_object is not: name the object in that bucket, or leave both null to deploy the module's own archive of the repository."
     }
   }
 }

@@ -62,6 +62,27 @@ resource "google_service_account" "build" {
   depends_on = [google_project_service.required]
 }
 
+# The jobs' image is built by Cloud Build as this account (build.tf, gcloud builds submit --service-account), unless the
+# caller names its own in image_build_service_account, or pins `image` (then nothing is built). Not the function's
+# build account: that one runs the function's build and may push only the function's images; this one may push only
+# the jobs' image, the one the jobs' account runs.
+# https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts
+resource "google_service_account" "image_build" {
+  count = local.image_build_account_created ? 1 : 0
+
+  project      = var.project_id
+  account_id   = local.names.image_build_sa
+  display_name = "orbax2reg jobs' image build"
+  description  = "Cloud Build runs the build of the jobs' image as this account (logs, image push, build context read)."
+
+  depends_on = [google_project_service.required]
+}
+
+locals {
+  image_build_account_created = var.image == null && var.image_build_service_account == null
+  image_build_service_account = var.image_build_service_account != null ? var.image_build_service_account : one(google_service_account.image_build[*].id)
+}
+
 # The project number names two things below: the Pub/Sub service agent and the bucket Cloud Functions copies the
 # function's source into (gcf-v2-sources-<number>-<region>). Read after the APIs are enabled (deferred to apply on a
 # first deployment).
@@ -397,5 +418,54 @@ resource "google_project_iam_member" "build_reads_function_source" {
     title       = "orbax2reg function source only"
     description = "The function's source as Cloud Functions stages it for the build: gs://gcf-v2-sources-<number>-<region>/<function>/."
     expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/objects/${local.names.function}/\")"
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Image build service account (only when the module creates it)
+# ---------------------------------------------------------------------------------------------------------------------
+# A build that runs as a service account of one's own logs to Cloud Logging (image-build.cloudbuild.yaml:
+# CLOUD_LOGGING_ONLY), which needs Logs Writer; it reads its source from Cloud Storage and pushes the image the
+# Dockerfile made (https://cloud.google.com/build/docs/cloud-build-service-account lists what the default build
+# account holds for these: storage.objects.get for the source, logging.logEntries.create, the push).
+
+# Write the build's logs (Logs Writer is granted on the project).
+# https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts
+resource "google_project_iam_member" "image_build_log_writer" {
+  count = local.image_build_account_created ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = "serviceAccount:${google_service_account.image_build[0].email}"
+}
+
+# Push the jobs' image, to the jobs' repository only (not the function's, not project-wide).
+# https://cloud.google.com/artifact-registry/docs/access-control
+# https://cloud.google.com/build/docs/building/build-containers
+resource "google_artifact_registry_repository_iam_member" "image_build_pushes_images" {
+  count = local.image_build_account_created ? 1 : 0
+
+  project    = var.project_id
+  location   = var.region
+  repository = google_artifact_registry_repository.images.name
+  role       = "roles/artifactregistry.writer"
+  member     = "serviceAccount:${google_service_account.image_build[0].email}"
+}
+
+# Read the build context gcloud staged in the module's bucket (build.tf), and nothing else in it: an IAM condition on
+# the object name (the bucket has uniform bucket-level access, which conditions need).
+# https://cloud.google.com/storage/docs/access-control/iam-roles
+# https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
+resource "google_storage_bucket_iam_member" "image_build_reads_sources" {
+  count = local.image_build_account_created ? 1 : 0
+
+  bucket = google_storage_bucket.sources.name
+  role   = "roles/storage.objectViewer"
+  member = "serviceAccount:${google_service_account.image_build[0].email}"
+
+  condition {
+    title       = "orbax2reg image build contexts only"
+    description = "The build contexts gcloud builds submit stages for the jobs' image."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.sources.name}/objects/${local.image_build_staging_prefix}/\")"
   }
 }

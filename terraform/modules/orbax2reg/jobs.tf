@@ -6,14 +6,13 @@
 # container overrides; the
 # definitions here fix the image, command, size, timeout, retries, identity and the static environment (local.job_env:
 # job_env, the project and region, and for finalize the retention policy and the events topic).
+# The image (local.image, build.tf) is the one the module's Cloud Build run made of the repository, tagged with its
+# sources' identity (or the pinned `image` given): the jobs wait for that build, and are updated when it changes.
 #
 # deletion_protection: the provider refuses to destroy (or replace) a job while this is true. It defaults to true
 # here as in the provider; see the README for the two-step destroy.
 
 locals {
-  # Default image: in the repository this module creates (referencing it makes the jobs wait for the repository).
-  image = var.image != null ? var.image : "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.images.repository_id}/${local.names.image_package}:${var.image_tag}"
-
   # Static environment of each job, under the workflow's per-execution overrides: Cloud Run merges a job's env with an
   # execution's container overrides, the overrides winning.
   # https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs/run#containeroverride
@@ -91,7 +90,8 @@ resource "google_cloud_run_v2_job" "phase" {
     }
   }
 
-  depends_on = [google_project_service.required]
+  # The image must exist before a job names it: Cloud Run resolves the tag when the job is created or updated.
+  depends_on = [google_project_service.required, terraform_data.image_build]
 }
 
 # The jobs were three resources before (google_cloud_run_v2_job.plan, .convert_group and .finalize): these blocks move

@@ -4,17 +4,21 @@
 
 locals {
   names = {
-    function      = "${var.name_prefix}-on-checkpoint"
-    workflow      = "${var.name_prefix}-convert"
-    plan_job      = "${var.name_prefix}-plan"
-    group_job     = "${var.name_prefix}-convert-group"
-    finalize_job  = "${var.name_prefix}-finalize"
-    function_sa   = "${var.name_prefix}-fn"
-    trigger_sa    = "${var.name_prefix}-trigger"
-    workflow_sa   = "${var.name_prefix}-workflow"
-    jobs_sa       = "${var.name_prefix}-jobs"
-    build_sa      = "${var.name_prefix}-build"
-    image_package = "orbax2reg"
+    function       = "${var.name_prefix}-on-checkpoint"
+    workflow       = "${var.name_prefix}-convert"
+    plan_job       = "${var.name_prefix}-plan"
+    group_job      = "${var.name_prefix}-convert-group"
+    finalize_job   = "${var.name_prefix}-finalize"
+    function_sa    = "${var.name_prefix}-fn"
+    trigger_sa     = "${var.name_prefix}-trigger"
+    workflow_sa    = "${var.name_prefix}-workflow"
+    jobs_sa        = "${var.name_prefix}-jobs"
+    build_sa       = "${var.name_prefix}-build"
+    image_build_sa = "${var.name_prefix}-imgbuild"
+    image_package  = "orbax2reg"
+    # The module's bucket for the sources it builds from (build.tf). Bucket names are global; a project id is
+    # unique, so this one is the project's.
+    sources_bucket = "${var.project_id}-${var.name_prefix}-sources"
     # Artifact Registry repository the function's build pushes its image to (build_config.docker_repository).
     function_repository = "${var.name_prefix}-function-builds"
   }
@@ -62,8 +66,9 @@ locals {
     none = "false"
   }[local.jobs_write_form]
 
-  # The function's source comes either as a local zip the module uploads or as an object uploaded before.
-  function_source_given = (var.function_source_zip == null) != (var.function_source_object == null)
+  # The function's source is the module's own archive (function_source_object null) or an object uploaded before:
+  # in the module's bucket, or in function_source_bucket when that is given. A bucket without an object names nothing.
+  function_source_given = var.function_source_bucket == null || var.function_source_object != null
 
   # workflows/convert.yaml waits up to 7 days (604800 s) for one job execution, every task retry included.
   job_wait_fits = tonumber(trimsuffix(var.task_timeout, "s")) * (var.max_retries + 1) <= 604800

@@ -73,13 +73,28 @@ output "jobs_service_account_email" {
 }
 
 output "artifact_repository_url" {
-  description = "Docker registry URL of the Artifact Registry repository (<region>-docker.pkg.dev/<project>/<repository>); push the image as <url>/orbax2reg:<tag>."
+  description = "Docker registry URL of the jobs' Artifact Registry repository (<region>-docker.pkg.dev/<project>/<repository>); the module's build pushes orbax2reg:<identity> there."
   value       = google_artifact_registry_repository.images.registry_uri
 }
 
 output "image" {
-  description = "Image the three jobs run."
+  description = "Image the three jobs run: orbax2reg:<the identity of its sources> as the module built it, or the pinned image given."
   value       = local.image
+}
+
+output "sources_bucket" {
+  description = "The module's bucket for what it builds from: the function's source archive and the image's build contexts."
+  value       = google_storage_bucket.sources.name
+}
+
+output "function_source" {
+  description = "The function's source archive as gs://<bucket>/<object> (orbax2reg/function-<identity>.zip unless a prebuilt object was given)."
+  value       = "gs://${local.function_source_bucket}/${local.function_source_object}"
+}
+
+output "image_build_service_account" {
+  description = "Service account the image's Cloud Build run uses (projects/<p>/serviceAccounts/<email>), or null when image is pinned. Whoever applies needs Service Account User on it."
+  value       = var.image == null ? local.image_build_service_account : null
 }
 
 output "destination_bucket" {

@@ -23,7 +23,7 @@ variable "region" {
 }
 
 variable "name_prefix" {
-  description = "Prefix of every resource name and service account id (function <prefix>-on-checkpoint, workflow <prefix>-convert, jobs <prefix>-plan / <prefix>-convert-group / <prefix>-finalize, service accounts <prefix>-fn / -trigger / -workflow / -jobs). Change it to deploy several independent pipelines in one project."
+  description = "Prefix of every resource name and service account id (function <prefix>-on-checkpoint, workflow <prefix>-convert, jobs <prefix>-plan / <prefix>-convert-group / <prefix>-finalize, service accounts <prefix>-fn / -trigger / -workflow / -jobs / -build / -imgbuild, bucket <project_id>-<prefix>-sources). Change it to deploy several independent pipelines in one project."
   type        = string
   default     = "orbax2reg"
 
@@ -197,37 +197,27 @@ variable "keep_every_n_steps" {
 # ---------------------------------------------------------------------------------------------------------------------
 
 variable "function_source_bucket" {
-  description = "Bucket holding the function's source zip (the module uploads function_source_zip into it, or finds function_source_object there; the bucket itself is not created by this module)."
+  description = "Only with function_source_object: the bucket holding that prebuilt source archive (e.g. one CI uploaded). null (the default): the module's own sources bucket, <project_id>-<name_prefix>-sources, which it creates and uploads the function's archive of the repository to."
   type        = string
+  default     = null
 
   validation {
-    condition = (
+    condition = var.function_source_bucket == null ? true : (
       can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", var.function_source_bucket)) &&
       (strcontains(var.function_source_bucket, ".") || length(var.function_source_bucket) <= 63)
     )
-    error_message = "function_source_bucket must be a bucket name without gs://."
+    error_message = "function_source_bucket must be null or a bucket name without gs://."
   }
 }
 
 variable "function_source_object" {
-  description = "Object name of an already uploaded source zip in function_source_bucket. Name it by content (e.g. orbax2reg/function-<sha256>.zip, as `npm run package:function` prints): the function is rebuilt only when this name changes. Give this or function_source_zip."
+  description = "Object name of a prebuilt source archive for the function (in function_source_bucket, else in the module's sources bucket), instead of the module's own archive of the repository. Name it by content (the function is rebuilt only when this name changes). null (the default): the module zips the function's sources itself and uploads them as orbax2reg/function-<identity>.zip."
   type        = string
   default     = null
 
   validation {
     condition     = var.function_source_object == null || try(endswith(var.function_source_object, ".zip") && !startswith(var.function_source_object, "/") && !startswith(var.function_source_object, "gs://"), false)
     error_message = "function_source_object must be an object name ending in .zip, without gs:// or a leading '/'."
-  }
-}
-
-variable "function_source_zip" {
-  description = "Local path of the function's source zip (`npm run package:function` writes dist/function-source.zip). The module uploads it to function_source_bucket as orbax2reg/function-<sha256 prefix>.zip, so any code change is a new object and a redeploy. Give this or function_source_object."
-  type        = string
-  default     = null
-
-  validation {
-    condition     = var.function_source_zip == null || try(endswith(var.function_source_zip, ".zip"), false)
-    error_message = "function_source_zip must be the path of a .zip file."
   }
 }
 
@@ -356,19 +346,47 @@ variable "artifact_repository_id" {
 }
 
 variable "image" {
-  description = "Full image reference for the three jobs. null means <region>-docker.pkg.dev/<project>/<artifact_repository_id>/orbax2reg:<image_tag>, in the repository this module creates."
+  description = "A pinned image for the three jobs (e.g. REGION-docker.pkg.dev/PROJECT/REPO/orbax2reg@sha256:...), built elsewhere; the jobs' account must be able to pull it. null (the default): the module builds the image from the repository's Dockerfile with Cloud Build (gcloud builds submit, run by terraform on the machine that applies) and tags it with its sources' identity."
   type        = string
   default     = null
-}
-
-variable "image_tag" {
-  description = "Tag of the default image (ignored when image is set). Prefer an immutable tag (git sha) to 'latest': a job resolves its tag when it is created or updated, not per execution."
-  type        = string
-  default     = "latest"
 
   validation {
-    condition     = can(regex("^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", var.image_tag))
-    error_message = "image_tag must be a valid Docker tag (letters, digits, _ . -, at most 128 characters)."
+    condition     = var.image == null || try(length(var.image) > 0 && !strcontains(var.image, " "), false)
+    error_message = "image must be null or an image reference such as us-docker.pkg.dev/my-project/images/orbax2reg@sha256:<digest>."
+  }
+}
+
+variable "image_build_worker_pool" {
+  description = "Cloud Build private pool the image is built in, as projects/<project>/locations/<region>/workerPools/<pool> (the build then runs in that region). null: Cloud Build's default pool in `region`. The build reaches only the npm registry, Debian's archive and the base image (image_build_node_image): the zstd addon is compiled from source against the base image's own Node headers (Dockerfile)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.image_build_worker_pool == null ? true : can(regex("^projects/[^/]+/locations/[^/]+/workerPools/[^/]+$", var.image_build_worker_pool))
+    error_message = "image_build_worker_pool must be null or projects/<project>/locations/<region>/workerPools/<pool>."
+  }
+}
+
+variable "image_build_node_image" {
+  description = "Base image of the jobs' image (the Dockerfile's NODE_IMAGE build argument, default node:22-bookworm-slim from Docker Hub). A builder that cannot reach Docker Hub names a copy of it, e.g. in an Artifact Registry remote repository. Part of the image's identity: changing it rebuilds the image and redeploys the jobs."
+  type        = string
+  default     = "node:22-bookworm-slim"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[a-z0-9][A-Za-z0-9._/:@-]*$", var.image_build_node_image)) && !strcontains(var.image_build_node_image, ",")
+    error_message = "image_build_node_image must be an image reference (letters, digits, . _ / : @ -), e.g. node:22-bookworm-slim."
+  }
+}
+
+variable "image_build_service_account" {
+  description = "Service account the image's Cloud Build run uses, as projects/<project>/serviceAccounts/<email>. null (the default) creates <name_prefix>-imgbuild with exactly what the build needs: Logs Writer on the project, Artifact Registry Writer on the jobs' image repository, Storage Object Viewer on the build contexts in the module's sources bucket. When given, the module grants it nothing. Whoever applies needs Service Account User (actAs) on it either way. Unused when image is set."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.image_build_service_account == null ? true : can(regex("^projects/[^/]+/serviceAccounts/[^/]+@[^/]+$", var.image_build_service_account))
+    error_message = "image_build_service_account must be null or projects/<project>/serviceAccounts/<email>."
   }
 }
 

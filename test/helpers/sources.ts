@@ -1,0 +1,79 @@
+// What the terraform module builds from (terraform/modules/orbax2reg/sources.tf): the files of the function's and the
+// image's source archives, the function's generated package.json and both identities, evaluated by the real terraform
+// with no provider (sources.tf holds locals only, over local files).
+//
+// sources.tf reads the repository at path.module/../../..: the probe module is written three levels below the root it
+// is given (<root>/.cache/<unique>/m), so the repository itself, or a copy of some of it, is what it reads.
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { applyForOutputs, terraform } from "./terraform.js";
+import { tempDir } from "./tmp.js";
+
+const MODULE = resolve("terraform/modules/orbax2reg");
+
+export interface ModuleSources {
+  /** Files of the jobs' image build context, relative to the repository root, sorted. */
+  readonly imageFiles: string[];
+  /** Files of the function's archive taken from the repository (package.json is generated), sorted. */
+  readonly functionFiles: string[];
+  /** The package.json the function's archive holds instead of the repository's. */
+  readonly functionPackageJson: string;
+  /** The image's tag: its sources' identity. */
+  readonly imageTag: string;
+  /** The function's archive's object name: orbax2reg/function-<identity>.zip. */
+  readonly functionObject: string;
+}
+
+const OUTPUTS: Record<keyof ModuleSources, string> = {
+  imageFiles: "local.image_source_files",
+  functionFiles: "local.function_source_files",
+  functionPackageJson: "local.function_package_json",
+  imageTag: "local.image_tag",
+  functionObject: "local.function_source_object_name",
+};
+
+/** Evaluates sources.tf over the repository at `root` (default: this repository) with these module variables. */
+export function moduleSources(root = process.cwd(), vars: Record<string, string> = {}): ModuleSources {
+  mkdirSync(join(root, ".cache"), { recursive: true });
+  const probe = join(mkdtempSync(join(root, ".cache", "tf-sources-")), "m");
+  mkdirSync(probe);
+  try {
+    copyFileSync(join(MODULE, "variables.tf"), join(probe, "variables.tf"));
+    copyFileSync(join(MODULE, "sources.tf"), join(probe, "sources.tf"));
+    writeFileSync(
+      join(probe, "probe.tf"),
+      Object.entries(OUTPUTS)
+        .map(([name, expression]) => `output "${name}" {\n  value = ${expression}\n}\n`)
+        .join("\n"),
+    );
+    const init = terraform(["init", "-backend=false", "-input=false", "-no-color"], probe);
+    if (init.code !== 0) throw new Error(`terraform init: ${init.out}`);
+    const args: string[] = [];
+    for (const [k, v] of Object.entries({ project_id: "my-project", region: "us-central1", checkpoint_bucket: "ckpts", ...vars }))
+      args.push("-var", `${k}=${v}`);
+    const r = applyForOutputs(probe, args);
+    if (r.code !== 0) throw new Error(`terraform apply: ${r.out}`);
+    return r.outputs as unknown as ModuleSources;
+  } finally {
+    rmSync(dirname(probe), { recursive: true, force: true });
+  }
+}
+
+/** A scratch copy of the repository's files both archives read (and a README, which neither does). */
+export function copyOfSources(): string {
+  const root = tempDir("sources-root");
+  for (const entry of [
+    "Dockerfile",
+    "README.md",
+    "package.json",
+    "package-lock.json",
+    "tsconfig.json",
+    "tsconfig.build.json",
+    "scripts/image-deps.mjs",
+    "src",
+    "jobs",
+    "functions",
+  ])
+    cpSync(entry, join(root, entry), { recursive: true });
+  return root;
+}
