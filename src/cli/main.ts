@@ -1,6 +1,7 @@
 import { Command, CommanderError } from "commander";
 import { DEFAULT_DESTINATION_TEMPLATE } from "../defaults.js";
 import { classify, EXIT_BAD_INPUT, UNEXPECTED } from "../errors.js";
+import { versionLine } from "../version.js";
 import { commanderOption, type Flags, type OptionUse } from "./options.js";
 import { type Output, processOutput } from "./output.js";
 
@@ -216,7 +217,7 @@ export const COMMANDS: readonly CommandSpec[] = [
 function buildProgram(out: Output, setExit: (code: number) => void): Command {
   const program = new Command("orbax2reg")
     .description("Read Orbax (OCDBT) checkpoints and convert them to AXLearn regular checkpoints, offline on CPU.")
-    .version(process.env.npm_package_version ?? "0.1.0")
+    .version(versionLine(), "-V, --version", "print the version and the source commit it was built from")
     .showHelpAfterError()
     .exitOverride()
     .configureOutput({ writeOut: (s) => out.writeOut(s), writeErr: (s) => out.writeErr(s) });

@@ -109,7 +109,7 @@ describe("the job image", () => {
   test("the CLI runs as a command, through its launcher's runtime settings", () => {
     const r = spawnSync("bin/orbax2reg.js", ["--version"], { encoding: "utf8" });
     expect(r.stderr).toBe("");
-    expect(r.stdout.trim()).toBe(JSON.parse(readFileSync("package.json", "utf8")).version);
+    expect(r.stdout).toMatch(new RegExp(`^orbax2reg ${JSON.parse(readFileSync("package.json", "utf8")).version} \\(commit `));
   });
 
   test("every package the compiled code imports is a production dependency", () => {
