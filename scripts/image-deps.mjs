@@ -47,7 +47,9 @@ const packages = importedPackages();
 const pkg = JSON.parse(readFileSync("package.json", "utf8"));
 const missing = [...packages.keys()].filter((p) => !(p in (pkg.dependencies ?? {})));
 if (missing.length > 0) {
-  console.error(`imported by the jobs or the CLI but not production dependencies: ${missing.map((p) => `${p} (${packages.get(p)})`).join(", ")}`);
+  console.error(
+    `imported by the jobs or the CLI but not production dependencies: ${missing.map((p) => `${p} (${packages.get(p)})`).join(", ")}`,
+  );
   process.exit(1);
 }
 const kept = [...packages.keys()].sort();
