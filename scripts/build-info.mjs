@@ -10,7 +10,7 @@
 //   build-info.json    already there (e.g. written before an image build and sent in its context): kept;
 //   otherwise          "unknown".
 //
-//   node scripts/build-info.mjs            # writes build-info.json if it changes; prints it
+//   node scripts/build-info.mjs            # writes build-info.json if it changes; says what on stderr
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -58,4 +58,5 @@ if (!existsSync(file) || readFileSync(file, "utf8") !== text) {
   writeFileSync(`${file}.tmp-${process.pid}`, text);
   renameSync(`${file}.tmp-${process.pid}`, file);
 }
-process.stdout.write(text);
+// On stderr: `npm pack --json` runs this (prepack) and its stdout must stay JSON.
+process.stderr.write(`build-info.json: ${text}`);

@@ -1,0 +1,121 @@
+#!/usr/bin/env node
+// `npm run release`: the release's artifacts, from a clean tree at the tag v<version> (package.json's version),
+// into release/<version>/:
+//   orbax2reg-<version>.tgz                the npm package (README.md, "Install": npm install -g it)
+//   orbax2reg-function-<version>.zip       the trigger function's source (npm run package:function; terraform's
+//                                          function_source_object)
+//   orbax2reg-image-<version>.oci.tar      the image (the CLI and the jobs), as an OCI archive, when a container
+//                                          engine can build here (podman, else docker; ORBAX2REG_CONTAINER_ENGINE
+//                                          names one); skipped, saying why, otherwise or with --no-image
+//   SHA256SUMS                             `sha256sum -c SHA256SUMS` checks them
+//
+//   npm run release                        # at the tag v<version>, clean tree
+//   npm run release -- --snapshot          # any commit of a clean tree: named <version>-<commit>, for testing
+//   npm run release -- --no-image
+// ORBAX2REG_IMAGE_BASE overrides the Dockerfile's base image (its NODE_IMAGE), as the image test does.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { copyFileSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+
+const args = process.argv.slice(2);
+const snapshot = args.includes("--snapshot");
+const withImage = !args.includes("--no-image");
+const unknown = args.filter((a) => !["--snapshot", "--no-image"].includes(a));
+if (unknown.length > 0) refuse(`unknown argument ${unknown.join(" ")} (takes --snapshot, --no-image)`);
+
+function refuse(why) {
+  console.error(`release: ${why}`);
+  process.exit(2);
+}
+
+function git(...a) {
+  const r = spawnSync("git", a, { encoding: "utf8" });
+  if (r.error || r.status !== 0) refuse(`git ${a.join(" ")} failed: ${(r.stderr || r.error?.message || "").trim()}`);
+  return r.stdout.trim();
+}
+
+/** Runs a command, its output shown; stops the release when it fails. */
+function run(command, a, options = {}) {
+  const r = spawnSync(command, a, { stdio: ["ignore", options.capture ? "pipe" : "inherit", "inherit"], encoding: "utf8", ...options });
+  if (r.error || r.status !== 0) {
+    console.error(`release: ${command} ${a.join(" ")} failed (${r.error?.message ?? `exit ${r.status}`})`);
+    process.exit(1);
+  }
+  return r.stdout ?? "";
+}
+
+// What is released must be exactly a commit: every tracked file as committed and nothing untracked (npm pack's
+// `files` globs and the image's context would take an untracked file in). Ignored files (dist/, node_modules)
+// are rebuilt or not shipped.
+const version = JSON.parse(readFileSync("package.json", "utf8")).version;
+const commit = git("rev-parse", "HEAD");
+const changed = git("status", "--porcelain").split("\n").filter(Boolean);
+if (changed.length > 0) {
+  const shown = changed.slice(0, 5).map((l) => l.slice(3));
+  refuse(
+    `the tree is not clean (${shown.join(", ")}${changed.length > 5 ? `, and ${changed.length - 5} more` : ""}): commit or stash first`,
+  );
+}
+const tag = `v${version}`;
+if (!snapshot) {
+  const tags = git("tag", "--points-at", "HEAD").split("\n").filter(Boolean);
+  if (!tags.includes(tag))
+    refuse(
+      `HEAD (${commit.slice(0, 12)}) is not tagged ${tag} (package.json's version is ${version}; tags at HEAD: ${tags.join(", ") || "none"}): tag it, or pass --snapshot`,
+    );
+}
+const label = snapshot ? `${version}-${commit.slice(0, 12)}` : version;
+const out = join("release", label);
+rmSync(out, { recursive: true, force: true });
+mkdirSync(out, { recursive: true });
+console.log(`release ${label} from ${commit}${snapshot ? " (snapshot)" : ` (${tag})`} into ${out}/`);
+
+const artifacts = [];
+
+// 1. The npm package: `npm pack` runs prepack and prepare (the build, and build-info.json from this commit).
+// Its JSON is the last thing on stdout (the build's scripts may print before it).
+const packOutput = run("npm", ["pack", "--json", "--pack-destination", out], { capture: true });
+const packed = JSON.parse(packOutput.slice(packOutput.search(/^\[/m)));
+const tgz = join(out, `orbax2reg-${label}.tgz`);
+if (join(out, packed[0].filename) !== tgz) renameSync(join(out, packed[0].filename), tgz);
+artifacts.push(tgz);
+
+// 2. The function's source zip, whatever package:function makes of it: the file its JSON line names.
+const fn = run("npm", ["run", "--silent", "package:function", "--", "--json"], { capture: true }).trim().split("\n").at(-1);
+const zip = join(out, `orbax2reg-function-${label}.zip`);
+copyFileSync(JSON.parse(fn).zip, zip);
+artifacts.push(zip);
+
+// 3. The image, where an engine can build it.
+function engine() {
+  const candidates = process.env.ORBAX2REG_CONTAINER_ENGINE ? [process.env.ORBAX2REG_CONTAINER_ENGINE] : ["podman", "docker"];
+  const tried = [];
+  for (const e of candidates) {
+    const r = spawnSync(e, ["info"], { encoding: "utf8" });
+    if (!r.error && r.status === 0) return { engine: e };
+    tried.push(`${e}: ${r.error ? "not installed" : (r.stderr.trim().split("\n").at(-1) ?? `exit ${r.status}`)}`);
+  }
+  return { why: `no container engine can build here (${tried.join("; ")})` };
+}
+const found = withImage ? engine() : { why: "--no-image" };
+if (found.engine === undefined) {
+  console.log(`image skipped: ${found.why}`);
+} else {
+  const image = `localhost/orbax2reg:${label}`;
+  const base = process.env.ORBAX2REG_IMAGE_BASE ? ["--build-arg", `NODE_IMAGE=${process.env.ORBAX2REG_IMAGE_BASE}`] : [];
+  run(found.engine, ["build", "--network", "host", "--build-arg", `ORBAX2REG_COMMIT=${commit}`, ...base, "-t", image, "."]);
+  const tar = join(out, `orbax2reg-image-${label}.oci.tar`);
+  // Docker 25+ writes an OCI image layout with `docker save`; podman needs to be told.
+  const format = found.engine.endsWith("podman") ? ["--format", "oci-archive"] : [];
+  run(found.engine, ["save", ...format, "-o", tar, image]);
+  artifacts.push(tar);
+}
+
+// 4. Checksums, as sha256sum writes them.
+const sums = artifacts.map((f) => `${createHash("sha256").update(readFileSync(f)).digest("hex")}  ${basename(f)}\n`).join("");
+writeFileSync(join(out, "SHA256SUMS"), sums);
+artifacts.push(join(out, "SHA256SUMS"));
+
+const mib = (n) => (n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`);
+for (const f of artifacts) console.log(`  ${basename(f).padEnd(44)} ${mib(statSync(f).size).padStart(10)}`);
