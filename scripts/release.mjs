@@ -4,9 +4,11 @@
 //   orbax2reg-<version>.tgz                the npm package (README.md, "Install": npm install -g it)
 //   orbax2reg-function-<version>.zip       the trigger function's source (npm run package:function; terraform's
 //                                          function_source_object)
-//   orbax2reg-image-<version>.oci.tar      the image (the CLI and the jobs), as an OCI archive, when a container
-//                                          engine can build here (podman, else docker; ORBAX2REG_CONTAINER_ENGINE
-//                                          names one); skipped, saying why, otherwise or with --no-image
+//   orbax2reg-image-<version>.oci.tar      the image (the CLI and the jobs), as an OCI archive with Docker's
+//                                          manifest.json (`docker load` and `podman load` both take it), when a
+//                                          container engine can build here (podman, else docker;
+//                                          ORBAX2REG_CONTAINER_ENGINE names one); skipped, saying why, otherwise
+//                                          or with --no-image
 //   SHA256SUMS                             `sha256sum -c SHA256SUMS` checks them
 //
 //   npm run release                        # at the tag v<version>, clean tree
@@ -15,7 +17,8 @@
 // ORBAX2REG_IMAGE_BASE overrides the Dockerfile's base image (its NODE_IMAGE), as the image test does.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { copyFileSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 
 const args = process.argv.slice(2);
@@ -29,10 +32,11 @@ function refuse(why) {
   process.exit(2);
 }
 
+/** Git's output, its lines' leading blanks kept (porcelain status lines start with one). */
 function git(...a) {
   const r = spawnSync("git", a, { encoding: "utf8" });
   if (r.error || r.status !== 0) refuse(`git ${a.join(" ")} failed: ${(r.stderr || r.error?.message || "").trim()}`);
-  return r.stdout.trim();
+  return r.stdout.trimEnd();
 }
 
 /** Runs a command, its output shown; stops the release when it fails. */
@@ -109,7 +113,27 @@ if (found.engine === undefined) {
   // Docker 25+ writes an OCI image layout with `docker save`; podman needs to be told.
   const format = found.engine.endsWith("podman") ? ["--format", "oci-archive"] : [];
   run(found.engine, ["save", ...format, "-o", tar, image]);
+  addDockerManifest(tar, `orbax2reg:${label}`);
   artifacts.push(tar);
+}
+
+/**
+ * Makes an OCI archive loadable by `docker load` too, as Docker 25+'s own `docker save` writes it: the OCI
+ * layout (index.json, blobs/) plus Docker's manifest.json naming the config, the layers and the tag (Docker's
+ * loader without the containerd image store reads only manifest.json; podman reads index.json).
+ */
+function addDockerManifest(tar, tag) {
+  const entries = run("tar", ["-tf", tar], { capture: true }).split("\n");
+  if (entries.includes("manifest.json")) return;
+  const read = (name) => JSON.parse(run("tar", ["-xOf", tar, name], { capture: true }));
+  const blob = (digest) => `blobs/${digest.replace(":", "/")}`;
+  const [descriptor] = read("index.json").manifests;
+  const manifest = read(blob(descriptor.digest));
+  const docker = [{ Config: blob(manifest.config.digest), RepoTags: [tag], Layers: manifest.layers.map((l) => blob(l.digest)) }];
+  const dir = mkdtempSync(join(tmpdir(), "orbax2reg-release-"));
+  writeFileSync(join(dir, "manifest.json"), JSON.stringify(docker));
+  run("tar", ["-rf", tar, "-C", dir, "manifest.json"]);
+  rmSync(dir, { recursive: true, force: true });
 }
 
 // 4. Checksums, as sha256sum writes them.
