@@ -106,14 +106,15 @@ const found = withImage ? engine() : { why: "--no-image" };
 if (found.engine === undefined) {
   console.log(`image skipped: ${found.why}`);
 } else {
-  const image = `localhost/orbax2reg:${label}`;
+  // Named as `docker load` will name it (podman keeps it as localhost/orbax2reg, which the short name finds).
+  const image = `orbax2reg:${label}`;
   const base = process.env.ORBAX2REG_IMAGE_BASE ? ["--build-arg", `NODE_IMAGE=${process.env.ORBAX2REG_IMAGE_BASE}`] : [];
   run(found.engine, ["build", "--network", "host", "--build-arg", `ORBAX2REG_COMMIT=${commit}`, ...base, "-t", image, "."]);
   const tar = join(out, `orbax2reg-image-${label}.oci.tar`);
   // Docker 25+ writes an OCI image layout with `docker save`; podman needs to be told.
   const format = found.engine.endsWith("podman") ? ["--format", "oci-archive"] : [];
   run(found.engine, ["save", ...format, "-o", tar, image]);
-  addDockerManifest(tar, `orbax2reg:${label}`);
+  addDockerManifest(tar, image);
   artifacts.push(tar);
 }
 
