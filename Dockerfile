@@ -1,12 +1,17 @@
-# The one image for the three Cloud Run jobs (terraform/modules/orbax2reg/jobs.tf runs
-# `node dist/jobs/main.js plan|convert-group|finalize` in it). `terraform apply` builds it with Cloud Build
-# (terraform/modules/orbax2reg/build.tf: the files .dockerignore lets in, zipped by terraform, tagged with their
-# identity); by hand: docker build -t IMAGE .
+# The one image: the orbax2reg CLI (its ENTRYPOINT) and the three Cloud Run jobs, which replace the entry point
+# with `node --max-semi-space-size=1 dist/jobs/main.js plan|convert-group|finalize`
+# (terraform/modules/orbax2reg/jobs.tf sets the container's command and args).
+#   docker build --build-arg ORBAX2REG_COMMIT=$(git rev-parse HEAD) -t orbax2reg:$(git rev-parse --short HEAD) .
+#   docker run --rm orbax2reg:TAG convert gs://bucket/run/step_00001000 gs://bucket/run/regular
+# The commit `orbax2reg --version` reports: ORBAX2REG_COMMIT, else a build-info.json in the context (`npm run
+# build` writes it), else "unknown" (.git is not sent to the build). Running it: README.md, "Install".
+# `terraform apply` builds it with Cloud Build (terraform/modules/orbax2reg/build.tf: the files .dockerignore lets
+# in, zipped by terraform, tagged with their identity).
 # Needs no internet access beyond the package registries (npm, Debian) and the base image (NODE_IMAGE).
 
 ARG NODE_IMAGE=node:22-bookworm-slim
 
-# Build stage: compiles TypeScript and the native zstd addon, then keeps only what the jobs load.
+# Build stage: compiles TypeScript and the native zstd addon, then keeps only what the jobs and the CLI load.
 FROM ${NODE_IMAGE} AS build
 # zstd-napi compiles with node-gyp (python3, make, g++ from Debian's packages).
 RUN apt-get update \
@@ -24,12 +29,17 @@ RUN npm ci --ignore-scripts --no-audit --no-fund \
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY jobs ./jobs
-COPY scripts/image-deps.mjs ./scripts/
-# No source maps or declarations: nothing at run time reads them. Then only the dependencies the jobs'
-# code imports (scripts/image-deps.mjs: not the CLI's nor the trigger function's, functions-framework and
-# express), and of those nothing that is only for compilers and editors (*.d.ts, source maps, @types) or left
-# by the addon's build (its objects, the zstd sources it compiled; their licences stay).
+COPY bin ./bin
+COPY scripts/image-deps.mjs scripts/build-info.mjs ./scripts/
+# build-info.json only if the context has one (the pattern may match nothing).
+COPY package.json build-info.jso[n] ./
+ARG ORBAX2REG_COMMIT=
+# No source maps or declarations: nothing at run time reads them. Then only the dependencies the jobs' and the
+# CLI's code import (scripts/image-deps.mjs: not the trigger function's, functions-framework and express), and
+# of those nothing that is only for compilers and editors (*.d.ts, source maps, @types) or left by the addon's
+# build (its objects, the zstd sources it compiled; their licences stay).
 RUN npx tsc -p tsconfig.build.json --sourceMap false --declaration false --incremental false \
+ && node scripts/build-info.mjs \
  && node scripts/image-deps.mjs --write \
  && npm prune --omit=dev --no-audit --no-fund \
  && rm -rf node_modules/@types node_modules/zstd-napi/src \
@@ -38,7 +48,8 @@ RUN npx tsc -p tsconfig.build.json --sourceMap false --declaration false --incre
  && find node_modules/zstd-napi/build/Release -mindepth 1 -maxdepth 1 ! -name binding.node -exec rm -rf {} + \
  && find node_modules/zstd-napi/deps -type f ! -name 'LICENSE*' ! -name 'COPYING*' -delete \
  && find node_modules -mindepth 1 -type d -empty -delete \
- && node -e 'require("zstd-napi")' && node --input-type=module -e 'await import("./dist/src/cloud/job/run.js")'
+ && node -e 'require("zstd-napi")' && node --input-type=module -e 'await import("./dist/src/cloud/job/run.js")' \
+ && node bin/orbax2reg.js --version
 
 # Runtime stage: compiled code and the dependencies it loads, run as the unprivileged `node` user.
 FROM ${NODE_IMAGE}
@@ -47,9 +58,13 @@ ENV NODE_ENV=production
 # (the job moves bytes and keeps little alive; see the launcher's comment and bench/README.md).
 ENV MALLOC_ARENA_MAX=1
 WORKDIR /app
-COPY --from=build --chown=root:root /app/package.json ./
+COPY --from=build --chown=root:root /app/package.json /app/build-info.json ./
 COPY --from=build --chown=root:root /app/node_modules ./node_modules
 COPY --from=build --chown=root:root /app/dist ./dist
+COPY --from=build --chown=root:root /app/bin ./bin
 USER node
-ENTRYPOINT ["node", "--max-semi-space-size=1"]
-CMD ["dist/jobs/main.js"]
+# The CLI, by absolute path so that `--workdir` can name the user's mounted folder for local paths; with no
+# arguments, its help. The jobs replace both (jobs.tf: command `node --max-semi-space-size=1`, args
+# `dist/jobs/main.js PHASE`, run from this WORKDIR).
+ENTRYPOINT ["node", "--max-semi-space-size=1", "/app/bin/orbax2reg.js"]
+CMD ["--help"]

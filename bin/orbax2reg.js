@@ -30,15 +30,38 @@ process.on("exit", () => {
   process.exitCode = 1;
 });
 
-(async () => {
-  const { main } = await import("../dist/src/cli/main.js");
-  const { retryStats } = await import("../dist/src/store/retry.js");
-  process.exitCode = await main(process.argv.slice(2));
+// An install whose native zstd addon was not built would fail at its first chunk with a stack trace: npm 12
+// runs a dependency's install script only when allowed (`--allow-scripts=zstd-napi`), and that script builds
+// or downloads build/Release/binding.node. Checked by the file's presence: loading it here would cost every run.
+const { existsSync } = require("node:fs");
+const { dirname, join } = require("node:path");
+let addon;
+try {
+  addon = join(dirname(require.resolve("zstd-napi/package.json")), "build", "Release", "binding.node");
+} catch {
+  addon = undefined; // not installed at all: the import below says so
+}
+if (addon !== undefined && !existsSync(addon)) {
+  process.stderr.write(
+    `orbax2reg: the native zstd addon was not built at install (${addon} is missing): reinstall with npm install -g --allow-scripts=zstd-napi, as README.md's "Install" shows\n`,
+  );
   settled = true;
-  // A run that succeeded only thanks to retries says so (a failed one already said what failed, and after how many attempts).
-  const { retries, byKind } = retryStats();
-  if (retries > 0 && process.exitCode === 0) {
-    const kinds = Object.entries(byKind).map(([k, n]) => `${k}: ${n}`);
-    process.stderr.write(`orbax2reg: ${retries} storage request${retries === 1 ? " was" : "s were"} retried (${kinds.join(", ")})\n`);
-  }
-})();
+  process.exitCode = 1;
+} else {
+  start();
+}
+
+function start() {
+  (async () => {
+    const { main } = await import("../dist/src/cli/main.js");
+    const { retryStats } = await import("../dist/src/store/retry.js");
+    process.exitCode = await main(process.argv.slice(2));
+    settled = true;
+    // A run that succeeded only thanks to retries says so (a failed one already said what failed, and after how many attempts).
+    const { retries, byKind } = retryStats();
+    if (retries > 0 && process.exitCode === 0) {
+      const kinds = Object.entries(byKind).map(([k, n]) => `${k}: ${n}`);
+      process.stderr.write(`orbax2reg: ${retries} storage request${retries === 1 ? " was" : "s were"} retried (${kinds.join(", ")})\n`);
+    }
+  })();
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
-// Which production dependencies the job image needs: the packages the job's compiled code imports, found by
-// following its imports from dist/jobs/main.js (static, `import()` of a literal, `require` of a literal).
-// package.json's dependencies also serve the CLI (commander, cli-progress, the Cloud Run client) and the
-// trigger function (functions-framework and its express): none of them has any business in the job image.
+// Which production dependencies the image needs: the packages its two entry points' compiled code imports,
+// found by following imports from dist/jobs/main.js (what the Cloud Run jobs run) and bin/orbax2reg.js (the
+// CLI, the image's ENTRYPOINT): static, `import()` of a literal, `require` of a literal. package.json's
+// dependencies also serve the trigger function (functions-framework and its express), which has no business
+// in the image: it is deployed from its own zip.
 //
 //   node scripts/image-deps.mjs [DIST]           # prints the packages, one a line
 //   node scripts/image-deps.mjs [DIST] --write   # keeps only those in ./package.json's dependencies
@@ -17,11 +18,12 @@ const write = args.includes("--write");
 const dist = args.find((a) => !a.startsWith("--")) ?? "dist";
 
 const builtins = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
-// `from "x"` (import and export), `import "x"`, `import("x")`, `require("x")`.
-const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(?\s*|\brequire\s*\(\s*)["']([^"']+)["']/g;
+// `from "x"` (import and export), `import "x"`, `import("x")`, `require("x")`; a specifier has no white space
+// (so prose such as `built from")` in a string is not taken for one).
+const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(?\s*|\brequire\s*\(\s*)["']([^"'\s]+)["']/g;
 const packageOf = (spec) => (spec.startsWith("@") ? spec.split("/").slice(0, 2).join("/") : spec.split("/")[0]);
 
-/** The packages the job's module graph imports, by name, with one importing file each. */
+/** The packages the jobs' and the CLI's module graphs import, by name, with one importing file each. */
 function importedPackages() {
   const seen = new Set();
   const packages = new Map();
@@ -36,6 +38,8 @@ function importedPackages() {
     }
   };
   visit(resolve(join(dist, "jobs", "main.js")));
+  // The launcher lives beside dist/, not in it, and imports the CLI from ../dist/.
+  visit(resolve(join(dist, "..", "bin", "orbax2reg.js")));
   return packages;
 }
 
@@ -43,7 +47,9 @@ const packages = importedPackages();
 const pkg = JSON.parse(readFileSync("package.json", "utf8"));
 const missing = [...packages.keys()].filter((p) => !(p in (pkg.dependencies ?? {})));
 if (missing.length > 0) {
-  console.error(`imported by the job but not production dependencies: ${missing.map((p) => `${p} (${packages.get(p)})`).join(", ")}`);
+  console.error(
+    `imported by the jobs or the CLI but not production dependencies: ${missing.map((p) => `${p} (${packages.get(p)})`).join(", ")}`,
+  );
   process.exit(1);
 }
 const kept = [...packages.keys()].sort();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests and benchmarks need, on a fresh machine, into ignored folders of this repo:
-#   node_modules/ (npm ci), .tools/bin/ (Go-built emulators and, unless the machine has the pinned one, terraform),
+#   node_modules/ (npm ci), .tools/bin/ (Go-built emulators, actionlint and, unless the machine has the pinned one,
+#   terraform),
 #   .venv/ (real orbax-checkpoint, pinned),
 #   .venv-wfemu/ (the Workflows emulator, pinned),
 #   .venv-testbench/ (Google's storage-testbench, from ORBAX2REG_STORAGE_TESTBENCH; skipped without it),
@@ -12,6 +13,8 @@ ROOT=$PWD
 
 # Pinned emulator versions (Go modules).
 FAKE_GCS_SERVER=github.com/fsouza/fake-gcs-server@v1.56.1
+# The GitHub Actions workflows' linter (test/deploy/workflows-lint.test.ts), pinned.
+ACTIONLINT_VERSION=v1.7.12
 
 export npm_config_cache="$ROOT/.cache/npm"
 export GOPATH="$ROOT/.cache/go" GOMODCACHE="$ROOT/.cache/go/pkg/mod" GOFLAGS=-modcacherw GOBIN="$ROOT/.tools/bin"
@@ -91,6 +94,9 @@ python_pid=$!
 step "Go tools -> .tools/bin"
 mkdir -p "$GOBIN"
 if [ ! -x "$GOBIN/fake-gcs-server" ]; then go install "$FAKE_GCS_SERVER"; fi
+if [ "$("$GOBIN/actionlint" -version 2>/dev/null | head -n1 || true)" != "$ACTIONLINT_VERSION" ]; then
+  go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+fi
 # Google's in-memory Pub/Sub server (pstest), wrapped as a binary; versions pinned in its go.mod.
 if [ ! -x "$GOBIN/pubsub-emulator" ]; then (cd tools/pubsub-emulator && go build -trimpath -o "$GOBIN/pubsub-emulator" .); fi
 # terraform (test/terraform: fmt, validations, validate/plan), pinned: the machine's own when it is exactly this

@@ -17,6 +17,7 @@ import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToByte
 import { EXIT_CHECK_FAILED, UsageError } from "../errors.js";
 import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
+import { buildIdentity } from "../version.js";
 import type { CastDtype } from "../zarr/cast.js";
 import { chunkGrid, product } from "../zarr/metadata.js";
 import { formatBytes } from "./format.js";
@@ -129,6 +130,8 @@ export async function runConvert(source: string, dest: string, given: ConvertCli
     storageRetriesByKind: retryStats().byKind,
     seconds,
     mbPerSecond: Number((result.plan.totals.bytes / 1e6 / Math.max(seconds, 1e-3)).toFixed(1)),
+    // Which orbax2reg made the result (src/version.ts).
+    orbax2reg: buildIdentity(),
   };
   if (o.json) {
     out.stdout(JSON.stringify(summary, null, 2));

@@ -1,6 +1,7 @@
 import { Command, CommanderError } from "commander";
 import { DEFAULT_DESTINATION_TEMPLATE } from "../defaults.js";
 import { classify, EXIT_BAD_INPUT, EXIT_CHECK_FAILED, UNEXPECTED } from "../errors.js";
+import { versionLine } from "../version.js";
 import { commanderOption, type Flags, type OptionUse } from "./options.js";
 import { type Output, processOutput } from "./output.js";
 
@@ -274,7 +275,7 @@ usage or a refusal; 3 the destination cannot be written; ${EXIT_CHECK_FAILED} a 
 function buildProgram(out: Output, setExit: (code: number) => void): Command {
   const program = new Command("orbax2reg")
     .description("Read Orbax (OCDBT) checkpoints and convert them to AXLearn regular checkpoints, offline on CPU.")
-    .version(process.env.npm_package_version ?? "0.1.0")
+    .version(versionLine(), "-V, --version", "print the version and the source commit it was built from")
     .showHelpAfterError(false)
     .exitOverride()
     .configureOutput({ writeOut: (s) => out.writeOut(s), writeErr: (s) => out.writeErr(s) })

@@ -1,5 +1,6 @@
 import { MetadataError } from "../errors.js";
 import { regularChunkKey } from "../regular/zarray.js";
+import type { BuildIdentity } from "../version.js";
 import type { CastDtype } from "../zarr/cast.js";
 import { chunkGrid, product } from "../zarr/metadata.js";
 
@@ -133,6 +134,11 @@ export interface Plan {
   /** The index file's exact text, written last by finalize. */
   readonly index: string;
   readonly totals: { readonly arrays: number; readonly objects: number; readonly bytes: number };
+  /**
+   * Which orbax2reg wrote the plan (src/version.ts), for a person tracing a result: no reader acts on it, so
+   * it needs no new version (older readers ignore it; plans written before 0.2.0 lack it).
+   */
+  readonly writtenBy?: BuildIdentity;
 }
 
 /** What `plan.json` holds: the plan without its arrays, iterator files and index (the commit part's). */
@@ -171,8 +177,9 @@ interface CommitPart {
 
 /** The head of `plan`, its fields in a fixed order (id and source early, for a person reading it). */
 export function planHead(plan: Plan | PlanHead): PlanHead {
-  const { format, version, id, createdAt, source, destination, step, options, groups, partObjects, totals } = plan;
-  return { format, version, id, createdAt, source, destination, step, options, groups, partObjects, totals };
+  const { format, version, id, createdAt, source, destination, step, options, groups, partObjects, totals, writtenBy } = plan;
+  const head = { format, version, id, createdAt, source, destination, step, options, groups, partObjects, totals };
+  return writtenBy === undefined ? head : { ...head, writtenBy };
 }
 
 /** The parts of group `g`: which objects of the group each holds. */

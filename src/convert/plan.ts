@@ -8,6 +8,7 @@ import { type OrbaxStep, stepDirName } from "../orbax/step.js";
 import { arrayEntry, type IndexEntry, indexText, parseIndex } from "../regular/index-file.js";
 import { regularChunkKey, zarrayText } from "../regular/zarray.js";
 import { checkKey, describe, joinKey, type Store } from "../store/store.js";
+import { buildIdentity } from "../version.js";
 import { type CastDtype, castTarget } from "../zarr/cast.js";
 import type { DType } from "../zarr/dtype.js";
 import { chunkGrid, chunkKey, product, type ZarrArrayMeta } from "../zarr/metadata.js";
@@ -147,6 +148,7 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
     files,
     index,
     totals: { arrays: arrays.length, objects: groups.at(-1)?.end ?? 0, bytes: arrays.reduce((s, a) => s + a.bytes, 0) },
+    writtenBy: buildIdentity(),
   };
   return {
     plan,

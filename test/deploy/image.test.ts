@@ -1,5 +1,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { chmodSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
@@ -9,12 +11,15 @@ import { runBin } from "../helpers/cli.js";
 import { fixtureCase } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { testTls } from "../helpers/tls.mjs";
+import { tempDir } from "../helpers/tmp.js";
 
-// The job image, built from the Dockerfile and run as Cloud Run runs it: one container per task, as user
-// `node` on a read-only root, the command `node dist/jobs/main.js PHASE`, and the environment the workflow
-// and Cloud Run give it, against fake-gcs-server on loopback (host network). Needs a container engine
-// (ORBAX2REG_CONTAINER_ENGINE, default podman) that can run containers here, and the base image
-// (ORBAX2REG_IMAGE_BASE, default the Dockerfile's node:22-bookworm-slim); skipped, saying why, without them.
+// The image, built from the Dockerfile, run two ways: as the CLI (its entry point: `docker run IMAGE convert
+// ...`, as README.md's "Install" shows), and as Cloud Run runs the jobs: one container per task, as user `node`
+// on a read-only root, the command and args jobs.tf gives (`node --max-semi-space-size=1` replacing the entry
+// point, then `dist/jobs/main.js PHASE`), and the environment the workflow and Cloud Run give it, against
+// fake-gcs-server on loopback (host network). Needs a container engine (ORBAX2REG_CONTAINER_ENGINE, default
+// podman) that can run containers here, and the base image (ORBAX2REG_IMAGE_BASE, default the Dockerfile's
+// node:22-bookworm-slim); skipped, saying why, without them.
 
 const ENGINE = process.env.ORBAX2REG_CONTAINER_ENGINE || "podman";
 const BASE = process.env.ORBAX2REG_IMAGE_BASE || "node:22-bookworm-slim";
@@ -48,15 +53,20 @@ interface Ran {
 /** Where a task's container finds the test CA, mounted read-only: fake-gcs-server serves HTTPS with its certificate. */
 const CONTAINER_CA = "/run/orbax2reg-test-ca.pem";
 
+/** What jobs.tf runs in every job's container: its `command` (replacing the image's entry point), then `args`. */
+const JOB_COMMAND = ["node", "--max-semi-space-size=1"];
+const jobArgs = (phase: string) => ["dist/jobs/main.js", phase];
+
 /**
- * One task: a container of the image running `node dist/jobs/main.js PHASE`, as user node on a read-only root,
+ * One task: a container of the image running jobs.tf's command for PHASE, as user node on a read-only root,
  * trusting the test CA (NODE_EXTRA_CA_CERTS, as a deployment behind a private CA would set it).
  */
 function runTask(phase: string, env: Env, name = `orbax2reg-test-${randomUUID().slice(0, 8)}`): Promise<Ran> {
   const vars = Object.entries({ ...env, NODE_EXTRA_CA_CERTS: CONTAINER_CA }).flatMap(([k, v]) => ["--env", `${k}=${v}`]);
   const ca = ["--volume", `${testTls().caFile}:${CONTAINER_CA}:ro`];
-  const args = ["run", "--rm", "--name", name, "--network", "host", "--user", "node", "--read-only", ...ca, ...vars, IMAGE];
-  const child = spawn(ENGINE, [...args, "dist/jobs/main.js", phase]);
+  const [command, ...commandArgs] = JOB_COMMAND as [string, ...string[]];
+  const args = ["run", "--rm", "--name", name, "--network", "host", "--user", "node", "--read-only", ...ca, ...vars];
+  const child = spawn(ENGINE, [...args, "--entrypoint", command, IMAGE, ...commandArgs, ...jobArgs(phase)]);
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (d) => {
@@ -104,7 +114,7 @@ const cloudRun = (job: string, index: number, count: number): Env => ({
 /** The workflow's own variables of a job execution (workflows/convert.yaml): its jobEnv, then the attempt id. */
 const asEnv = (vars: readonly { name: string; value: string }[]): Env => Object.fromEntries(vars.map((v) => [v.name, v.value]));
 
-describe.skipIf(skipped !== undefined)("the job image", () => {
+describe.skipIf(skipped !== undefined)("the image", () => {
   let bucket: string;
   const endpoint = () => ({ ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint") });
   const object = async (name: string) => {
@@ -115,11 +125,59 @@ describe.skipIf(skipped !== undefined)("the job image", () => {
   beforeAll(async () => {
     // Niced: the machine's CPU is shared. Layers are cached, so an unchanged image builds in seconds. Not
     // spawnSync: the test worker must keep answering vitest while the build runs.
+    // The commit the image reports comes from the context's build-info.json (.git is not sent).
+    expect(spawnSync(process.execPath, ["scripts/build-info.mjs"]).status).toBe(0);
     const built = await run("nice", [ENGINE, "build", "--network", "host", "--build-arg", `NODE_IMAGE=${BASE}`, "-t", IMAGE, "."]);
     if (built.code !== 0) throw new Error(`${ENGINE} build failed:\n${built.output.slice(-4000)}`);
     bucket = await newBucket("image");
     await uploadDir(tiny.location, bucket, `runs/exp/${tiny.stepDir}`);
   }, 1_200_000);
+
+  describe("as the CLI (its entry point)", () => {
+    /** `ENGINE run --rm [options] IMAGE ...args`: the image's entry point given the CLI's arguments. */
+    const cli = (options: string[], args: string[]) => run(ENGINE, ["run", "--rm", "--read-only", ...options, IMAGE, ...args]);
+
+    test("--version prints the version and the commit the image was built from, as the built CLI does", async () => {
+      const r = await cli([], ["--version"]);
+      expect(r.code, r.output).toBe(0);
+      expect(r.output).toBe(runBin(["--version"]).stdout);
+      expect(r.output).toMatch(/^orbax2reg \d+\.\d+\.\d+ \(commit /);
+    });
+
+    test("without arguments, and with --help, prints the usage and exits 0", async () => {
+      for (const args of [[], ["--help"]]) {
+        const r = await cli([], args);
+        expect(r.code, r.output).toBe(0);
+        expect(r.output).toMatch(/^Usage: orbax2reg \[options\] \[command\]/);
+        expect(r.output).toMatch(/convert \[options\] <source> <dest-root>/);
+      }
+    });
+
+    test("converts and verifies the bundled example on mounted folders, as an unprivileged user", async () => {
+      const out = tempDir("image-cli");
+      chmodSync(out, 0o777);
+      const mounts = ["--user", "node", "--volume", `${resolve(dirname(tiny.location))}:/in:ro`, "--volume", `${out}:/out`];
+      const converted = await cli(mounts, ["convert", `/in/${tiny.stepDir}`, "/out"]);
+      expect(converted.code, converted.output).toBe(0);
+      expect(converted.output).toMatch(new RegExp(`committed /out/${tiny.stepDir}/index`));
+      const verified = await cli(mounts, ["verify", `/in/${tiny.stepDir}`, `/out/${tiny.stepDir}`]);
+      expect(verified.code, verified.output).toBe(0);
+      expect(verified.output).toMatch(/\b[1-9]\d* passed, 0 failed/);
+      // And what it wrote passes the host's own verify.
+      expect(runBin(["verify", tiny.location, `${out}/${tiny.stepDir}`]).code).toBe(0);
+    });
+
+    test("converts gs:// to gs:// (the CLI's dependencies are in the image)", async () => {
+      const source = `gs://${bucket}/runs/exp/${tiny.stepDir}`;
+      const destination = `gs://${bucket}/runs/cli/regular`;
+      const env = ["--network", "host", "--env", `ORBAX2REG_GCS_ENDPOINT=${inject("gcsEndpoint")}`];
+      const tls = ["--env", `NODE_EXTRA_CA_CERTS=${CONTAINER_CA}`, "--volume", `${testTls().caFile}:${CONTAINER_CA}:ro`];
+      const converted = await cli([...env, ...tls], ["convert", source, destination]);
+      expect(converted.code, converted.output).toBe(0);
+      const verified = await cli([...env, ...tls], ["verify", source, `${destination}/${tiny.stepDir}`]);
+      expect(verified.code, verified.output).toBe(0);
+    });
+  });
 
   test("plan, convert-group (2 groups × 2 tasks) and finalize, each a container, convert the step and verify passes", async () => {
     const source = `gs://${bucket}/runs/exp/${tiny.stepDir}`;

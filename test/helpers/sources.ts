@@ -4,7 +4,7 @@
 //
 // sources.tf reads the repository at path.module/../../..: the probe module is written three levels below the root it
 // is given (<root>/.cache/<unique>/m), so the repository itself, or a copy of some of it, is what it reads.
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { applyForOutputs, terraform } from "./terraform.js";
 import { tempDir } from "./tmp.js";
@@ -70,9 +70,13 @@ export function copyOfSources(): string {
     "tsconfig.json",
     "tsconfig.build.json",
     "scripts/image-deps.mjs",
+    "scripts/build-info.mjs",
+    "bin",
     "src",
     "jobs",
     "functions",
+    // Written by the build (the commit `--version` reports); the image's context takes it where it is.
+    ...(existsSync("build-info.json") ? ["build-info.json"] : []),
   ])
     cpSync(entry, join(root, entry), { recursive: true });
   return root;

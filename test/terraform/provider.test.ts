@@ -29,9 +29,13 @@ const REPOSITORY_FILES = [
   "tsconfig.json",
   "tsconfig.build.json",
   "scripts/image-deps.mjs",
+  "scripts/build-info.mjs",
+  "bin",
   "src",
   "jobs",
   "functions",
+  // Written by the build (the commit `--version` reports); the image's context takes it where it is.
+  ...(existsSync("build-info.json") ? ["build-info.json"] : []),
 ];
 
 /** Values for the module's required variables; trigger_region given so no bucket is read at plan time. */

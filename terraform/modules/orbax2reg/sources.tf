@@ -11,10 +11,12 @@ locals {
   repository_root = "${path.module}/../../.."
 
   # The jobs' image: the Dockerfile's build context, exactly the files .dockerignore lets in (package.json and the
-  # lockfile, the TypeScript configuration, src/, jobs/, the image's dependency list script) and the Dockerfile.
+  # lockfile, the TypeScript configuration, src/, jobs/, bin/, the scripts the build runs, and build-info.json where
+  # the tree has one: a release's source archive does, naming its commit for `orbax2reg --version`) and the Dockerfile.
   image_source_files = sort(concat(
-    ["Dockerfile", "package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json", "scripts/image-deps.mjs"],
-    tolist(fileset(local.repository_root, "{src,jobs}/**")),
+    ["Dockerfile", "package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json", "scripts/image-deps.mjs", "scripts/build-info.mjs"],
+    tolist(fileset(local.repository_root, "{src,jobs,bin}/**")),
+    fileexists("${local.repository_root}/build-info.json") ? ["build-info.json"] : [],
   ))
   image_source_id = sha256(join("", concat(
     [for f in local.image_source_files : "${f} ${filesha256("${local.repository_root}/${f}")}\n"],
