@@ -21,6 +21,10 @@ describe("docs transcripts", () => {
     );
   });
 
+  test("the commit a build reports is masked", () => {
+    expect(mask("orbax2reg 0.2.0 (commit 348b35bdce98, clean)")).toBe(mask("orbax2reg 0.2.0 (commit 0123456789ab, dirty)"));
+  });
+
   test("a line `…` stands for one or more printed lines", () => {
     expect(compareOutput(["PASS index", "…", "18 passed"], ["PASS index", "PASS a", "PASS b", "18 passed"])).toBeNull();
     expect(compareOutput(["PASS index", "…", "18 passed"], ["PASS index", "18 passed"])).not.toBeNull();

@@ -45,8 +45,11 @@ export function transcripts(markdown: string): Transcript[] {
 // by a unit is masked.
 const MEASURE = /\d+(?:[.,]\d+)*\s?(?:MB\/s|GB\/s|ms|s|B|KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB|%)(?![A-Za-z])/g;
 
+// The commit a build reports (`--version`) is the one under test, not the one the docs were written at.
+const COMMIT = /\(commit [0-9a-f]{12}, (?:clean|dirty)\)/g;
+
 export function mask(line: string): string {
-  return line.replace(MEASURE, "<measure>").trimEnd();
+  return line.replace(COMMIT, "(commit <commit>)").replace(MEASURE, "<measure>").trimEnd();
 }
 
 /** Compares printed lines with the docs' lines: measures masked, a line `…` in the docs stands for one or more
@@ -64,8 +67,20 @@ export function compareOutput(expected: string[], actual: string[]): string | nu
     return g < got.length && want[w] === got[g] && match(w + 1, g + 1);
   };
   if (match(0, 0)) return null;
-  const at = want.findIndex((w, k) => w.trim() !== "…" && w !== got[k]);
-  return at < 0
-    ? `the docs show ${want.length} lines, the command printed ${got.length}`
-    : `line ${at + 1}: the docs show\n  ${want[at]}\nthe command printed\n  ${got[at] ?? "(nothing)"}`;
+  // Where they part: each line of the docs in turn, found at the next printed line (anywhere later after a `…`).
+  let g = 0;
+  let skipping = false;
+  for (const [w, line] of want.entries()) {
+    if (line.trim() === "…") {
+      skipping = true;
+      g++;
+      continue;
+    }
+    const at = skipping ? got.indexOf(line, g) : got[g] === line ? g : -1;
+    if (at < 0)
+      return `line ${w + 1}: the docs show\n  ${line}\nthe command printed${skipping ? " nothing like it after line " + g : `\n  ${got[g] ?? "(nothing)"}`}`;
+    g = at + 1;
+    skipping = false;
+  }
+  return `the docs show ${want.length} lines, the command printed ${got.length}`;
 }
