@@ -1,6 +1,7 @@
 import { crc32c } from "../codecs/crc32c.js";
 import { compress, FRAME_HEADER_MAX, readFrameHeader, rleFrame } from "../codecs/zstd.js";
 import { ChecksumError, FormatError } from "../errors.js";
+import { rangedOf, replayable, replayOf } from "../store/replay.js";
 import { describe, joinKey, type RangeCopy, type Store } from "../store/store.js";
 import { type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
@@ -135,8 +136,23 @@ export function checkFrameHeader(run: Run, o: PlannedObject): ((head: Uint8Array
   };
 }
 
-/** Passes `pieces` on once their first FRAME_HEADER_MAX bytes (or all, if fewer) pass `check`. */
-async function* headChecked(pieces: AsyncIterable<Uint8Array>, check: (head: Uint8Array) => void): AsyncIterable<Uint8Array> {
+/**
+ * `data` handed on once its first FRAME_HEADER_MAX bytes (or all, if fewer) pass `check`. A store's stream stays
+ * what it was (replay.ts): readable again, and from any offset, so a GCS destination still streams it without
+ * buffering and can retry. A read from an offset past the start skips the check: an upload reads from the start
+ * first and reopens at an offset only to resume, after that read checked the header.
+ */
+export function headChecked(data: AsyncIterable<Uint8Array>, check: (head: Uint8Array) => void): AsyncIterable<Uint8Array> {
+  const replay = replayOf(data);
+  if (replay === undefined) return checkedPieces(data, check);
+  const ranged = rangedOf(data);
+  return replayable(
+    () => checkedPieces(replay(), check),
+    ranged && { length: ranged.length, from: (skip) => (skip === 0 ? checkedPieces(ranged.from(0), check) : ranged.from(skip)) },
+  );
+}
+
+async function* checkedPieces(pieces: AsyncIterable<Uint8Array>, check: (head: Uint8Array) => void): AsyncIterable<Uint8Array> {
   const held: Uint8Array[] = [];
   let have = 0;
   const checkHeld = () => check((held.length === 1 ? (held[0] as Uint8Array) : Buffer.concat(held)).subarray(0, FRAME_HEADER_MAX));
