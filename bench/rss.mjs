@@ -3,10 +3,11 @@
 // chunk (bench/gen_big.py) local -> local, gs:// -> local, local -> gs://, gs:// -> gs://, and the 2 GB
 // fuji-shaped step (bench/gen_fuji.py) gs:// -> gs:// at several --concurrency and --memory settings, on
 // fake-gcs-server with its filesystem backend, over HTTPS as GCS serves (--plain: over plain HTTP instead, to
-// compare), and the gs:// -> gs:// copy verified through gs:// (issue 25's table, with a bigger chunk). Peak RSS
-// is GNU time's maximum resident set size (bench/lib.mjs's timed()).
+// compare), and `verify` of both steps' outputs, local against local and gs:// against gs://. Peak RSS is GNU
+// time's maximum resident set size (bench/lib.mjs's timed()). --cli times another build's launcher (an earlier
+// commit's tree, built) on the same sources and emulator, for before-and-after figures.
 //
-//   node bench/rss.mjs [--only big|fuji] [--chunk-mib N] [--plain]
+//   node bench/rss.mjs [--only big|fuji] [--chunk-mib N] [--plain] [--cli path/to/bin/orbax2reg.js]
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
@@ -21,6 +22,7 @@ const args = process.argv.slice(2);
 const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefined;
 const chunkMib = args.includes("--chunk-mib") ? args[args.indexOf("--chunk-mib") + 1] : undefined;
 const plain = args.includes("--plain");
+const cli = args.includes("--cli") ? args[args.indexOf("--cli") + 1] : join(ROOT, "bin/orbax2reg.js");
 
 const fsRoot = join(GEN, "rss-gcs");
 // Stopped, and its folder removed, on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
@@ -51,10 +53,11 @@ const env = {
   ...(chunkMib ? { ORBAX2REG_GCS_CHUNK_MIB: chunkMib } : {}),
 };
 let n = 0;
-async function convert(source, dest, extra = []) {
+/** Converts; a local destination is removed afterwards unless `keep` (then the caller removes it). */
+async function convert(source, dest, extra = [], keep = false) {
   const out = dest === "local" ? join(GEN, `rss-out-${n++}`) : `gs://dst/run-${n++}`;
-  const r = await timed(join(ROOT, "bin/orbax2reg.js"), ["convert", source, out, "--json", ...extra], env);
-  if (dest === "local") rmSync(out, { recursive: true, force: true });
+  const r = await timed(cli, ["convert", source, out, "--json", ...extra], env);
+  if (dest === "local" && !keep) rmSync(out, { recursive: true, force: true });
   if (r.status !== 0) throw new Error(`convert ${source} -> ${out} failed: ${r.stderr.slice(-500)}`);
   return { ...figures(r), out };
 }
@@ -62,7 +65,7 @@ const figures = (r) => ({ mib: Math.round(r.rssKiB / 1024), wall: r.seconds.toFi
 
 /** `orbax2reg verify` of a converted step against its source; fails unless every check passed. */
 async function verify(source, regular) {
-  const r = await timed(join(ROOT, "bin/orbax2reg.js"), ["verify", source, regular], env);
+  const r = await timed(cli, ["verify", source, regular], env);
   const summary = r.stdout.trim().split("\n").at(-1);
   if (r.status !== 0 || !/ 0 failed$/.test(summary)) throw new Error(`verify ${regular} failed: ${summary} ${r.stderr.slice(-500)}`);
   return { ...figures(r), summary };
@@ -81,7 +84,11 @@ if (only !== "fuji") {
   execFileSync(join(ROOT, ".venv/bin/python"), [join(ROOT, "bench/gen_big.py")], { stdio: "inherit" });
   const step = join(GEN, "big-chunk/ckpt/step_00000001");
   await upload(step, "big/step_00000001");
-  row("local → local, 1 GiB chunk", await convert(step, "local"));
+  const local = await convert(step, "local", [], true);
+  row("local → local, 1 GiB chunk", local);
+  const checkedLocal = await verify(step, `${local.out}/step_00000001`);
+  rmSync(local.out, { recursive: true, force: true });
+  row(`verify local against local, 1 GiB chunk (${checkedLocal.summary})`, checkedLocal);
   row("gs:// → local, 1 GiB chunk", await convert("gs://src/big/step_00000001", "local"));
   row("local → gs://, 1 GiB chunk", await convert(step, "gs"));
   const copied = await convert("gs://src/big/step_00000001", "gs");
@@ -94,9 +101,20 @@ if (only !== "big") {
   const step = join(GEN, "fuji-mini/ckpt/step_00001000");
   if (!existsSync(step)) throw new Error(`${step} is missing`);
   await upload(step, "fuji/step_00001000");
-  for (const c of [1, 8, 16, 32])
-    row(`gs:// → gs://, 2 GB step, --concurrency ${c}`, await convert("gs://src/fuji/step_00001000", "gs", ["--concurrency", String(c)]));
+  const local = await convert(step, "local", [], true);
+  row("local → local, 2 GB step", local);
+  const checkedLocal = await verify(step, `${local.out}/step_00001000`);
+  rmSync(local.out, { recursive: true, force: true });
+  row(`verify local against local, 2 GB step (${checkedLocal.summary})`, checkedLocal);
+  let copied;
+  for (const c of [1, 8, 16, 32]) {
+    const r = await convert("gs://src/fuji/step_00001000", "gs", ["--concurrency", String(c)]);
+    if (c === 16) copied = r;
+    row(`gs:// → gs://, 2 GB step, --concurrency ${c}`, r);
+  }
   row("gs:// → gs://, 2 GB step, --memory 64", await convert("gs://src/fuji/step_00001000", "gs", ["--memory", "64"]));
+  const checked = await verify("gs://src/fuji/step_00001000", `${copied.out}/step_00001000`);
+  row(`verify gs:// against gs://, 2 GB step (${checked.summary})`, checked);
 }
 console.log(["", "| conversion | peak RSS | wall | CPU (user+sys) |", "|---|---:|---:|---:|", ...rows].join("\n"));
 stop(); // its folder is removed on exit (bench/fake-gcs.mjs)

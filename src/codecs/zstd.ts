@@ -1,11 +1,15 @@
-// zstd-napi: native libzstd (what TensorStore itself uses), ~6x faster than JS for bulk chunk data.
+// zstd-napi: native libzstd (what TensorStore itself uses), ~6x faster than JS for bulk chunk data; its
+// binding module's streaming context (ZSTD_decompressStream) decodes chunks piece by piece (ChunkDecoder).
 // fzstd: pure-JS streaming decoder, used only for frames without a declared size, where the output has
 // to be counted while decoding to keep it bounded.
 import { Decompress } from "fzstd";
 import * as native from "zstd-napi";
+import binding from "zstd-napi/binding.js";
 import { FormatError, LimitError } from "../errors.js";
 
 const ZSTD_MAGIC = 0xfd2fb528;
+/** Longest zstd frame header (RFC 8878 3.1.1): magic, descriptor, window, 4-byte dictionary id, 8-byte size. */
+export const FRAME_HEADER_MAX = 18;
 const SKIPPABLE_MASK = 0xfffffff0;
 const SKIPPABLE_MAGIC = 0x184d2a50;
 
@@ -203,6 +207,148 @@ export function rleFrame(byte: number, size: number): Uint8Array {
     out[pos + 2] = (header >> 16) & 0xff;
     out[pos + 3] = byte;
     pos += 4;
+  }
+  return out;
+}
+
+/**
+ * TensorStore's zarr driver reads a chunk with riegeli's ZstdReader, which accepts windows up to 2^31 bytes
+ * (it sets ZSTD_d_windowLogMax to 31 on 64-bit machines): frames it reads must decode here too.
+ */
+const WINDOW_LOG_MAX = 31;
+/** Output per decoder call: one block, the most ZSTD_decompressStream produces from its internal buffer at once. */
+const OUT_PIECE = 128 << 10;
+/** Decoding contexts kept for reuse: creating one per chunk leaves its buffers to the garbage collector. */
+const idleContexts: binding.DCtx[] = [];
+const IDLE_CONTEXTS = 8;
+
+function takeContext(): binding.DCtx {
+  const idle = idleContexts.pop();
+  if (idle !== undefined) return idle;
+  const d = new binding.DCtx();
+  d.setParameter(binding.DParameter.windowLogMax, WINDOW_LOG_MAX);
+  return d;
+}
+
+function giveBack(d: binding.DCtx): void {
+  // Abandons a frame left half-decoded; keeps the window limit.
+  d.reset(binding.ResetDirective.sessionOnly);
+  if (idleContexts.length < IDLE_CONTEXTS) idleContexts.push(d);
+}
+
+/**
+ * Decodes a zarr chunk's zstd bytes as TensorStore's zarr driver reads them, fed piece by piece and never held
+ * whole: exactly one zstd frame (riegeli's ZstdReader stops at the end of the first, and the driver then requires
+ * the chunk's bytes to end there: a second frame, a skippable frame or any other trailing byte fails), decoding
+ * to exactly `size` bytes (the chunk's shape times its item size). The decoded bytes are counted as they come:
+ * decoding stops at the first byte past `size`, so a frame that would inflate to gigabytes costs one block.
+ * Frame checksums are checked (libzstd does). Failures are FormatErrors, also kept in `failure`.
+ *
+ * `onData`, when given, sees each decoded piece; the piece is only valid during the call.
+ */
+export class ChunkDecoder {
+  /** The first failure, once there is one: every later push or end throws it again. */
+  failure: FormatError | undefined;
+  private context: binding.DCtx | undefined = takeContext();
+  private readonly scratch: Uint8Array;
+  private decoded = 0;
+  private consumed = 0;
+  private ended = false;
+
+  constructor(
+    readonly size: number,
+    private readonly path: string,
+    private readonly onData?: (piece: Uint8Array) => void,
+    /** Decode straight into this buffer of `size` bytes instead of handing pieces to `onData`. */
+    private readonly into?: Uint8Array,
+  ) {
+    this.scratch = new Uint8Array(into === undefined ? Math.min(OUT_PIECE, size + 1) : 1);
+  }
+
+  /** Decodes the next piece of the chunk's bytes. */
+  push(piece: Uint8Array): void {
+    if (this.failure !== undefined) throw this.failure;
+    let src = piece;
+    if (this.ended) {
+      if (src.length > 0) this.trailing();
+      return;
+    }
+    const context = this.context as binding.DCtx;
+    for (;;) {
+      const left = this.size - this.decoded;
+      // Room for one byte past the shape at most: a longer frame fails on that byte.
+      const dst =
+        this.into !== undefined && left > 0
+          ? this.into.subarray(this.decoded)
+          : this.scratch.subarray(0, Math.min(this.scratch.length, left + 1));
+      let result: binding.StreamResult;
+      try {
+        result = context.decompressStream(dst, src);
+      } catch (e) {
+        this.fail(`corrupt zstd frame (${(e as Error).message})`);
+      }
+      const [remaining, produced, consumed] = result;
+      src = src.subarray(consumed);
+      this.consumed += consumed;
+      if (produced > 0) {
+        if (produced > left)
+          this.fail(`the zstd frame decodes to more than the ${this.size} bytes of the chunk's shape (stopped at byte ${this.size + 1})`);
+        this.onData?.(dst.subarray(0, produced));
+        this.decoded += produced;
+      }
+      if (remaining === 0) {
+        // The frame ended, every byte of it handed out.
+        this.ended = true;
+        this.release();
+        if (this.decoded !== this.size) this.fail(`the zstd frame decodes to ${this.decoded} bytes, the chunk's shape holds ${this.size}`);
+        if (src.length > 0) this.trailing();
+        return;
+      }
+      // More input needed; a full output buffer may have more to flush first.
+      if (src.length === 0 && produced < dst.length) return;
+    }
+  }
+
+  /** The chunk's bytes have all been pushed: fails unless its frame ended with exactly `size` bytes decoded. */
+  end(): void {
+    if (this.failure !== undefined) throw this.failure;
+    if (!this.ended)
+      this.fail(
+        this.consumed === 0
+          ? "empty chunk: no zstd frame"
+          : `truncated zstd frame: the chunk ends after ${this.consumed} bytes, ${this.decoded} of its ${this.size} bytes decoded`,
+      );
+  }
+
+  /** Gives the decoding context back (a decoder left before its end, too); idempotent. */
+  release(): void {
+    const c = this.context;
+    this.context = undefined;
+    if (c !== undefined) giveBack(c);
+  }
+
+  private trailing(): never {
+    this.fail(
+      `bytes follow the zstd frame, which ends at byte ${this.consumed} (TensorStore reads one frame, then expects the chunk to end)`,
+    );
+  }
+
+  private fail(detail: string): never {
+    this.release();
+    this.failure = new FormatError(detail, { path: this.path });
+    throw this.failure;
+  }
+}
+
+/** A whole chunk decoded as TensorStore reads it (ChunkDecoder): exactly one frame of exactly `size` bytes. */
+export function decodeChunkFrame(data: Uint8Array, size: number, path: string): Uint8Array {
+  const out = new Uint8Array(size);
+  const decoder = new ChunkDecoder(size, path, undefined, out);
+  try {
+    decoder.push(data);
+    decoder.end();
+  } finally {
+    decoder.release();
   }
   return out;
 }

@@ -1,3 +1,4 @@
+import { FRAME_HEADER_MAX } from "../codecs/zstd.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB } from "../defaults.js";
 import { ConflictError, FormatError } from "../errors.js";
 import { joinKey, type Store } from "../store/store.js";
@@ -8,7 +9,7 @@ import { checkObjects, listTargets, type Verdict } from "./done.js";
 import { OwnerWatch, retreat } from "./ownership.js";
 import { dataLength, type ExecutionPlan, type PartRef, type PlannedObject } from "./plan-format.js";
 import { type Recorded, RecordLog } from "./records.js";
-import { HANDLERS, type Run, STREAM_RESERVE } from "./transforms.js";
+import { checkFrameHeader, HANDLERS, type Run, STREAM_RESERVE } from "./transforms.js";
 
 export interface ExecuteOptions {
   /** Objects in flight at once. */
@@ -148,6 +149,8 @@ class Writer {
   batch(batch: Batch): Promise<void> {
     return this.withBudget(batch.span, async () => {
       const bytes = await this.run.source.readRange(batch.key, batch.offset, batch.span);
+      // Every chunk's frame header is checked before any of them is written.
+      for (const o of batch.objects) checkFrameHeader(this.run, o)?.(sliceOf(batch, bytes, o).subarray(0, FRAME_HEADER_MAX));
       // A batch may hold thousands of objects: their writes share the writer's bound (a write to GCS is a
       // connection; unbounded, one batch of 2 KiB chunks opened thousands).
       await mapLimited(batch.objects, this.options.concurrency, (o) =>

@@ -55,7 +55,10 @@ export interface PlannedObject {
   readonly target: string;
   readonly data: DataRef;
   readonly transform: Transform;
-  /** Index into `plan.arrays` for transcode, fill and cast. */
+  /**
+   * Index into `plan.arrays` for transcode, fill and cast, and for chunks passed through (copy, shard-inner:
+   * their zstd frame header is checked against the chunk's shape). Absent for `.zarray` objects.
+   */
   readonly array?: number;
   /** Exact size of the written object when known in advance (copy, shard-inner); null otherwise. */
   readonly size: number | null;

@@ -328,7 +328,8 @@ async function planArray(
     }
     const data = toDataRef(entry.value, keys);
     if (mode === "copy") {
-      out.push({ target, data, transform: "copy", size: dataLength(data) });
+      // The array is named so that the writer can check the frame header against the chunk's shape.
+      out.push({ target, data, transform: "copy", array: arrayIndex, size: dataLength(data) });
     } else if (mode === "shard-inner") {
       out.push(await planShard(source, a, arrayIndex, target, sourceKey, entry.value, data));
     } else {
@@ -364,7 +365,8 @@ async function planShard(
     const [range] = readShardIndex(value.bytes, enc, 1, path);
     if (range === null || range === undefined)
       return { target, data: inline(new Uint8Array(0)), transform: "fill", array: arrayIndex, size: null };
-    return { target, data: inline(value.bytes.subarray(range.offset, range.offset + range.length)), transform: "copy", size: range.length };
+    const bytes = value.bytes.subarray(range.offset, range.offset + range.length);
+    return { target, data: inline(bytes), transform: "copy", array: arrayIndex, size: range.length };
   }
   if (value.length < SHARD_INDEX_BYTES) throw new MetadataError(`shard of ${value.length} bytes has no room for its index`, { path });
   // An out-of-line shard is checked while it streams through (the index is at its end): a single inner

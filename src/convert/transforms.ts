@@ -1,6 +1,7 @@
 import { crc32c } from "../codecs/crc32c.js";
-import { compress, rleFrame } from "../codecs/zstd.js";
+import { compress, FRAME_HEADER_MAX, readFrameHeader, rleFrame } from "../codecs/zstd.js";
 import { ChecksumError, FormatError } from "../errors.js";
+import { rangedOf, replayable, replayOf } from "../store/replay.js";
 import { describe, joinKey, type RangeCopy, type Store } from "../store/store.js";
 import { type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
@@ -55,16 +56,29 @@ export const HANDLERS: Readonly<Record<Transform, (run: Run, o: PlannedObject) =
   cast,
 };
 
-/** Verbatim: inline bytes as they are; a range by the stores' direct copy, else streamed from read to write. */
+/**
+ * Verbatim: inline bytes as they are; a range by the stores' direct copy, else streamed from read to write. A
+ * zstd chunk's frame header is checked first (checkFrameHeader).
+ */
 function copy(run: Run, o: PlannedObject): Job {
   const d = o.data;
+  const check = checkFrameHeader(run, o);
   if (d.kind === "inline")
-    return { weight: dataLength(d), run: async () => ({ data: Buffer.from(d.base64, "base64"), bytes: dataLength(d) }) };
+    return {
+      weight: dataLength(d),
+      run: async () => {
+        const bytes = Buffer.from(d.base64, "base64");
+        check?.(bytes);
+        return { data: bytes, bytes: dataLength(d) };
+      },
+    };
   const direct = run.copy;
   if (direct !== undefined) {
     return {
       weight: COPY_BUFFER,
       run: async () => {
+        // The direct copy hands no bytes back: the header is a ranged read of its own (a local file's).
+        if (check !== undefined) check(await run.source.readRange(d.key, d.offset, Math.min(FRAME_HEADER_MAX, d.length)));
         const buffer = run.buffers.pop() ?? new Uint8Array(COPY_BUFFER);
         try {
           return { stored: await direct(d.key, d.offset, d.length, joinKey(run.stepDir, o.target), buffer), bytes: d.length };
@@ -76,17 +90,87 @@ function copy(run: Run, o: PlannedObject): Job {
   }
   return {
     weight: Math.min(d.length, run.streamReserve),
-    run: async () => ({ data: run.source.readStream(d.key, d.offset, d.length), bytes: d.length }),
+    run: async () => {
+      const pieces = run.source.readStream(d.key, d.offset, d.length);
+      return { data: check === undefined ? pieces : headChecked(pieces, check), bytes: d.length };
+    },
   };
 }
 
-/** A shard of one inner chunk, streamed: its inner chunk, checked against the shard index. */
+/** A shard of one inner chunk, streamed: its inner chunk, checked against the shard index (and its frame header). */
 function shardInner(run: Run, o: PlannedObject): Job {
   const r = o.data as Range;
+  const check = checkFrameHeader(run, o);
   return {
     weight: Math.min(r.length, run.streamReserve),
-    run: async () => ({ data: innerChunkOfShard(run.source, r), bytes: r.length - SHARD_INDEX_BYTES }),
+    run: async () => {
+      const pieces = innerChunkOfShard(run.source, r);
+      return { data: check === undefined ? pieces : headChecked(pieces, check), bytes: r.length - SHARD_INDEX_BYTES };
+    },
   };
+}
+
+/**
+ * For a zstd chunk passed through as its source stored it (copy, shard-inner), the check of its first bytes:
+ * where its frame header declares a content size (RFC 8878 3.1.1.1; read, nothing decoded), it must be what the
+ * chunk's shape holds, or TensorStore could not read the chunk: refused as the source's fault, before anything
+ * of it is written. A frame without a declared size passes (only decoding tells; `verify` does). Undefined for
+ * objects that are not such chunks (a `.zarray`, an uncompressed array, a plan without the object's array).
+ */
+export function checkFrameHeader(run: Run, o: PlannedObject): ((head: Uint8Array) => void) | undefined {
+  if (o.array === undefined || (o.transform !== "copy" && o.transform !== "shard-inner")) return undefined;
+  const meta = run.meta(o);
+  if (meta.encoding.compressor !== "zstd") return undefined;
+  const size = product(meta.chunkShape) * meta.dtype.itemSize;
+  const d = o.data;
+  const where = d.kind === "range" ? { path: describe(run.source, d.key), offset: d.offset } : { path: describe(run.source, "") };
+  return (head) => {
+    const declared = readFrameHeader(head, where.path, where.offset).contentSize;
+    if (declared === undefined || declared === size) return;
+    const slash = o.target.lastIndexOf("/");
+    throw new FormatError(
+      `chunk ${o.target.slice(slash + 1)} of ${o.target.slice("gda/".length, slash)}: its zstd frame declares ${declared} bytes decoded, ` +
+        `the chunk's shape ${JSON.stringify(meta.chunkShape)} of ${meta.dtype.name} holds ${size}; TensorStore could not read it`,
+      where,
+    );
+  };
+}
+
+/**
+ * `data` handed on once its first FRAME_HEADER_MAX bytes (or all, if fewer) pass `check`. A store's stream stays
+ * what it was (replay.ts): readable again, and from any offset, so a GCS destination still streams it without
+ * buffering and can retry. A read from an offset past the start skips the check: an upload reads from the start
+ * first and reopens at an offset only to resume, after that read checked the header.
+ */
+export function headChecked(data: AsyncIterable<Uint8Array>, check: (head: Uint8Array) => void): AsyncIterable<Uint8Array> {
+  const replay = replayOf(data);
+  if (replay === undefined) return checkedPieces(data, check);
+  const ranged = rangedOf(data);
+  return replayable(
+    () => checkedPieces(replay(), check),
+    ranged && { length: ranged.length, from: (skip) => (skip === 0 ? checkedPieces(ranged.from(0), check) : ranged.from(skip)) },
+  );
+}
+
+async function* checkedPieces(pieces: AsyncIterable<Uint8Array>, check: (head: Uint8Array) => void): AsyncIterable<Uint8Array> {
+  const held: Uint8Array[] = [];
+  let have = 0;
+  const checkHeld = () => check((held.length === 1 ? (held[0] as Uint8Array) : Buffer.concat(held)).subarray(0, FRAME_HEADER_MAX));
+  for await (const p of pieces) {
+    if (have >= FRAME_HEADER_MAX) {
+      yield p;
+      continue;
+    }
+    held.push(p);
+    have += p.length;
+    if (have < FRAME_HEADER_MAX) continue;
+    checkHeld();
+    yield* held.splice(0);
+  }
+  if (have < FRAME_HEADER_MAX) {
+    checkHeld();
+    yield* held;
+  }
 }
 
 /** Decoded with the source array's codecs, re-encoded as one zstd frame. */

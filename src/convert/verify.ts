@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { readFrameHeader } from "../codecs/zstd.js";
+import { ChunkDecoder, decodeChunkFrame } from "../codecs/zstd.js";
 import { FormatError, isPermanent, NotFoundError, UsageError } from "../errors.js";
 import type { ValueLocation } from "../ocdbt/database.js";
 import { chunkKeyPattern, listArrays, type StoredArray } from "../orbax/arrays.js";
@@ -22,7 +22,8 @@ import { innerChunkOfShard, STREAM_RESERVE } from "./transforms.js";
 const VERIFY_CONCURRENCY = 4;
 /**
  * Memory for chunks compared decoded (a cast, or bytes that differ from the source's): each holds both sides
- * encoded and decoded, so a chunk over this runs alone. Chunks stored as their source are compared streamed.
+ * encoded and decoded, so a chunk over this runs alone. Chunks stored as their source are compared and decoded
+ * streamed.
  */
 const VERIFY_MEMORY = 512 << 20;
 /** AXLearn's zarr v2 chunk keys: indices joined by ".". */
@@ -63,10 +64,11 @@ async function assertRegularStep(dest: Store): Promise<void> {
 
 /**
  * Compares a regular checkpoint with the Orbax step it came from: the index (byte for byte, and AXLearn's
- * EXACT structure check), every `.zarray`, every chunk against the source's (streamed where it holds the
- * source's bytes under the same codec, decoded where it does not or the export casts), and that nothing extra
- * sits under `gda/`. Also catches what AXLearn's restore would silently accept (a missing
- * chunk file, a smaller stored shape, a different dtype).
+ * EXACT structure check), every `.zarray`, every chunk decoded as TensorStore reads it (one zstd frame of
+ * exactly the chunk's shape, nothing after it) and against the source's (byte for byte and streamed where it
+ * holds the source's bytes under the same codec, element for element where it does not or the export casts),
+ * and that nothing extra sits under `gda/`. Also catches what AXLearn's restore would silently accept (a
+ * missing chunk file, a smaller stored shape, a different dtype).
  */
 export async function verify(
   orbaxLocation: string,
@@ -262,22 +264,27 @@ async function compareArray(
       const entry = a.chunks.get(chunkKey(a.meta, index));
       const sourcePath = source.source.describe(`${a.leaf.name}/${chunkKey(a.meta, index)}`);
       const frame = mode === "decode" || entry === undefined ? undefined : storedFrame(source, entry.value, mode, sourcePath);
+      // Every chunk is decoded as TensorStore's zarr driver reads it (codecs/zstd.ts ChunkDecoder: one frame of
+      // exactly the chunk's bytes): the same bytes as the source's prove the same elements, not that they read.
+      const zstd = meta.encoding.kind === "v2" && meta.encoding.compressor === "zstd";
       if (frame !== undefined && frame.length === stored) {
         const release = await memory.acquire(STREAM_RESERVE);
+        const decoder = zstd ? new ChunkDecoder(size, describe(dest, key)) : undefined;
         try {
-          // The same bytes under the same codec are the same elements: compared streamed, nothing decoded, so a
-          // chunk of any size costs a few pieces of memory. Its frame header must still declare the chunk's size.
-          const head = new Uint8Array(Math.min(stored, FRAME_HEADER_MAX));
-          const at = await firstDifference(tap(dest.readStream(key, 0, stored), head), frame.bytes);
+          // Compared and decoded streamed, nothing held: a chunk of any size costs a few pieces and the
+          // decoder's window. Decoding stops at the first byte past the chunk's shape.
+          const at = await firstDifference(feed(dest.readStream(key, 0, stored), decoder), frame.bytes);
           if (at === undefined) {
-            if (meta.encoding.kind === "v2" && meta.encoding.compressor === "zstd") {
-              const declared = readFrameHeader(head, describe(dest, key)).contentSize;
-              if (declared !== undefined && declared !== size)
-                problems.push(`chunk ${name} declares ${declared} bytes decoded, its shape holds ${size} (as does its source)`);
-            } else if (stored !== size) problems.push(`chunk ${name} holds ${stored} bytes, its shape ${size} (as does its source)`);
+            decoder?.end();
+            if (!zstd && stored !== size) problems.push(`chunk ${name} holds ${stored} bytes, its shape ${size} (as does its source)`);
             return;
           }
+        } catch (e) {
+          if (decoder?.failure === undefined) throw e;
+          problems.push(unreadable(name, decoder.failure));
+          return;
         } finally {
+          decoder?.release();
           release();
         }
         // Different bytes may still be the same elements (another encoder's frame): decoded below.
@@ -291,7 +298,14 @@ async function compareArray(
           dest.read(key),
           entry === undefined ? undefined : source.source.read(entry.value),
         ]);
-        const mine = decodeChunk(meta, mineBytes, describe(dest, key));
+        let mine: Uint8Array;
+        try {
+          mine = zstd ? decodeChunkFrame(mineBytes, size, describe(dest, key)) : decodeChunk(meta, mineBytes, describe(dest, key));
+        } catch (e) {
+          if (!(e instanceof FormatError)) throw e;
+          problems.push(unreadable(name, e));
+          return;
+        }
         const decoded = decodeChunk(a.meta, theirBytes, sourcePath);
         const theirs = castTo === undefined ? decoded : castToBfloat16(decoded, a.meta.dtype);
         if (!Buffer.from(mine.buffer, mine.byteOffset, mine.length).equals(theirs)) {
@@ -305,9 +319,6 @@ async function compareArray(
   );
   return problems[0];
 }
-
-/** Longest zstd frame header (RFC 8878 3.1.1): magic, descriptor, window, 4-byte dictionary id, 8-byte size. */
-const FRAME_HEADER_MAX = 18;
 
 /**
  * The bytes a pass-through conversion stores for this chunk (plan.ts chunkMode): the source object itself
@@ -332,14 +343,16 @@ async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
   yield bytes;
 }
 
-/** Passes `pieces` through, copying their first bytes into `head`. */
-async function* tap(pieces: AsyncIterable<Uint8Array>, head: Uint8Array): AsyncIterable<Uint8Array> {
-  let at = 0;
+/** Passes `pieces` through, each fed to `decoder` first (whose failure stops the stream). */
+async function* feed(pieces: AsyncIterable<Uint8Array>, decoder: ChunkDecoder | undefined): AsyncIterable<Uint8Array> {
   for await (const p of pieces) {
-    if (at < head.length) head.set(p.subarray(0, head.length - at), at);
-    at += p.length;
+    decoder?.push(p);
     yield p;
   }
+}
+
+function unreadable(name: string, e: FormatError): string {
+  return `chunk ${name}: ${e.detail}; TensorStore cannot read it`;
 }
 
 function sha(b: Uint8Array): string {

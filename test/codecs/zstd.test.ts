@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, test } from "vitest";
-import { decompressBounded, decompressExact, readFrameHeader } from "../../src/codecs/zstd.js";
+import { ChunkDecoder, compress, decodeChunkFrame, decompressBounded, decompressExact, readFrameHeader } from "../../src/codecs/zstd.js";
 import { FormatError, LimitError } from "../../src/errors.js";
-import { blockHeader, cat, u32le, zstdRawFrame } from "../helpers/ocdbt-encode.js";
+import { blockHeader, cat, u32le, zstdFrame, zstdRawFrame, zstdRleFrameWithoutSize, zstdSkippableFrame } from "../helpers/ocdbt-encode.js";
 import { FIXTURES } from "../helpers/paths.js";
 
 const PATH = "mem://frame";
@@ -126,5 +126,96 @@ describe("decompressExact", () => {
     const frame = zstdRawFrame(bytes(10), { contentSize: false });
     expect(() => decompressExact(frame, 16, PATH, 3)).toThrow(FormatError);
     expect(() => decompressExact(frame, 16, PATH, 3)).toThrow(/^mem:\/\/frame, offset 3: zstd: decoded 10 bytes, expected 16/);
+  });
+});
+
+// What TensorStore's zarr driver reads (riegeli's ZstdReader, then the end of the chunk's bytes checked), as
+// TensorStore 0.1.85 answered for each of these frames as a 16-byte uint32[4] chunk: one frame, exactly the
+// chunk's bytes, nothing after it.
+describe("ChunkDecoder: a chunk as TensorStore reads it, fed piece by piece", () => {
+  const chunk = bytes(16);
+  /** Feeds `data` `piece` bytes at a time; the decoded bytes, or the failure's message. */
+  const feed = (data: Uint8Array, size = 16, piece = 1): Uint8Array | string => {
+    const out: Uint8Array[] = [];
+    const decoder = new ChunkDecoder(size, PATH, (p) => out.push(p.slice()));
+    try {
+      for (let i = 0; i < data.length; i += piece) decoder.push(data.subarray(i, i + piece));
+      decoder.end();
+      return cat(...out);
+    } catch (e) {
+      return (e as Error).message;
+    } finally {
+      decoder.release();
+    }
+  };
+
+  test("decodes a frame with its content size, a byte at a time", () => {
+    expect(feed(compress(chunk))).toEqual(chunk);
+  });
+
+  test("decodes a frame without a content size (TensorStore reads it)", () => {
+    expect(feed(zstdFrame(chunk, { contentSize: null, singleSegment: false }))).toEqual(chunk);
+  });
+
+  test("decodes a chunk of many blocks cut anywhere", () => {
+    const big = bytes(1 << 20);
+    const out = feed(compress(big), big.length, 4099);
+    expect(Buffer.compare(out as Uint8Array, big)).toBe(0);
+  });
+
+  test("stops at the first byte past the shape: a frame without a size inflating to 2 GiB costs one block", () => {
+    const started = performance.now();
+    expect(feed(zstdRleFrameWithoutSize(0, 2 ** 31), 16, 1 << 20)).toMatch(
+      /^mem:\/\/frame: the zstd frame decodes to more than the 16 bytes of the chunk's shape \(stopped at byte 17\)$/,
+    );
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  test("fails a frame that decodes to fewer bytes than the shape", () => {
+    expect(feed(zstdFrame(chunk.subarray(0, 8), { contentSize: null, singleSegment: false }))).toMatch(
+      /decodes to 8 bytes, the chunk's shape holds 16$/,
+    );
+  });
+
+  test("fails a truncated frame when the chunk ends", () => {
+    const frame = compress(chunk);
+    expect(feed(frame.subarray(0, frame.length - 1))).toMatch(/truncated zstd frame: the chunk ends after \d+ bytes/);
+  });
+
+  test("fails bytes after the frame (TensorStore: End of data expected)", () => {
+    const frame = compress(chunk);
+    expect(feed(cat(frame, [0, 0]))).toMatch(new RegExp(`bytes follow the zstd frame, which ends at byte ${frame.length} `));
+  });
+
+  test("fails a chunk of two frames (TensorStore reads the first only)", () => {
+    expect(feed(cat(zstdFrame(chunk.subarray(0, 8)), zstdFrame(chunk.subarray(8))))).toMatch(
+      /decodes to 8 bytes, the chunk's shape holds 16$/,
+    );
+  });
+
+  test("fails a skippable frame before the frame", () => {
+    expect(feed(cat(zstdSkippableFrame(4), compress(chunk)))).toMatch(/decodes to 0 bytes/);
+  });
+
+  test("fails a skippable frame after the frame", () => {
+    expect(feed(cat(compress(chunk), zstdSkippableFrame(4)))).toMatch(/bytes follow the zstd frame/);
+  });
+
+  test("fails a frame whose content checksum does not match", () => {
+    expect(feed(zstdFrame(chunk, { checksum: true }))).toMatch(/corrupt zstd frame \(Restored data doesn't match checksum\)/);
+  });
+
+  test("fails a frame that declares another size than it holds", () => {
+    expect(feed(zstdFrame(chunk, { contentSize: 32 }))).toMatch(/corrupt zstd frame/);
+  });
+
+  test("a failure is a FormatError naming the chunk, thrown again by every later call", () => {
+    const decoder = new ChunkDecoder(16, PATH);
+    expect(() => decoder.push(cat(compress(chunk), [1]))).toThrow(FormatError);
+    expect(() => decoder.end()).toThrow(/^mem:\/\/frame: bytes follow/);
+  });
+
+  test("decodeChunkFrame decodes a whole chunk into its elements", () => {
+    expect(decodeChunkFrame(compress(chunk), 16, PATH)).toEqual(chunk);
   });
 });

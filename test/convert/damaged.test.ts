@@ -5,8 +5,12 @@ import { join } from "node:path";
 import { decompress } from "fzstd";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Orbax2RegError } from "../../src/errors.js";
+import { listArrays } from "../../src/orbax/arrays.js";
+import { openStep } from "../../src/orbax/step.js";
 import { runCli } from "../helpers/cli.js";
 import { checkRegular, convertWith, copyOf, fileList, fixtureCase, removeScratch, scratch, UPSTREAM } from "../helpers/convert.js";
+import { directoryLayoutCopy } from "../helpers/directory-layout.js";
+import { zstdFrame } from "../helpers/ocdbt-encode.js";
 
 afterAll(removeScratch);
 
@@ -21,10 +25,16 @@ function largestFile(dir: string): string {
   return files.sort((a, b) => statSync(b).size - statSync(a).size)[0] as string;
 }
 
+interface Prepared {
+  source: string;
+  file: string;
+  step?: number;
+}
+
 interface Damage {
   readonly name: string;
   /** Makes the damaged source; returns it, the file the error must name, and extra CLI arguments. */
-  readonly prepare: () => { source: string; file: string; step?: number };
+  readonly prepare: () => Prepared | Promise<Prepared>;
   readonly reason: RegExp;
 }
 
@@ -84,6 +94,39 @@ const DAMAGES: Damage[] = [
     },
     reason: /not valid JSON/,
   },
+  // Passed through, a chunk is not decoded; its zstd frame header, where it declares the decoded size, must
+  // agree with the chunk's shape, or TensorStore could not read it.
+  {
+    name: "a copy of tiny in the directory layout whose prng_key chunk's frame declares 2 GiB decoded",
+    prepare: async () => {
+      const step = await directoryLayoutCopy(tiny.location, "declared");
+      const file = join(step, "state/prng_key/0");
+      const elements = decompress(readFileSync(file));
+      writeFileSync(file, zstdFrame(elements, { contentSize: 2 ** 31 }));
+      return { source: step, file };
+    },
+    reason:
+      /chunk 0 of prng_key: its zstd frame declares 2147483648 bytes decoded, the chunk's shape \[4\] of uint32 holds 16; TensorStore could not read it$/,
+  },
+  {
+    name: "a copy of large whose first chunk's frame declares 4 bytes more than its shape holds (in an OCDBT data file)",
+    prepare: async () => {
+      const step = copyOf(large.location, "declared-ocdbt");
+      for await (const a of listArrays(await openStep(step))) {
+        const value = a.chunks.get("0.0")?.value;
+        if (a.leaf.path !== "model/decoder/emb/token_emb/weight" || value?.kind !== "file") continue;
+        // Level-1 frames of these chunks: magic, descriptor 0x80 (4-byte size), window byte, then the size.
+        const file = join(step, value.key);
+        const bytes = readFileSync(file);
+        const at = value.offset + 6;
+        bytes.writeUInt32LE(bytes.readUInt32LE(at) + 4, at);
+        writeFileSync(file, bytes);
+        return { source: step, file };
+      }
+      throw new Error("the large fixture has no out-of-line chunk 0.0 of model/decoder/emb/token_emb/weight");
+    },
+    reason: /chunk 0\.0 of model\/decoder\/emb\/token_emb\/weight: its zstd frame declares 1048580 bytes decoded/,
+  },
 ];
 
 describe.each(DAMAGES)("$name", (damage) => {
@@ -94,7 +137,7 @@ describe.each(DAMAGES)("$name", (damage) => {
   let cli: Awaited<ReturnType<typeof runCli>>;
 
   beforeAll(async () => {
-    ({ source, file, step } = damage.prepare());
+    ({ source, file, step } = await damage.prepare());
     cli = await runCli(["convert", source, dest, ...(step === undefined ? [] : ["--step", String(step)])]);
   }, 60_000);
 

@@ -1,6 +1,7 @@
-// `verify` compares each chunk with its source's: streamed as stored bytes where the conversion passed them
-// through (a v2 chunk copied, or the inner chunk of an Orbax zarr3 shard), decoded where the bytes differ. A
-// changed chunk fails however it changed; an equal one re-encoded by another writer passes.
+// `verify` decodes every chunk as TensorStore reads it, and compares it with its source's: streamed as stored
+// bytes where the conversion passed them through (a v2 chunk copied, or the inner chunk of an Orbax zarr3
+// shard), decoded where the bytes differ. A changed chunk fails however it changed; an equal one re-encoded by
+// another writer passes; one TensorStore cannot read fails even when it is its source's bytes.
 import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
@@ -8,6 +9,8 @@ import { compress, decompressBounded } from "../../src/codecs/zstd.js";
 import { verify } from "../../src/convert/verify.js";
 import { firstDifference } from "../../src/util/streams.js";
 import { convertWith, copyOf, fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
+import { directoryLayoutCopy } from "../helpers/directory-layout.js";
+import { cat, zstdRleFrameWithoutSize } from "../helpers/ocdbt-encode.js";
 
 afterAll(removeScratch);
 
@@ -109,5 +112,55 @@ describe.each(["large", "zarr3"])("verify of %s", (id) => {
     });
     const [failure] = await failures(dir);
     expect(failure?.detail).toMatch(/uncompressed chunk has \d+ bytes/);
+  });
+});
+
+// The issue's case: a source chunk TensorStore cannot read, which the conversion passes through as its source's
+// bytes (as it should), so that only decoding it tells. The tiny step re-stored in the directory layout with its
+// prng_key chunk (uint32[4]: 16 bytes) replaced, then converted.
+describe("verify of a chunk stored as its source's bytes that TensorStore cannot read", () => {
+  const tiny = fixtureCase("tiny");
+
+  /** Converts the tiny step with prng_key/0 made from its elements by `frame`; verify's failures and seconds. */
+  async function verifyWith(label: string, frame?: (elements: Uint8Array) => Uint8Array) {
+    const source = await directoryLayoutCopy(tiny.location, `verify-${label}`);
+    const chunk = join(source, "state/prng_key/0");
+    if (frame !== undefined) writeFileSync(chunk, frame(decompressBounded(readFileSync(chunk), 16, chunk)));
+    const root = scratch(`verify-${label}-out`);
+    await convertWith(source, root);
+    const started = performance.now();
+    const result = await verify(source, join(root, tiny.stepDir));
+    return { failures: result.checks.filter((x) => !x.ok), seconds: (performance.now() - started) / 1000 };
+  }
+
+  test("passes the unchanged step in the directory layout", async () => {
+    expect((await verifyWith("control")).failures).toEqual([]);
+  });
+
+  test("fails a frame without a content size that inflates to 2 GiB, naming the chunk, after one block", async () => {
+    const { failures, seconds } = await verifyWith("inflating", () => zstdRleFrameWithoutSize(0, 2 ** 31));
+    expect(failures).toEqual([
+      {
+        name: "gda/prng_key",
+        ok: false,
+        detail:
+          "chunk 0: the zstd frame decodes to more than the 16 bytes of the chunk's shape (stopped at byte 17); TensorStore cannot read it",
+      },
+    ]);
+    expect(seconds).toBeLessThan(5);
+  });
+
+  test("fails a truncated frame", async () => {
+    const { failures } = await verifyWith("truncated", (e) => compress(e).subarray(0, -1));
+    expect(failures.map((f) => f.detail)).toEqual([
+      expect.stringMatching(/^chunk 0: truncated zstd frame: the chunk ends after \d+ bytes/),
+    ]);
+  });
+
+  test("fails bytes after the frame (TensorStore: End of data expected)", async () => {
+    const { failures } = await verifyWith("trailing", (e) => cat(compress(e), [0, 0]));
+    expect(failures.map((f) => f.detail)).toEqual([
+      expect.stringMatching(/^chunk 0: bytes follow the zstd frame, which ends at byte \d+ /),
+    ]);
   });
 });

@@ -214,6 +214,22 @@ export function blockHeader(last: number, type: number, size: number): number[] 
   return [v & 0xff, (v >>> 8) & 0xff, (v >>> 16) & 0xff];
 }
 
+/**
+ * A frame of `size` copies of `byte` in RLE blocks of 128 KiB without a content size (a 128 KiB window): a few
+ * bytes per block, so a frame that inflates to gigabytes is tens of KiB, and only decoding it tells its size.
+ */
+export function zstdRleFrameWithoutSize(byte: number, size: number): Uint8Array {
+  const blocks = Math.max(1, Math.ceil(size / 131072));
+  const out = new Uint8Array(6 + blocks * 4);
+  out.set([...u32le(0xfd2fb528), 0x00, 7 << 3]);
+  for (let b = 0, left = size; b < blocks; b++) {
+    const n = Math.min(131072, left);
+    left -= n;
+    out.set([...blockHeader(b === blocks - 1 ? 1 : 0, 1, n), byte], 6 + b * 4);
+  }
+  return out;
+}
+
 /** A skippable frame (RFC 8878 §3.1.2) with `n` bytes of content; `declared` may claim another size. */
 export function zstdSkippableFrame(n: number, magicNibble = 0, declared = n): Uint8Array {
   return cat([0x50 | (magicNibble & 0xf), 0x2a, 0x4d, 0x18], u32le(declared >>> 0), new Uint8Array(n));
