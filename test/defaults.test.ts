@@ -74,8 +74,10 @@ describe("the deployment's defaults are terraform's", () => {
 
   it("the workflow's name", () => {
     expect(variables.name_prefix?.default).toBe(DEFAULT_NAME_PREFIX);
-    expect(tfFile("main.tf")).toContain(
-      `workflow      = "\${var.name_prefix}-${DEFAULT_WORKFLOW_NAME.slice(DEFAULT_NAME_PREFIX.length + 1)}"`,
+    // terraform fmt aligns the `=` of a block's keys, so the spaces before it follow the longest key.
+    const name = DEFAULT_WORKFLOW_NAME.slice(DEFAULT_NAME_PREFIX.length + 1);
+    expect(tfFile("main.tf").split("\n")).toContainEqual(
+      expect.stringMatching(new RegExp(`^ +workflow +=\\s"\\$\\{var\\.name_prefix\\}-${name}"$`)),
     );
   });
 

@@ -39,7 +39,7 @@ describe("inspect", () => {
 
   test("the table says how many processes saved the step and lists each one's iterator files", async () => {
     const r = await runCli(["inspect", mp.location]);
-    expect(r.stdout).toMatch(/^2 processes saved it \(own OCDBT database: 0, 1; array_metadatas: 0, 1\)$/m);
+    expect(r.stdout).toMatch(/^2 processes saved it \(own OCDBT database: processes 0, 1; array_metadatas: processes 0, 1\)$/m);
     expect(r.stdout).toMatch(/^process 0 iterator files: python\/python_0\/input_iter$/m);
     expect(r.stdout).toMatch(/^process 1 iterator files: python\/python_1\/input_iter$/m);
   });
