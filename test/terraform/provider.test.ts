@@ -242,10 +242,10 @@ describe.skipIf(!present)(
       );
     });
 
-    test("with notification_channels: the Monitoring API and the two alert policies (failed conversion, dropped event) to those channels", () => {
+    test("with notification_channels: the Monitoring API and the three alert policies (failed conversion, dropped event, undelivered events) to those channels", () => {
       const channel = "projects/my-project/notificationChannels/1234";
       const { summary, changes } = plan({ notification_channels: JSON.stringify([channel]) });
-      expect(summary).toBe("Plan: 56 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 57 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       // No log-based metric: the failed executions come from Workflows' built-in metric, which exists at the first apply.
       expect(changes.filter((c) => c.type === "google_logging_metric")).toEqual([]);
@@ -265,6 +265,15 @@ describe.skipIf(!present)(
       );
       const strategy = (dropped.alert_strategy as { notification_rate_limit: { period: string }[] }[])[0];
       expect(strategy?.notification_rate_limit[0]?.period).toBe("300s");
+      // The undelivered-events policy's filter names the trigger's subscription, known once the function exists.
+      const backlog = after(changes, "google_monitoring_alert_policy.event_backlog[0]");
+      expect(backlog.notification_channels).toEqual([channel]);
+      const backlogThreshold = (backlog.conditions as { condition_threshold: { threshold_value: number }[] }[])[0]?.condition_threshold[0];
+      expect(backlogThreshold?.threshold_value).toBe(600);
+      const unknown = changes.find((c) => c.address === "google_monitoring_alert_policy.event_backlog[0]")?.change.after_unknown as {
+        conditions: { condition_threshold: { filter: boolean }[] }[];
+      };
+      expect(unknown.conditions[0]?.condition_threshold[0]?.filter).toBe(true);
     });
 
     test("with a pinned image and a prebuilt function archive: nothing is built, no build account or sources read grant", () => {

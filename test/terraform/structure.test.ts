@@ -762,6 +762,7 @@ describe("IAM", () => {
 describe("Failure alerts (alerts.tf)", () => {
   const failed = () => resource(mod, "google_monitoring_alert_policy", "conversion_failed");
   const dropped = () => resource(mod, "google_monitoring_alert_policy", "event_dropped");
+  const backlog = () => resource(mod, "google_monitoring_alert_policy", "event_backlog");
 
   test("exist only when notification_channels names a channel (none by default)", () => {
     expect(mod.variable.notification_channels?.default).toEqual([]);
@@ -769,6 +770,7 @@ describe("Failure alerts (alerts.tf)", () => {
     expect(mod.locals.alerts).toBe(ex("length(var.notification_channels) > 0"));
     expect(failed().count).toBe(ex("local.alerts ? 1 : 0"));
     expect(dropped().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(backlog().count).toBe(ex("local.alerts ? 1 : 0"));
     expect(String(mod.locals.required_apis)).toContain('local.alerts ? ["monitoring.googleapis.com"] : []');
   });
 
@@ -816,6 +818,32 @@ describe("Failure alerts (alerts.tf)", () => {
     const doc = String(at(p, "documentation", 0, "content"));
     for (const line of ["the workflow refused to start", "misconfigured, events are acknowledged", "still failing"])
       expect(doc).toContain(line);
+  });
+
+  test("an undelivered event alerts on the age of the oldest unacknowledged message of the trigger's own subscription", () => {
+    const p = backlog();
+    expect(p.notification_channels).toBe(ex("var.notification_channels"));
+    const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
+    expect(threshold).toMatchObject({
+      filter: ex("local.event_backlog_filter"),
+      comparison: "COMPARISON_GT",
+      threshold_value: ex("var.event_backlog_alert_seconds"),
+      duration: "0s",
+    });
+    expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "60s", per_series_aligner: "ALIGN_MAX" });
+    const filter = String(mod.locals.event_backlog_filter);
+    for (const term of [
+      'metric.type=\\"pubsub.googleapis.com/subscription/oldest_unacked_message_age\\"',
+      'resource.type=\\"pubsub_subscription\\"',
+      `resource.labels.subscription_id=starts_with(\\"${ex("local.trigger_subscription_prefix")}\\")`,
+    ])
+      expect(filter).toContain(term);
+    // Eventarc names the subscription eventarc-REGION-TRIGGER_ID-sub-N; the trigger's id is read from the function.
+    expect(mod.locals.trigger_subscription_prefix).toBe(`eventarc-${ex("local.trigger_region")}-${ex("local.trigger_id")}-sub-`);
+    expect(String(mod.locals.trigger_id)).toContain("google_cloudfunctions2_function.on_checkpoint.event_trigger[0].trigger");
+    // Within 15 minutes: the default threshold plus a minute's sampling and 2 minutes' delay.
+    expect(mod.variable.event_backlog_alert_seconds?.default).toBe(600);
+    expect(Number(mod.variable.event_backlog_alert_seconds?.default) + 60 + 120).toBeLessThanOrEqual(15 * 60);
   });
 
   test("the component the ERROR filter names is the function's logger's", () => {

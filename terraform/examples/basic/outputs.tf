@@ -67,3 +67,8 @@ output "function_source" {
   description = "The function's source archive the module uploaded (named by its content)."
   value       = module.orbax2reg.function_source
 }
+
+output "trigger_subscription_prefix" {
+  description = "Name prefix of the Pub/Sub subscription of the function's Eventarc trigger; `orbax2reg cloud check` reads it."
+  value       = module.orbax2reg.trigger_subscription_prefix
+}
