@@ -296,7 +296,9 @@ describe.skipIf(!present)(
       });
 
       test("creates everything, the jobs' image and the function's source included, in one apply", () => {
-        expect(result.summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
+        // The module's 53, the example's bucket for the regular checkpoints, and the jobs' read grant on it (a separate
+        // destination bucket is listed and read through a grant of its own: iam.tf).
+        expect(result.summary).toBe("Plan: 55 to add, 0 to change, 0 to destroy.");
         for (const address of [
           "terraform_data.image_build[0]",
           "google_storage_bucket.sources",
@@ -326,6 +328,34 @@ describe.skipIf(!present)(
           }
         ).root_module.module_calls.orbax2reg.module.resources;
         expect(resources.find((r) => r.address === "google_cloud_run_v2_job.phase")?.depends_on).toContain("terraform_data.image_build");
+      });
+
+      test("the regular checkpoints go to a bucket of the example's own, not the watched one: uniform access, soft delete off", () => {
+        const bucket = result.changes.find((c) => c.address === "google_storage_bucket.regular[0]")?.change.after;
+        expect(bucket).toMatchObject({
+          name: "my-project-orbax2reg-regular",
+          location: "US-CENTRAL1",
+          uniform_bucket_level_access: true,
+          public_access_prevention: "enforced",
+          force_destroy: false,
+          soft_delete_policy: [{ retention_duration_seconds: 0 }],
+        });
+        // The function claims, and the jobs write, there (the template itself: test/terraform/cli.test.ts, deployed settings).
+        for (const grant of [
+          "google_storage_bucket_iam_member.function_destination_claims",
+          "google_storage_bucket_iam_member.jobs_destination_object_viewer[0]",
+        ])
+          expect(result.changes.find((c) => c.address === module(grant))?.change.after?.bucket, grant).toBe("my-project-orbax2reg-regular");
+      });
+
+      test("with convert_into_checkpoint_bucket, no bucket is created and the steps go next to the Orbax ones", () => {
+        const into = plan({}, EXAMPLE(), { project_id: "my-project", checkpoint_bucket: "ckpts", convert_into_checkpoint_bucket: "true" });
+        expect(into.summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
+        expect(into.changes.find((c) => c.address === "google_storage_bucket.regular[0]")).toBeUndefined();
+        expect(
+          into.changes.find((c) => c.address === module("google_storage_bucket_iam_member.function_destination_claims"))?.change.after
+            ?.bucket,
+        ).toBe("ckpts");
       });
 
       test("the function's source object is named by its identity", () => {

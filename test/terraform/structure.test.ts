@@ -970,6 +970,18 @@ describe("example root", () => {
     }
   });
 
+  test("writes the regular checkpoints to a bucket of its own unless told otherwise (convert_into_checkpoint_bucket)", () => {
+    expect(example.variable.convert_into_checkpoint_bucket?.default).toBe(false);
+    expect(example.variable.destination_bucket?.default).toBeNull();
+    const bucket = resource(example, "google_storage_bucket", "regular");
+    expect(bucket.count).toBe(ex("local.create_destination ? 1 : 0"));
+    expect(bucket.uniform_bucket_level_access).toBe(true);
+    expect(example.locals.create_destination).toBe(ex("!var.convert_into_checkpoint_bucket && var.destination_bucket == null"));
+    expect(example.module.orbax2reg?.destination_template).toBe(ex("local.destination_template"));
+    expect(at(bucket, "soft_delete_policy", 0, "retention_duration_seconds")).toBe(ex("var.destination_soft_delete_seconds"));
+    expect(example.variable.destination_soft_delete_seconds?.default).toBe(0);
+  });
+
   test("terraform.tfvars.example sets every example variable without a default", () => {
     const tfvars = readFileSync(`${EXAMPLE}/terraform.tfvars.example`, "utf8");
     for (const [name, v] of Object.entries(example.variable)) {

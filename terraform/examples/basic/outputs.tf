@@ -68,7 +68,12 @@ output "function_source" {
   value       = module.orbax2reg.function_source
 }
 
-output "trigger_subscription_prefix" {
-  description = "Name prefix of the Pub/Sub subscription of the function's Eventarc trigger; `orbax2reg cloud check` reads it."
-  value       = module.orbax2reg.trigger_subscription_prefix
+output "event_trigger" {
+  description = "The function's Eventarc trigger; `orbax2reg cloud check` reads its age and its subscription's acknowledgement deadline."
+  value       = module.orbax2reg.event_trigger
+}
+
+output "destination_bucket" {
+  description = "Bucket the regular checkpoints are written to."
+  value       = module.orbax2reg.destination_bucket
 }
