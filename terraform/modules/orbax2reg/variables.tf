@@ -291,7 +291,7 @@ variable "function_timeout_seconds" {
 }
 
 variable "function_max_instances" {
-  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc. With function_concurrency events at once per instance, 10 instances dismiss tens of thousands of events a second (docs/operations.md, \"Event cost\"); the function at its bound counts against the region's Cloud Run CPU and memory quota, as the jobs do."
+  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc, with a backoff of 10 s to 600 s, and Pub/Sub slows the whole subscription's delivery meanwhile, so a commit marker can wait behind them (the event_backlog alert hears of one left 10 minutes). With function_concurrency events at once per instance, 10 instances dismiss tens of thousands of events a second (docs/operations.md, \"Event cost\"); the function at its bound counts against the region's Cloud Run CPU and memory quota, as the jobs do."
   type        = number
   default     = 10
 
