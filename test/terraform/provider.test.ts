@@ -276,6 +276,27 @@ describe.skipIf(!present)(
       expect(unknown.conditions[0]?.condition_threshold[0]?.filter).toBe(true);
     });
 
+    test("with dashboard = true: the Monitoring API, the three log-based metrics and the dashboard, its JSON known once the trigger exists", () => {
+      const { summary, changes } = plan({ dashboard: "true" });
+      expect(summary).toBe("Plan: 58 to add, 0 to change, 0 to destroy.");
+      expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
+      expect(after(changes, 'google_logging_metric.count["conversions_started"]')).toMatchObject({
+        name: "orbax2reg/conversions_started",
+        metric_descriptor: [{ metric_kind: "DELTA", value_type: "INT64", unit: "1" }],
+      });
+      expect(after(changes, 'google_logging_metric.count["trigger_starts"]').filter).toContain('jsonPayload.message="conversion started"');
+      expect(after(changes, "google_logging_metric.conversion_seconds[0]")).toMatchObject({
+        value_extractor: "EXTRACT(jsonPayload.conversionSeconds)",
+        metric_descriptor: [{ metric_kind: "DELTA", value_type: "DISTRIBUTION", unit: "s" }],
+        bucket_options: [{ exponential_buckets: [{ num_finite_buckets: 30, growth_factor: 1.6, scale: 1 }] }],
+      });
+      // The backlog charts name the trigger's subscription, which exists once the function does (dashboard.test.ts
+      // checks the JSON itself, evaluated with a trigger id given).
+      const dashboard = changes.find((c) => c.address === "google_monitoring_dashboard.pipeline[0]");
+      expect(dashboard?.change.actions).toEqual(["create"]);
+      expect((dashboard?.change.after_unknown as { dashboard_json?: boolean } | undefined)?.dashboard_json).toBe(true);
+    });
+
     test("with a pinned image and a prebuilt function archive: nothing is built, no build account or sources read grant", () => {
       const image = "us-docker.pkg.dev/other/images/orbax2reg@sha256:0123";
       const { summary, changes } = plan({ image, function_source_object: "orbax2reg/function-0123456789abcdef.zip" });

@@ -771,11 +771,14 @@ describe("Failure alerts (alerts.tf)", () => {
     expect(failed().count).toBe(ex("local.alerts ? 1 : 0"));
     expect(dropped().count).toBe(ex("local.alerts ? 1 : 0"));
     expect(backlog().count).toBe(ex("local.alerts ? 1 : 0"));
-    expect(String(mod.locals.required_apis)).toContain('local.alerts ? ["monitoring.googleapis.com"] : []');
+    expect(String(mod.locals.required_apis)).toContain('local.alerts || var.dashboard ? ["monitoring.googleapis.com"] : []');
   });
 
   test("a failed conversion is counted by Workflows' built-in metric, not a log-based one (nothing to create first)", () => {
-    expect(mod.resource.google_logging_metric).toBeUndefined();
+    // The only log-based metrics are the dashboard's (dashboard.tf), and only with var.dashboard; no alert names one.
+    expect(Object.keys(mod.resource.google_logging_metric ?? {}).sort()).toEqual(["conversion_seconds", "count"]);
+    expect(String(mod.locals.failed_execution_filter)).not.toContain("logging.googleapis.com/user/");
+    expect(String(mod.locals.event_backlog_filter)).not.toContain("logging.googleapis.com/user/");
     const threshold = at(failed(), "conditions", 0, "condition_threshold", 0) as Obj;
     expect(threshold.filter).toBe(ex("local.failed_execution_filter"));
     const filter = String(mod.locals.failed_execution_filter);

@@ -154,3 +154,8 @@ output "trigger_subscription_prefix" {
   description = "How the Pub/Sub subscription Eventarc created for the trigger is named: eventarc-<region>-<trigger id>-sub- followed by a number (the subscription holds every event not yet acknowledged; the event_backlog alert selects it by this prefix)."
   value       = local.trigger_subscription_prefix
 }
+
+output "dashboard" {
+  description = "Full id of the Cloud Monitoring dashboard (projects/<number>/dashboards/<id>), when dashboard = true; null otherwise."
+  value       = one(google_monitoring_dashboard.pipeline[*].id)
+}

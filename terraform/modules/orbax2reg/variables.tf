@@ -64,6 +64,13 @@ variable "notification_channels" {
   }
 }
 
+variable "dashboard" {
+  description = "Create a Cloud Monitoring dashboard of the deployment (conversions started, succeeded and failed, their duration, bytes written, events delivered, the trigger's backlog, job task attempts), and the three log-based metrics it charts. Off by default. See docs/operations.md, \"The dashboard\"."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
 variable "event_backlog_alert_seconds" {
   description = "With notification_channels: alert when an event of the function's Eventarc trigger has waited this long without being acknowledged (the age of the oldest unacknowledged message of the trigger's Pub/Sub subscription). The metric is sampled every minute and visible up to 2 minutes later, so the default 600 alerts within about 13 minutes of the event. See README, \"Failure alerts\"."
   type        = number
