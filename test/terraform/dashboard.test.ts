@@ -52,14 +52,14 @@ const BUILT_IN: Readonly<Record<string, Metric>> = {
     kind: "DELTA",
     valueType: "INT64",
     resource: "cloud_run_revision",
-    labels: ["response_code", "response_code_class", "route"],
+    labels: ["response_code", "response_code_class"],
     resourceLabels: ["project_id", "service_name", "revision_name", "location", "configuration_name"],
   },
   "run.googleapis.com/job/completed_task_attempt_count": {
     kind: "DELTA",
     valueType: "INT64",
     resource: "cloud_run_job",
-    labels: ["result", "attempt"],
+    labels: ["result"],
     resourceLabels: ["project_id", "job_name", "location"],
   },
   "pubsub.googleapis.com/subscription/oldest_unacked_message_age": {
@@ -281,6 +281,15 @@ describe("every charted metric", () => {
     expect(backlog).toHaveLength(2);
     for (const { set } of backlog)
       expect(filterOf(set)).toContain(`resource.labels.subscription_id=starts_with("eventarc-us-central1-${TRIGGER_ID}-sub-")`);
+  });
+
+  test("the task attempts are the module's three jobs' (a full-match regex on job_name), no other job's", () => {
+    const set = dataSets().find(({ chart }) => chart.startsWith("Job task attempts"))?.set as Obj;
+    const pattern = /resource\.labels\.job_name=monitoring\.regex\.full_match\("([^"]+)"\)/.exec(filterOf(set))?.[1] as string;
+    const full = new RegExp(`^(?:${pattern})$`);
+    for (const job of ["orbax2reg-plan", "orbax2reg-convert-group", "orbax2reg-finalize"]) expect(full.test(job), job).toBe(true);
+    for (const job of ["orbax2reg-x-plan", "other-plan", "orbax2reg-plan-2", "orbax2reg-on-checkpoint"])
+      expect(full.test(job), job).toBe(false);
   });
 
   test("the log-based metrics count the pipeline's own lines: the plan job's, the finalize job's, the function's", () => {

@@ -47,6 +47,8 @@ locals {
   }
 
   # One time series query of the Dashboards API (TimeSeriesQuery.timeSeriesFilter, Aggregation: metrics.proto, common.proto).
+  # Filters in the Monitoring filter syntax, starts_with() and monitoring.regex.full_match() included (https://cloud.google.com/monitoring/api/v3/filters);
+  # the trigger's subscription is selected as the backlog alert selects it (alerts.tf).
   dashboard_query = {
     for k, q in {
       started = {
@@ -86,7 +88,7 @@ locals {
         aligner = "ALIGN_MAX", reducer = "REDUCE_MAX", period = "60s", group = []
       }
       task_attempts = {
-        filter  = "metric.type=\"run.googleapis.com/job/completed_task_attempt_count\" AND resource.type=\"cloud_run_job\" AND resource.labels.job_name=one_of(\"${local.names.plan_job}\", \"${local.names.group_job}\", \"${local.names.finalize_job}\")"
+        filter  = "metric.type=\"run.googleapis.com/job/completed_task_attempt_count\" AND resource.type=\"cloud_run_job\" AND resource.labels.job_name=monitoring.regex.full_match(\"${var.name_prefix}-(plan|convert-group|finalize)\")"
         aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", period = "300s", group = ["resource.labels.job_name", "metric.labels.result"]
       }
       } : k => {
