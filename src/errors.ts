@@ -303,6 +303,19 @@ export class QuotaApiError extends Orbax2RegError {
   }
 }
 
+/** A Google REST API that `cloud check` reads (Eventarc, Pub/Sub) refused or failed; `status` is the HTTP status, if any. */
+export class CloudApiError extends Orbax2RegError {
+  readonly kind = "CLOUD_API";
+  readonly exitCode = EXIT_FAILURE;
+  readonly retryable = true;
+  constructor(
+    message: string,
+    readonly status: number | undefined,
+  ) {
+    super(message);
+  }
+}
+
 /** Why an OS error code means the destination cannot be written, in words (none: not a destination problem). */
 const IO_CAUSES: Readonly<Record<string, string>> = {
   ENOTDIR: "a parent of this path is a file, not a directory",

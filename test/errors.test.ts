@@ -11,6 +11,7 @@ import {
   CancelledError,
   ChecksumError,
   ClaimBusyError,
+  CloudApiError,
   ConfigError,
   ConflictError,
   CredentialsError,
@@ -62,6 +63,7 @@ const TABLE: readonly (readonly [Orbax2RegError, string, number, boolean])[] = [
   [new DeadlineError("deadline passed"), "DEADLINE", 1, true],
   [new RunApiError("get", "projects/p/locations/r/jobs/j/executions/e", 7, new Error("denied")), "RUN_API", 1, true],
   [new QuotaApiError("cloudquotas: HTTP 403", 403), "QUOTA_API", 1, true],
+  [new CloudApiError("eventarc: HTTP 403", 403), "CLOUD_API", 1, true],
   [new RetentionError([{ step: 100, error: "HTTP 403" }], []), "RETENTION", 1, true],
 ];
 

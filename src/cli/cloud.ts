@@ -2,10 +2,13 @@ import { randomBytes } from "node:crypto";
 import type { ConversionEvent } from "../cloud/api/events.js";
 import { executionsClient, workflowsExecutions } from "../cloud/api/executions.js";
 import { cloudQuotas } from "../cloud/api/quotas.js";
+import { triggerDeliveryReader } from "../cloud/api/trigger-delivery.js";
 import { type CheckReport, postDeployCheck, type Stage } from "../cloud/ops/check.js";
+import { checkDelivery } from "../cloud/ops/check-delivery.js";
 import { checkQuota, memoryMiB } from "../cloud/ops/check-quota.js";
 import { resolveCloudSettings, resolveFanOutSettings } from "../cloud/ops/settings.js";
 import { verify } from "../convert/verify.js";
+import { CLAIM_LEASE_MARGIN_SECONDS } from "../defaults.js";
 import { EXIT_CHECK_FAILED, UsageError } from "../errors.js";
 import { openStore } from "../store/open.js";
 import type { Output } from "./output.js";
@@ -65,6 +68,22 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
           memoryMiB: memoryMiB(fanOut.groupMemory),
           function: { instances: fanOut.functionMaxInstances, cpu: fanOut.functionCpu, memoryMiB: memoryMiB(fanOut.functionMemory) },
         }),
+      checkDelivery: async () => {
+        const trigger = settings.eventTrigger;
+        if (trigger === undefined)
+          return "not read: the function's trigger is not known (terraform output event_trigger, or ORBAX2REG_EVENT_TRIGGER)";
+        const read = await triggerDeliveryReader({
+          eventarc: process.env.ORBAX2REG_EVENTARC_ENDPOINT || undefined,
+          pubsub: process.env.ORBAX2REG_PUBSUB_REST_ENDPOINT || undefined,
+        });
+        return checkDelivery(() => read(trigger), settings.claimLeaseSeconds - CLAIM_LEASE_MARGIN_SECONDS, {
+          now: Date.now,
+          sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+          note: (line) => {
+            if (!flags.json) out.stdout(line);
+          },
+        });
+      },
       onStage: (s: Stage) => {
         if (!flags.json) out.stdout(`${s.ok ? "ok  " : "FAIL"} ${s.stage.padEnd(8)} ${s.seconds.toFixed(1).padStart(6)} s  ${s.detail}`);
       },

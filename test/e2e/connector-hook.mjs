@@ -335,8 +335,30 @@ async function getObject(args) {
   return args.alt === "media" ? body : JSON.parse(body);
 }
 
-// googleapis.storage.v1.objects.list: one page of the objects under a prefix.
+// googleapis.storage.v1.objects.list: one page of the objects under a prefix. Only the arguments the connector's page
+// lists are taken (https://cloud.google.com/workflows/docs/reference/googleapis/storage/v1/objects/list); anything else
+// (a JSON API query parameter such as `fields`, which the page does not list) fails the call, as an argument the
+// workflow cannot rely on.
+const LIST_ARGS = new Set([
+  "bucket",
+  "delimiter",
+  "endOffset",
+  "includeFoldersAsPrefixes",
+  "includeTrailingDelimiter",
+  "matchGlob",
+  "maxResults",
+  "pageToken",
+  "prefix",
+  "projection",
+  "softDeleted",
+  "startOffset",
+  "userProject",
+  "versions",
+]);
 async function listObjects(args) {
+  const unknown = Object.keys(args).filter((k) => !LIST_ARGS.has(k));
+  if (unknown.length > 0)
+    fail({ message: `objects.list: arguments the connector does not list: ${unknown.join(", ")}`, tags: ["TypeError"] });
   const query = new URLSearchParams({ prefix: args.prefix ?? "", ...(args.maxResults ? { maxResults: String(args.maxResults) } : {}) });
   const response = await fetch(`${process.env.ORBAX2REG_GCS_ENDPOINT}/storage/v1/b/${args.bucket}/o?${query}`);
   const body = await response.text();
@@ -344,10 +366,7 @@ async function listObjects(args) {
   if (!response.ok)
     fail({ message: `HTTP server responded with error code ${response.status}`, code: response.status, tags: ["HttpError"], body });
   const page = JSON.parse(body);
-  // A partial response, as `fields: items(a,b)` asks the JSON API for (the only form the workflow uses).
-  const only = /^items\(([^()]*)\)$/.exec(args.fields ?? "")?.[1]?.split(",");
-  const items = only ? page.items?.map((o) => Object.fromEntries(only.map((f) => [f, o[f]]))) : page.items;
-  return { ...(only ? {} : { kind: "storage#objects" }), ...(items?.length ? { items } : {}) };
+  return { kind: "storage#objects", ...(page.items?.length ? { items: page.items } : {}) };
 }
 
 // -------------------------------------------------------------------------------------------------- Pub/Sub

@@ -3,7 +3,7 @@
 // the job resource's own for_each), evaluated by the real terraform from the files in terraform/ for the example root's
 // defaults (plus the tfvars a test gives), never retyped here. So a default the code rejects fails a test.
 //
-// How: the example's `module "orbax2reg"` block (read with hcl2json) calls a scratch copy of the module
+// How: the example's `module "orbax2reg"` block and locals (read with hcl2json) call a scratch copy of the module
 // made of its variables.tf and main.tf (variables and locals only: no resources, so no provider is needed)
 // plus jobs.tf's locals and outputs holding the maps' expressions exactly as written. The few resource attributes those
 // maps reference are replaced by the values the google provider gives them (documented id formats).
@@ -81,7 +81,18 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
   const functionEnv = first((first(fn.service_config) as Obj).environment_variables);
   const wf = first(first(first((await block(`${MODULE}/workflow.tf`)).resource as Obj).google_workflows_workflow).convert);
   const workflowEnv = first(wf.user_env_vars);
-  const moduleCall = first(first((await block(`${EXAMPLE}/main.tf`)).module as Obj).orbax2reg);
+  const exampleMain = await block(`${EXAMPLE}/main.tf`);
+  // The example's module block, with the one resource attribute it references (the bucket it creates for the regular
+  // checkpoints) replaced by what hashicorp/google sets it to: the configured name, local.destination_bucket.
+  const moduleCall = JSON.parse(
+    JSON.stringify(first(first(exampleMain.module as Obj).orbax2reg)).replaceAll(
+      "google_storage_bucket.regular[0].name",
+      "local.destination_bucket",
+    ),
+  ) as Obj;
+  if (/google_[a-z0-9_]+\./.test(JSON.stringify(moduleCall)))
+    throw new Error(`${EXAMPLE}/main.tf: the module block references a resource deployed.ts does not know`);
+  const exampleLocals: Obj = Object.assign({}, ...((exampleMain.locals ?? []) as Obj[]));
   // Each job's env is its container's dynamic "env" for_each, over jobs.tf's locals; its phase is its second arg.
   // A job resource with a for_each (google_cloud_run_v2_job.phase, over local.jobs) is one job per instance: both are
   // evaluated for each of its keys, each.key and each.value bound by a for expression.
@@ -133,6 +144,7 @@ export async function deployedSettings(tfvars: Record<string, unknown>, moduleAr
   writeFileSync(
     join(dir, "main.tf.json"),
     JSON.stringify({
+      locals: exampleLocals,
       module: { orbax2reg: { ...moduleCall, ...moduleArgs, source: "./module" } },
       output: Object.fromEntries(
         ["function_env", "workflow_env", "workflow_name", "job_env", "job_max_retries"].map((o) => [

@@ -32,7 +32,8 @@ let cliEnv: NodeJS.ProcessEnv;
 beforeAll(async () => {
   work = scratch("fleet");
   process.env.METADATA_SERVER_DETECTION = "none";
-  deployed = await deployedSettings({ project_id: "test-project", checkpoint_bucket: "ckpts" });
+  // The regular checkpoints next to the Orbax ones (gs://<bucket>/<root>/regular), as `cloud status` finds them here.
+  deployed = await deployedSettings({ project_id: "test-project", checkpoint_bucket: "ckpts", convert_into_checkpoint_bucket: true });
   const emulators = {
     ORBAX2REG_GCS_ENDPOINT: inject("gcsEndpoint"),
     GOOGLE_CLOUD_PROJECT: "test-project",

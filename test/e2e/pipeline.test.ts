@@ -10,6 +10,7 @@ import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { runBin, runBinAsync } from "../helpers/cli.js";
 import { cpuQuota, memoryQuota, startQuotaStandIn } from "../helpers/cloud-quotas.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
+import { startTriggerStandIn } from "../helpers/eventarc-stand-in.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
 import { type Deployed, deployedSettings } from "./deployed.js";
@@ -48,7 +49,9 @@ const events: { attributes: Record<string, string>; event: ConversionEvent }[] =
 let closeSubscription: () => Promise<void>;
 
 // Required variables of the example root without defaults; the function reads none of them.
-const TFVARS = { project_id: PROJECT, checkpoint_bucket: "ckpts" };
+// The regular checkpoints next to the Orbax ones, in the bucket each test makes (the example's own bucket for them is
+// its default: terraform/examples/basic; these tests are about the pipeline, not where it writes).
+const TFVARS = { project_id: PROJECT, checkpoint_bucket: "ckpts", convert_into_checkpoint_bucket: true };
 
 beforeAll(async () => {
   work = scratch("e2e");
@@ -640,33 +643,63 @@ describe("the pipeline on local emulators", () => {
     expect((await finished(started[0] as Execution)).state).toBe("SUCCEEDED");
   });
 
-  test("orbax2reg cloud check weighs the fan-out against the quota, converts, proves the executions filter, announces and verifies a bundled checkpoint, then removes what it wrote", async () => {
+  test("orbax2reg cloud check weighs the fan-out against the quota, waits for a young trigger, converts under a nested root, proves the executions filter, announces and verifies a bundled checkpoint, says the destination shares the watched bucket, then removes what it wrote", async () => {
     const bucket = await newBucket("deploy");
     const eventarc = eventarcStandIn(bucket, fnRuns.url);
     const topic = deployed.functionEnv.ORBAX2REG_EVENTS_TOPIC as string;
     // The Cloud Quotas API has no emulator: a stand-in answers with the documented QuotaInfo shape.
     const quotas = await startQuotaStandIn(PROJECT, [cpuQuota(100), memoryQuota(400)]);
-    const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "runs", "--events-topic", topic], {
+    // Nor have Eventarc's and Pub/Sub's REST reads: a trigger created 110 s ago, so the check waits about 10 s for it.
+    const trigger = `projects/${PROJECT}/locations/us-central1/triggers/orbax2reg-on-checkpoint-123456`;
+    const subscription = `projects/${PROJECT}/subscriptions/eventarc-us-central1-orbax2reg-on-checkpoint-123456-sub-789`;
+    const delivery = await startTriggerStandIn({
+      trigger,
+      subscription,
+      createTime: new Date(Date.now() - 110_000).toISOString(),
+      ackDeadlineSeconds: 600,
+    });
+    // A root two segments below the watched prefix runs/ (runs/team/orbax2reg-check-<random>): nested roots are what the
+    // function's and the jobs' IAM conditions extract() the root from (terraform/README.md, "Where the jobs may write").
+    const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "runs/team", "--events-topic", topic], {
       ORBAX2REG_WORKFLOW: WORKFLOW,
       ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
       ORBAX2REG_CLOUDQUOTAS_ENDPOINT: quotas.url,
+      ORBAX2REG_EVENT_TRIGGER: trigger,
+      // The deployed function's lease, from which the check knows its timeout (terraform output claim_lease_seconds).
+      ORBAX2REG_CLAIM_LEASE_SECONDS: deployed.functionEnv.ORBAX2REG_CLAIM_LEASE_SECONDS as string,
+      ORBAX2REG_EVENTARC_ENDPOINT: delivery.url,
+      ORBAX2REG_PUBSUB_REST_ENDPOINT: delivery.url,
     }).finally(async () => {
       await eventarc.stop();
       await quotas.close();
+      await delivery.close();
     });
     expect(r.code, r.stdout + r.stderr).toBe(0);
     const stages = r.stdout.split("\n").filter((l) => /^(ok|FAIL) /.test(l));
     expect(stages.map((l) => l.split(/\s+/).slice(0, 2).join(" "))).toEqual([
       "ok access", // fake-gcs-server does not say; the check says so (test/cloud/ops/check-access.test.ts on the testbench)
       "ok quota",
+      "ok delivery",
       "ok upload",
       "ok trigger",
       "ok filter",
       "ok convert",
       "ok event",
       "ok verify",
+      "ok layout",
       "ok cleanup",
     ]);
+    // Said before the wait, then in the stage's line.
+    expect(r.stdout).toMatch(
+      /delivery +the trigger orbax2reg-on-checkpoint-123456 was created 11\d s ago; .*up to two minutes to become operational: waiting \d+ s/,
+    );
+    expect(r.stdout).toMatch(
+      /^ok +delivery .*waited \d+ s for it to be two minutes old; subscription eventarc-us-central1-orbax2reg-on-checkpoint-123456-sub-789: ack deadline 600 s, at least the function's timeout of 60 s/m,
+    );
+    expect(r.stdout).toMatch(new RegExp(`upload .* gs://${bucket}/runs/team/orbax2reg-check-[0-9a-f]{8}/step_00000100 `));
+    expect(r.stdout).toMatch(
+      /^ok +layout .*the destination shares the watched bucket .*: every object a conversion writes there is one more event for the function \(\d+ for this check's step/m,
+    );
     expect(r.stdout).toMatch(
       /quota .* 8 groups at once x 1 task x 8 vCPU \/ 32 GiB = 64 vCPU, 256 GiB, and the function's 10 instances x 1 vCPU \/ 0.5 GiB = 10 vCPU, 5 GiB: 74 vCPU, 261 GiB; .*: fits/,
     );

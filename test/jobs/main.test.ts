@@ -70,6 +70,26 @@ describe("the job entry point", () => {
     expect(readJson<PlanSummary>(SUMMARY_KEY)).toMatchObject({ reused: true, committed: true });
   });
 
+  test("the lines the dashboard's log-based metrics count: the plan's, and finalize's with the bytes and the conversion's duration", async () => {
+    expect(await runJob("plan", env({ ORBAX2REG_GROUPS: "1" }), log())).toBe(0);
+    expect(lines.map((l) => l.message)).toContain("plan written");
+    expect(await runJob("convert-group", env({ ORBAX2REG_GROUP: "0" }), log())).toBe(0);
+    expect(await runJob("finalize", env(), log())).toBe(0);
+    const committed = lines.find((l) => l.message === "checkpoint committed");
+    expect(committed).toMatchObject({ severity: "INFO", phase: "finalize", bytes: expect.any(Number) });
+    expect(committed?.conversionSeconds).toBeGreaterThan(0);
+    // terraform/modules/orbax2reg/dashboard.tf names exactly these messages and fields.
+    const tf = readFileSync("terraform/modules/orbax2reg/dashboard.tf", "utf8");
+    for (const text of [
+      "plan written",
+      "reusing existing plan",
+      "already converted; nothing to do",
+      "checkpoint committed",
+      "jsonPayload.conversionSeconds",
+    ])
+      expect(tf, text).toContain(text);
+  });
+
   test("a permanent failure leaves a report, keyed by execution and task, naming the problem, and exits 0 so that Cloud Run does not retry it", async () => {
     expect(await runJob("plan", env(), log())).toBe(0);
     const failing = env({ ORBAX2REG_GROUP: "7", ORBAX2REG_ATTEMPT: "a1", CLOUD_RUN_EXECUTION: "orbax2reg-convert-group-x1" });

@@ -243,6 +243,14 @@ describe("step selection and retention, as the example root deploys them (test/e
     });
   });
 
+  test("by default the regular checkpoints go to the example's own bucket; convert_into_checkpoint_bucket puts them next to the Orbax ones", async () => {
+    expect((await deployedSettings(TFVARS)).functionEnv.ORBAX2REG_DESTINATION_TEMPLATE).toBe("gs://my-project-orbax2reg-regular/{root}");
+    const into = await deployedSettings({ ...TFVARS, convert_into_checkpoint_bucket: true });
+    expect(into.functionEnv.ORBAX2REG_DESTINATION_TEMPLATE).toBe("gs://{bucket}/{root}/regular");
+    const own = await deployedSettings({ ...TFVARS, destination_bucket: "regular-ckpts" });
+    expect(own.functionEnv.ORBAX2REG_DESTINATION_TEMPLATE).toBe("gs://regular-ckpts/{root}");
+  });
+
   test("convert_every_n_steps, keep_last_n and keep_every_n_steps reach the function and the finalize job", async () => {
     const d = await deployedSettings({ ...TFVARS, convert_every_n_steps: 1000, keep_last_n: 2, keep_every_n_steps: 3000 });
     expect(d.functionEnv.ORBAX2REG_CONVERT_EVERY_N_STEPS).toBe("1000");

@@ -246,10 +246,10 @@ describe.skipIf(!present)(
       );
     });
 
-    test("with notification_channels: the Monitoring API and the two alert policies (failed conversion, dropped event) to those channels", () => {
+    test("with notification_channels: the Monitoring API and the three alert policies (failed conversion, dropped event, undelivered events) to those channels", () => {
       const channel = "projects/my-project/notificationChannels/1234";
       const { summary, changes } = plan({ notification_channels: JSON.stringify([channel]) });
-      expect(summary).toBe("Plan: 56 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 57 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       // No log-based metric: the failed executions come from Workflows' built-in metric, which exists at the first apply.
       expect(changes.filter((c) => c.type === "google_logging_metric")).toEqual([]);
@@ -269,6 +269,36 @@ describe.skipIf(!present)(
       );
       const strategy = (dropped.alert_strategy as { notification_rate_limit: { period: string }[] }[])[0];
       expect(strategy?.notification_rate_limit[0]?.period).toBe("300s");
+      // The undelivered-events policy's filter names the trigger's subscription, known once the function exists.
+      const backlog = after(changes, "google_monitoring_alert_policy.event_backlog[0]");
+      expect(backlog.notification_channels).toEqual([channel]);
+      const backlogThreshold = (backlog.conditions as { condition_threshold: { threshold_value: number }[] }[])[0]?.condition_threshold[0];
+      expect(backlogThreshold?.threshold_value).toBe(600);
+      const unknown = changes.find((c) => c.address === "google_monitoring_alert_policy.event_backlog[0]")?.change.after_unknown as {
+        conditions: { condition_threshold: { filter: boolean }[] }[];
+      };
+      expect(unknown.conditions[0]?.condition_threshold[0]?.filter).toBe(true);
+    });
+
+    test("with dashboard = true: the Monitoring API, the three log-based metrics and the dashboard, its JSON known once the trigger exists", () => {
+      const { summary, changes } = plan({ dashboard: "true" });
+      expect(summary).toBe("Plan: 58 to add, 0 to change, 0 to destroy.");
+      expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
+      expect(after(changes, 'google_logging_metric.count["conversions_started"]')).toMatchObject({
+        name: "orbax2reg/conversions_started",
+        metric_descriptor: [{ metric_kind: "DELTA", value_type: "INT64", unit: "1" }],
+      });
+      expect(after(changes, 'google_logging_metric.count["trigger_starts"]').filter).toContain('jsonPayload.message="conversion started"');
+      expect(after(changes, "google_logging_metric.conversion_seconds[0]")).toMatchObject({
+        value_extractor: "EXTRACT(jsonPayload.conversionSeconds)",
+        metric_descriptor: [{ metric_kind: "DELTA", value_type: "DISTRIBUTION", unit: "s" }],
+        bucket_options: [{ exponential_buckets: [{ num_finite_buckets: 30, growth_factor: 1.6, scale: 1 }] }],
+      });
+      // The backlog charts name the trigger's subscription, which exists once the function does (dashboard.test.ts
+      // checks the JSON itself, evaluated with a trigger id given).
+      const dashboard = changes.find((c) => c.address === "google_monitoring_dashboard.pipeline[0]");
+      expect(dashboard?.change.actions).toEqual(["create"]);
+      expect((dashboard?.change.after_unknown as { dashboard_json?: boolean } | undefined)?.dashboard_json).toBe(true);
     });
 
     test("with a pinned image and a prebuilt function archive: nothing is built, no build account or sources read grant", () => {
@@ -291,7 +321,9 @@ describe.skipIf(!present)(
       });
 
       test("creates everything, the jobs' image and the function's source included, in one apply", () => {
-        expect(result.summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
+        // The module's 53, the example's bucket for the regular checkpoints, and the jobs' read grant on it (a separate
+        // destination bucket is listed and read through a grant of its own: iam.tf).
+        expect(result.summary).toBe("Plan: 55 to add, 0 to change, 0 to destroy.");
         for (const address of [
           "terraform_data.image_build[0]",
           "google_storage_bucket.sources",
@@ -321,6 +353,34 @@ describe.skipIf(!present)(
           }
         ).root_module.module_calls.orbax2reg.module.resources;
         expect(resources.find((r) => r.address === "google_cloud_run_v2_job.phase")?.depends_on).toContain("terraform_data.image_build");
+      });
+
+      test("the regular checkpoints go to a bucket of the example's own, not the watched one: uniform access, soft delete off", () => {
+        const bucket = result.changes.find((c) => c.address === "google_storage_bucket.regular[0]")?.change.after;
+        expect(bucket).toMatchObject({
+          name: "my-project-orbax2reg-regular",
+          location: "US-CENTRAL1",
+          uniform_bucket_level_access: true,
+          public_access_prevention: "enforced",
+          force_destroy: false,
+          soft_delete_policy: [{ retention_duration_seconds: 0 }],
+        });
+        // The function claims, and the jobs write, there (the template itself: test/terraform/cli.test.ts, deployed settings).
+        for (const grant of [
+          "google_storage_bucket_iam_member.function_destination_claims",
+          "google_storage_bucket_iam_member.jobs_destination_object_viewer[0]",
+        ])
+          expect(result.changes.find((c) => c.address === module(grant))?.change.after?.bucket, grant).toBe("my-project-orbax2reg-regular");
+      });
+
+      test("with convert_into_checkpoint_bucket, no bucket is created and the steps go next to the Orbax ones", () => {
+        const into = plan({}, EXAMPLE(), { project_id: "my-project", checkpoint_bucket: "ckpts", convert_into_checkpoint_bucket: "true" });
+        expect(into.summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
+        expect(into.changes.find((c) => c.address === "google_storage_bucket.regular[0]")).toBeUndefined();
+        expect(
+          into.changes.find((c) => c.address === module("google_storage_bucket_iam_member.function_destination_claims"))?.change.after
+            ?.bucket,
+        ).toBe("ckpts");
       });
 
       test("the function's source object is named by its identity", () => {

@@ -762,6 +762,7 @@ describe("IAM", () => {
 describe("Failure alerts (alerts.tf)", () => {
   const failed = () => resource(mod, "google_monitoring_alert_policy", "conversion_failed");
   const dropped = () => resource(mod, "google_monitoring_alert_policy", "event_dropped");
+  const backlog = () => resource(mod, "google_monitoring_alert_policy", "event_backlog");
 
   test("exist only when notification_channels names a channel (none by default)", () => {
     expect(mod.variable.notification_channels?.default).toEqual([]);
@@ -769,11 +770,15 @@ describe("Failure alerts (alerts.tf)", () => {
     expect(mod.locals.alerts).toBe(ex("length(var.notification_channels) > 0"));
     expect(failed().count).toBe(ex("local.alerts ? 1 : 0"));
     expect(dropped().count).toBe(ex("local.alerts ? 1 : 0"));
-    expect(String(mod.locals.required_apis)).toContain('local.alerts ? ["monitoring.googleapis.com"] : []');
+    expect(backlog().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(String(mod.locals.required_apis)).toContain('local.alerts || var.dashboard ? ["monitoring.googleapis.com"] : []');
   });
 
   test("a failed conversion is counted by Workflows' built-in metric, not a log-based one (nothing to create first)", () => {
-    expect(mod.resource.google_logging_metric).toBeUndefined();
+    // The only log-based metrics are the dashboard's (dashboard.tf), and only with var.dashboard; no alert names one.
+    expect(Object.keys(mod.resource.google_logging_metric ?? {}).sort()).toEqual(["conversion_seconds", "count"]);
+    expect(String(mod.locals.failed_execution_filter)).not.toContain("logging.googleapis.com/user/");
+    expect(String(mod.locals.event_backlog_filter)).not.toContain("logging.googleapis.com/user/");
     const threshold = at(failed(), "conditions", 0, "condition_threshold", 0) as Obj;
     expect(threshold.filter).toBe(ex("local.failed_execution_filter"));
     const filter = String(mod.locals.failed_execution_filter);
@@ -816,6 +821,32 @@ describe("Failure alerts (alerts.tf)", () => {
     const doc = String(at(p, "documentation", 0, "content"));
     for (const line of ["the workflow refused to start", "misconfigured, events are acknowledged", "still failing"])
       expect(doc).toContain(line);
+  });
+
+  test("an undelivered event alerts on the age of the oldest unacknowledged message of the trigger's own subscription", () => {
+    const p = backlog();
+    expect(p.notification_channels).toBe(ex("var.notification_channels"));
+    const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
+    expect(threshold).toMatchObject({
+      filter: ex("local.event_backlog_filter"),
+      comparison: "COMPARISON_GT",
+      threshold_value: ex("var.event_backlog_alert_seconds"),
+      duration: "0s",
+    });
+    expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "60s", per_series_aligner: "ALIGN_MAX" });
+    const filter = String(mod.locals.event_backlog_filter);
+    for (const term of [
+      'metric.type=\\"pubsub.googleapis.com/subscription/oldest_unacked_message_age\\"',
+      'resource.type=\\"pubsub_subscription\\"',
+      `resource.labels.subscription_id=starts_with(\\"${ex("local.trigger_subscription_prefix")}\\")`,
+    ])
+      expect(filter).toContain(term);
+    // Eventarc names the subscription eventarc-REGION-TRIGGER_ID-sub-N; the trigger's id is read from the function.
+    expect(mod.locals.trigger_subscription_prefix).toBe(`eventarc-${ex("local.trigger_region")}-${ex("local.trigger_id")}-sub-`);
+    expect(String(mod.locals.trigger_id)).toContain("google_cloudfunctions2_function.on_checkpoint.event_trigger[0].trigger");
+    // Within 15 minutes: the default threshold plus a minute's sampling and 2 minutes' delay.
+    expect(mod.variable.event_backlog_alert_seconds?.default).toBe(600);
+    expect(Number(mod.variable.event_backlog_alert_seconds?.default) + 60 + 120).toBeLessThanOrEqual(15 * 60);
   });
 
   test("the component the ERROR filter names is the function's logger's", () => {
@@ -940,6 +971,18 @@ describe("example root", () => {
       expect(m?.[name], name).toBe(ex(`var.${name}`));
       expect(example.variable[name]?.default, name).toBe(mod.variable[name]?.default);
     }
+  });
+
+  test("writes the regular checkpoints to a bucket of its own unless told otherwise (convert_into_checkpoint_bucket)", () => {
+    expect(example.variable.convert_into_checkpoint_bucket?.default).toBe(false);
+    expect(example.variable.destination_bucket?.default).toBeNull();
+    const bucket = resource(example, "google_storage_bucket", "regular");
+    expect(bucket.count).toBe(ex("local.create_destination ? 1 : 0"));
+    expect(bucket.uniform_bucket_level_access).toBe(true);
+    expect(example.locals.create_destination).toBe(ex("!var.convert_into_checkpoint_bucket && var.destination_bucket == null"));
+    expect(example.module.orbax2reg?.destination_template).toBe(ex("local.destination_template"));
+    expect(at(bucket, "soft_delete_policy", 0, "retention_duration_seconds")).toBe(ex("var.destination_soft_delete_seconds"));
+    expect(example.variable.destination_soft_delete_seconds?.default).toBe(0);
   });
 
   test("terraform.tfvars.example sets every example variable without a default", () => {

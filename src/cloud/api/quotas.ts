@@ -44,8 +44,8 @@ export interface QuotaReader {
 /** Google's endpoint; ORBAX2REG_CLOUDQUOTAS_ENDPOINT (http://host:port) points the reader at a local stand-in. */
 export const CLOUD_QUOTAS_ENDPOINT = "https://cloudquotas.googleapis.com";
 
-/** A page: four tries, 0.5, 1 and 2 s apart, for what Google's retry strategy calls transient (408, 429, 5xx, a dropped connection). */
-const RETRY: CallRetry = { tries: 4, delayMs: (n) => 500 * 2 ** (n - 1), retryable: (e) => transient(e) };
+/** A page (and each REST read of `cloud check`, src/cloud/api/trigger-delivery.ts): four tries, 0.5, 1 and 2 s apart, for what Google's retry strategy calls transient (408, 429, 5xx, a dropped connection). */
+export const RETRY: CallRetry = { tries: 4, delayMs: (n) => 500 * 2 ** (n - 1), retryable: (e) => transient(e) };
 const TIMEOUT_MS = 15_000;
 /** Pages read at most (a runaway page token must not loop forever). */
 const MAX_PAGES = 50;
@@ -97,7 +97,7 @@ export function quotaReader(client: RequestClient, base: string): QuotaReader {
   };
 }
 
-const statusOf = (e: unknown): number | undefined => {
+export const statusOf = (e: unknown): number | undefined => {
   const s = (e as { response?: { status?: unknown }; status?: unknown } | null)?.response?.status ?? (e as { status?: unknown })?.status;
   return typeof s === "number" ? s : undefined;
 };
@@ -105,7 +105,7 @@ const statusOf = (e: unknown): number | undefined => {
 /** Connection failures a retry may get past (Google's retry strategy: "TCP disconnects", timeouts). */
 const NETWORK = new Set(["ECONNRESET", "ETIMEDOUT", "ECONNREFUSED", "EPIPE", "EAI_AGAIN", "UND_ERR_SOCKET", "ABORT_ERR"]);
 
-function transient(e: unknown): boolean {
+export function transient(e: unknown): boolean {
   const status = statusOf(e);
   if (status !== undefined) return transientStatus(status);
   for (
@@ -118,7 +118,7 @@ function transient(e: unknown): boolean {
   return (e as { name?: unknown })?.name === "AbortError" || (e as { name?: unknown })?.name === "TimeoutError";
 }
 
-function describeFailure(e: unknown): string {
+export function describeFailure(e: unknown): string {
   const status = statusOf(e);
   const body = (e as { response?: { data?: { error?: { message?: string } } } })?.response?.data?.error?.message;
   if (status !== undefined) return `HTTP ${status}${body ? `: ${body}` : ""}`;

@@ -119,6 +119,9 @@ export async function runPhase(
       indexWritten: report.indexWritten,
       bytes: report.plan.totals.bytes,
       seconds: (Date.now() - started) / 1000,
+      // From the plan to the commit: the conversion's duration, which the dashboard charts (terraform/modules/orbax2reg/
+      // dashboard.tf). A resumed conversion reuses its plan, so it counts from the first attempt's plan.
+      conversionSeconds: (Date.now() - Date.parse(report.plan.createdAt)) / 1000,
       storageRetries: retryStats(),
     });
   }

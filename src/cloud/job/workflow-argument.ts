@@ -48,6 +48,12 @@ export const DEFAULT_JOB_TIMEOUT = 604800;
  */
 export const MAX_JOB_TIMEOUT = DEFAULT_JOB_TIMEOUT;
 
+/**
+ * Cloud Run runs at most 10,000 tasks in one job execution (https://cloud.google.com/run/quotas, "Job execution task"):
+ * a larger tasks_per_group would pass the plan and fail at the workflow's first jobs.run.
+ */
+export const MAX_TASKS_PER_GROUP = 10_000;
+
 const USAGE = '{"source": "gs://.../step_XXXXXXXX", "destination": "gs://..."}';
 
 const isMap = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
@@ -112,7 +118,7 @@ export function parseWorkflowArgument(args: unknown, defaultGroups: number): Che
     step: stepNumber,
     stepDir: stepDirName(stepNumber),
     groups: count(given(args, "groups") ?? defaultGroups, "groups", MAX_GROUPS),
-    tasksPerGroup: count(given(args, "tasks_per_group") ?? 1, "tasks_per_group"),
+    tasksPerGroup: count(given(args, "tasks_per_group") ?? 1, "tasks_per_group", MAX_TASKS_PER_GROUP),
     // The Run connector's own wait (30 minutes) is far too short for a large group; the jobs' task timeout
     // bounds a real run (terraform checks it fits in these 7 days).
     jobTimeout: count(given(args, "job_timeout") ?? DEFAULT_JOB_TIMEOUT, "job_timeout", MAX_JOB_TIMEOUT),

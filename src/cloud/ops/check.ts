@@ -20,9 +20,22 @@ import type { QuotaVerdict } from "./check-quota.js";
  * Before it uploads anything it says whether the configured fan-out fits the region's Cloud Run quota
  * (src/cloud/ops/check-quota.ts), and once the trigger has started the execution it proves the executions filter
  * the trigger relies on against the real API's answer (src/cloud/ops/check-filter.ts); a failure of either is
- * reported and the check goes on (and fails).
+ * reported and the check goes on (and fails). Before the upload it also reads how events reach the function (the
+ * trigger's age and its subscription's acknowledgement deadline, src/cloud/ops/check-delivery.ts), waiting for a
+ * trigger younger than two minutes; and when the destination is in the watched bucket it says what that costs.
  */
-export type StageName = "access" | "quota" | "upload" | "trigger" | "filter" | "convert" | "event" | "verify" | "cleanup";
+export type StageName =
+  | "access"
+  | "quota"
+  | "delivery"
+  | "upload"
+  | "trigger"
+  | "filter"
+  | "convert"
+  | "event"
+  | "verify"
+  | "layout"
+  | "cleanup";
 
 export interface Stage {
   readonly stage: StageName;
@@ -70,6 +83,8 @@ export interface CheckDeps {
   verify(orbaxStep: string, regularStep: string): Promise<VerifyResult>;
   /** The quota stage: whether the configured fan-out fits (null: cannot tell, reported as passed with why). */
   checkQuota?(): Promise<QuotaVerdict>;
+  /** The delivery stage (src/cloud/ops/check-delivery.ts): its line, or throws what is wrong. */
+  checkDelivery?(): Promise<string>;
   onStage(stage: Stage): void;
   readonly now?: () => number;
 }
@@ -154,6 +169,7 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
         true,
       );
     }
+    if (deps.checkDelivery) await run("delivery", deps.checkDelivery, true);
     // Subscribe first so that no event is missed.
     if (o.eventsTopic) subscription = await deps.subscribe(o.eventsTopic);
     const uploadedAt = now();
@@ -217,6 +233,19 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
       if (failed) throw new Error(`${r.passed} passed, ${r.failed} failed; first: ${failed.name}: ${failed.detail ?? ""}`);
       return `${r.passed} passed, ${r.failed} failed`;
     });
+    if (destination !== null && destinationBucket === o.bucket) {
+      const written = destination as string;
+      await run("layout", async () => {
+        const store = await deps.openStore(written);
+        let objects = 0;
+        for await (const _ of store.list("")) objects++;
+        return (
+          `the destination shares the watched bucket gs://${o.bucket}: every object a conversion writes there is one more event ` +
+          `for the function (${objects} for this check's step; about one per chunk: ~100,000 invocations and ~22 vCPU-seconds ` +
+          `for a 100,000-chunk step, docs/operations.md "Event cost"); set destination_bucket to write elsewhere`
+        );
+      });
+    }
   } catch (e) {
     if (!(e instanceof StageFailed)) throw e;
   } finally {

@@ -67,3 +67,13 @@ output "function_source" {
   description = "The function's source archive the module uploaded (named by its content)."
   value       = module.orbax2reg.function_source
 }
+
+output "event_trigger" {
+  description = "The function's Eventarc trigger; `orbax2reg cloud check` reads its age and its subscription's acknowledgement deadline."
+  value       = module.orbax2reg.event_trigger
+}
+
+output "destination_bucket" {
+  description = "Bucket the regular checkpoints are written to."
+  value       = module.orbax2reg.destination_bucket
+}

@@ -21,15 +21,40 @@ variable "checkpoint_prefixes" {
 }
 
 variable "destination_bucket" {
-  description = "Bucket for the regular checkpoints; null writes them next to the Orbax ones in checkpoint_bucket."
+  description = "An existing bucket (uniform bucket-level access enabled) for the regular checkpoints. null: this example creates <project_id>-orbax2reg-regular for them, unless convert_into_checkpoint_bucket is true."
   type        = string
   default     = null
 }
 
+variable "convert_into_checkpoint_bucket" {
+  description = "Write the regular checkpoints next to the Orbax ones in checkpoint_bucket (gs://{bucket}/{root}/regular) instead of a bucket of their own. Every object a conversion writes there is then one more event for the function (docs/operations.md, \"Event cost\")."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
 variable "destination_template" {
-  description = "Destination root per checkpoint, with {bucket}, {root} and {step} placeholders (see the module's README)."
+  description = "Destination root per checkpoint, with {bucket}, {root} and {step} placeholders (see the module's README). null: gs://<destination bucket>/{root}, or gs://{bucket}/{root}/regular with convert_into_checkpoint_bucket."
   type        = string
-  default     = "gs://{bucket}/{root}/regular"
+  default     = null
+}
+
+variable "destination_location" {
+  description = "Location of the bucket this example creates for the regular checkpoints; null: region (the jobs write it from there)."
+  type        = string
+  default     = null
+}
+
+variable "destination_soft_delete_seconds" {
+  description = "Soft delete retention of the bucket this example creates: 0 (the default) turns soft delete off, since every converted step can be converted again from its Orbax checkpoint; 604800 (7 days, Cloud Storage's default) to 7776000 (90 days) keeps deleted and overwritten objects, billed, that long (https://cloud.google.com/storage/docs/soft-delete)."
+  type        = number
+  default     = 0
+  nullable    = false
+
+  validation {
+    condition     = var.destination_soft_delete_seconds == 0 || (var.destination_soft_delete_seconds >= 604800 && var.destination_soft_delete_seconds <= 7776000)
+    error_message = "destination_soft_delete_seconds must be 0 (off) or 604800 to 7776000 (7 to 90 days)."
+  }
 }
 
 variable "convert_every_n_steps" {

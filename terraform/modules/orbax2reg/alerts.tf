@@ -1,5 +1,5 @@
 # Failure alerts, only when notification_channels names at least one channel (none by default: nothing is created).
-# Two policies, one for each side of the pipeline:
+# Three policies, so that whatever way a committed step fails to be converted, an operator hears of it:
 #
 # 1. A conversion failed: an execution of the conversion workflow ended FAILED. Counted by Workflows' own metric
 #    workflows.googleapis.com/finished_execution_count (BETA, DELTA, INT64; labels `status`, "the execution status of
@@ -11,13 +11,16 @@
 #    log-based metric's descriptor can still be missing when the policy that names it is created), and it counts every
 #    FAILED end, also those after which convert.yaml cannot publish conversion.failed (an execution past its step limit).
 #    A job task that failed and was retried successfully is no failed conversion and raises no alert.
-# 2. An event was dropped: a commit marker that never becomes an execution never reaches the workflow, so (1) cannot
-#    see it. The function writes one ERROR line for each way an event is dropped (the start refused, a misconfigured
-#    function acknowledging every event, an event the handler gave up on, a delivery failing for longer than
-#    src/cloud/trigger/severity.ts allows: a claim that stays busy), and the policy matches those lines as they arrive
-#    (a log-match condition: https://cloud.google.com/logging/docs/alerting/log-based-alerts). A dead-letter topic cannot do
-#    this here: Eventarc creates and owns the trigger's Pub/Sub subscription (https://cloud.google.com/eventarc/docs/retry-events),
-#    so terraform cannot set one on it, and a dead-lettered event is one that failed for 24 h, a day late.
+# 2. An event was dropped by the function: a commit marker that never becomes an execution never reaches the workflow,
+#    so (1) cannot see it. The function writes one ERROR line for each way it drops an event (the start refused, a
+#    misconfigured function acknowledging every event, an event the handler gave up on, a delivery failing for longer
+#    than src/cloud/trigger/severity.ts allows: a claim that stays busy), and the policy matches those lines as they
+#    arrive (a log-match condition: https://cloud.google.com/logging/docs/alerting/log-based-alerts).
+# 3. An event is not being delivered: a delivery refused before the function runs (429 at max_instance_count, 403 while
+#    IAM propagates, an instance that crashes before its first line) writes no line of the function's, and Eventarc
+#    redelivers it for 24 h, then discards it (https://cloud.google.com/eventarc/docs/retry-events). Every such event
+#    stays unacknowledged in the trigger's Pub/Sub subscription meanwhile, so the policy watches the age of the oldest
+#    unacknowledged message there (see event_backlog below).
 # https://registry.terraform.io/providers/hashicorp/google/latest/docs/resources/monitoring_alert_policy
 
 locals {
@@ -42,6 +45,27 @@ locals {
     "resource.labels.service_name=\"${local.names.function}\"",
     "jsonPayload.component=\"orbax2reg-trigger\"",
     "severity>=ERROR",
+  ])
+
+  # The Eventarc trigger the function's event_trigger creates is "projects/<p>/locations/<region>/triggers/<id>" (the
+  # provider's `event_trigger.trigger`, output only), and the Pub/Sub subscription Eventarc creates for it is named
+  # "eventarc-<region>-<trigger id>-sub-<number>" (https://cloud.google.com/eventarc/docs/retry-events: "projects/
+  # PROJECT_ID/subscriptions/eventarc-REGION-TRIGGER_ID-sub-SUBSCRIPTION_ID"). Terraform does not manage that
+  # subscription (Eventarc creates and owns it; the provider has no attribute for it:
+  # https://github.com/hashicorp/terraform-provider-google/issues/17697), so the policy selects it by that prefix, a
+  # Monitoring filter's starts_with() (https://cloud.google.com/monitoring/api/v3/filters). Derived from the trigger's
+  # own name, the filter follows a trigger that a later apply recreates (a new id) without anything to do by hand.
+  trigger_id                  = element(reverse(split("/", google_cloudfunctions2_function.on_checkpoint.event_trigger[0].trigger)), 0)
+  trigger_subscription_prefix = "eventarc-${local.trigger_region}-${local.trigger_id}-sub-"
+
+  # pubsub.googleapis.com/subscription/oldest_unacked_message_age (GA; GAUGE, INT64, seconds; monitored resource
+  # pubsub_subscription, labels project_id and subscription_id; "Sampled every 60 seconds. After sampling, data is not
+  # visible for up to 120 seconds": https://cloud.google.com/monitoring/api/metrics_gcp_p_z, "pubsub";
+  # https://cloud.google.com/monitoring/api/resources#tag_pubsub_subscription).
+  event_backlog_filter = join(" AND ", [
+    "metric.type=\"pubsub.googleapis.com/subscription/oldest_unacked_message_age\"",
+    "resource.type=\"pubsub_subscription\"",
+    "resource.labels.subscription_id=starts_with(\"${local.trigger_subscription_prefix}\")",
   ])
 }
 
@@ -136,6 +160,61 @@ resource "google_monitoring_alert_policy" "event_dropped" {
       - any other ERROR line: the event or what it names was rejected for good (`errorKind`, `retryable: false`).
 
       `orbax2reg cloud status` lists the steps and their executions.
+    EOT
+  }
+
+  depends_on = [google_project_service.required]
+}
+
+# Opens an incident when an event of the trigger has waited longer than event_backlog_alert_seconds (default 10
+# minutes) without being acknowledged: whatever holds it (deliveries refused before the function runs, a function that
+# fails every delivery, a commit marker throttled behind a flood of chunk events), the operator hears of it within
+# event_backlog_alert_seconds + ~3 minutes (one-minute samples, visible up to 2 minutes later), long before Eventarc
+# discards the event 24 h after it was sent. Closes 30 minutes after the backlog is gone.
+resource "google_monitoring_alert_policy" "event_backlog" {
+  count = local.alerts ? 1 : 0
+
+  project               = var.project_id
+  display_name          = "${var.name_prefix}: checkpoint events are not being delivered"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+  user_labels           = var.labels
+
+  conditions {
+    display_name = "oldest unacknowledged event of ${local.names.function}'s trigger"
+
+    condition_threshold {
+      filter          = local.event_backlog_filter
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.event_backlog_alert_seconds
+      duration        = "0s"
+
+      aggregations {
+        alignment_period   = "60s"
+        per_series_aligner = "ALIGN_MAX"
+      }
+
+      trigger {
+        count = 1
+      }
+
+      # An empty subscription may report nothing: not a problem.
+      evaluation_missing_data = "EVALUATION_MISSING_DATA_INACTIVE"
+    }
+  }
+
+  alert_strategy {
+    auto_close = "1800s"
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = <<-EOT
+      An event of the function `${local.names.function}`'s Eventarc trigger (project `${var.project_id}`) has waited more than ${var.event_backlog_alert_seconds} s without being acknowledged: a Cloud Storage event, possibly a commit marker, is not reaching the function or keeps failing there. Eventarc retries it with backoff (10 s to 600 s) and discards it 24 hours after it was sent.
+
+      - The function's own lines first: an ERROR line of `${local.names.function}` says why it failed a delivery (the other alert, "a checkpoint event was dropped", explains each).
+      - No line of the function's: the delivery is refused before the function runs. In the function's Cloud Run service `${local.names.function}` look at the request log: 429 (every instance busy: raise `function_max_instances`, or give the converted checkpoints their own `destination_bucket` so that their objects are no events), 403 (the trigger's account `${local.names.trigger_sa}` lacks `roles/run.invoker`, or IAM is still propagating after an apply), 5xx (the instance crashed: its start-up lines).
+      - Once deliveries succeed, the backlog drains by itself. Steps whose events were discarded meanwhile: `orbax2reg cloud backfill <checkpoint-root>` starts every committed step that has no conversion.
     EOT
   }
 

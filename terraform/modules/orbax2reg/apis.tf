@@ -19,8 +19,9 @@ locals {
     "workflowexecutions.googleapis.com",
     "workflows.googleapis.com",
     ],
-    # The failure alert's policy (alerts.tf), only when notification_channels asks for it.
-    local.alerts ? ["monitoring.googleapis.com"] : [],
+    # The failure alerts' policies (alerts.tf), only when notification_channels asks for them, and the dashboard
+    # (dashboard.tf), only when var.dashboard does.
+    local.alerts || var.dashboard ? ["monitoring.googleapis.com"] : [],
   ))
 }
 

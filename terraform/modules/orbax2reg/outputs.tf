@@ -144,3 +144,18 @@ output "function_build_repository_id" {
   description = "Artifact Registry repository the function's build pushes its image to (projects/<p>/locations/<r>/repositories/<name>)."
   value       = google_artifact_registry_repository.function_builds.id
 }
+
+output "event_trigger" {
+  description = "Full name of the function's Eventarc trigger (projects/<p>/locations/<region>/triggers/<id>), as the function's event_trigger reports it; `orbax2reg cloud check` reads the trigger's age and its subscription's acknowledgement deadline."
+  value       = google_cloudfunctions2_function.on_checkpoint.event_trigger[0].trigger
+}
+
+output "trigger_subscription_prefix" {
+  description = "How the Pub/Sub subscription Eventarc created for the trigger is named: eventarc-<region>-<trigger id>-sub- followed by a number (the subscription holds every event not yet acknowledged; the event_backlog alert selects it by this prefix)."
+  value       = local.trigger_subscription_prefix
+}
+
+output "dashboard" {
+  description = "Full id of the Cloud Monitoring dashboard (projects/<number>/dashboards/<id>), when dashboard = true; null otherwise."
+  value       = one(google_monitoring_dashboard.pipeline[*].id)
+}

@@ -53,7 +53,7 @@ variable "deletion_protection" {
 }
 
 variable "notification_channels" {
-  description = "Cloud Monitoring notification channels to alert when a conversion fails (an execution of the workflow ends FAILED), as projects/<project>/notificationChannels/<id>. Also alerted: a checkpoint event the function dropped (its ERROR lines). Empty (the default): no alert policy is created. See README, \"Failure alerts\"."
+  description = "Cloud Monitoring notification channels to alert when a conversion fails (an execution of the workflow ends FAILED), as projects/<project>/notificationChannels/<id>. Also alerted: a checkpoint event the function dropped (its ERROR lines), and an event of its trigger left unacknowledged for event_backlog_alert_seconds. Empty (the default): no alert policy is created. See README, \"Failure alerts\"."
   type        = list(string)
   default     = []
   nullable    = false
@@ -61,6 +61,27 @@ variable "notification_channels" {
   validation {
     condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
     error_message = "notification_channels entries must be projects/<project>/notificationChannels/<id> (gcloud beta monitoring channels list --format='value(name)')."
+  }
+}
+
+variable "dashboard" {
+  description = "Create a Cloud Monitoring dashboard of the deployment (conversions started, succeeded and failed, their duration, bytes written, events delivered, the trigger's backlog, job task attempts), and the three log-based metrics it charts. Off by default. See docs/operations.md, \"The dashboard\"."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
+variable "event_backlog_alert_seconds" {
+  description = "With notification_channels: alert when an event of the function's Eventarc trigger has waited this long without being acknowledged (the age of the oldest unacknowledged message of the trigger's Pub/Sub subscription). The metric is sampled every minute and visible up to 2 minutes later, so the default 600 alerts within about 13 minutes of the event. See README, \"Failure alerts\"."
+  type        = number
+  default     = 600
+  nullable    = false
+
+  validation {
+    # Below 2 minutes a commit marker's own retries (10 s backoff, a claim busy for up to the function's timeout) would
+    # alert; past 24 h Eventarc has discarded the event.
+    condition     = var.event_backlog_alert_seconds >= 120 && var.event_backlog_alert_seconds < 86400
+    error_message = "event_backlog_alert_seconds must be at least 120 and less than 86400 (Eventarc discards an event 24 h after it was sent)."
   }
 }
 
@@ -277,7 +298,7 @@ variable "function_timeout_seconds" {
 }
 
 variable "function_max_instances" {
-  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc. With function_concurrency events at once per instance, 10 instances dismiss tens of thousands of events a second (docs/operations.md, \"Event cost\"); the function at its bound counts against the region's Cloud Run CPU and memory quota, as the jobs do."
+  description = "Upper bound on function instances. Every object written to the bucket is one event, so a checkpoint write is a burst; events refused while at the bound are retried by Eventarc, with a backoff of 10 s to 600 s, and Pub/Sub slows the whole subscription's delivery meanwhile, so a commit marker can wait behind them (the event_backlog alert hears of one left 10 minutes). With function_concurrency events at once per instance, 10 instances dismiss tens of thousands of events a second (docs/operations.md, \"Event cost\"); the function at its bound counts against the region's Cloud Run CPU and memory quota, as the jobs do."
   type        = number
   default     = 10
 

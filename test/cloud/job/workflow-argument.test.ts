@@ -122,6 +122,12 @@ describe("the workflow argument", () => {
     expect(refusedWith({ job_timeout: "604801" })).toBe('job_timeout must be at most 604800, got "604801"');
   });
 
+  test("tasks_per_group above Cloud Run's 10,000 tasks per job execution is refused at the plan, naming the field", () => {
+    expect(parse({ tasks_per_group: 10_000 })).toMatchObject({ tasksPerGroup: 10_000 });
+    expect(refusedWith({ tasks_per_group: 10_001 })).toBe("tasks_per_group must be at most 10000, got 10001");
+    expect(refusedWith({ tasks_per_group: "20000" })).toBe('tasks_per_group must be at most 10000, got "20000"');
+  });
+
   test("tasks_per_group and job_timeout are taken as given", () => {
     expect(parse({ tasks_per_group: 4, job_timeout: "3600" })).toMatchObject({ tasksPerGroup: 4, jobTimeout: 3600 });
   });
