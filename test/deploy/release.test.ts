@@ -3,6 +3,7 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
+import { run } from "../helpers/run.js";
 import { tempDir } from "../helpers/tmp.js";
 
 // `npm run release` (scripts/release.mjs) in a repository of its own: the tracked files of this tree as they are
@@ -17,10 +18,8 @@ const git = (...args: string[]) => {
   expect(r.status, r.stderr).toBe(0);
   return r.stdout.trim();
 };
-const release = (...args: string[]) => {
-  const r = spawnSync(process.execPath, ["scripts/release.mjs", "--no-image", ...args], { cwd: repo, encoding: "utf8" });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-};
+// Asynchronous: a release builds and packs for tens of seconds (test/helpers/run.ts says why that matters).
+const release = (...args: string[]) => run(process.execPath, ["scripts/release.mjs", "--no-image", ...args], { cwd: repo });
 const sha256 = (file: string) => createHash("sha256").update(readFileSync(file)).digest("hex");
 /** A file of the npm tarball, by its path inside the package. */
 const fromTarball = (tgz: string, path: string) => spawnSync("tar", ["-xzOf", tgz, `package/${path}`], { encoding: "utf8" });
@@ -39,27 +38,27 @@ beforeAll(() => {
 }, 60_000);
 
 describe("npm run release", () => {
-  test("refuses a commit not tagged v<version>, naming the tag and --snapshot", () => {
-    const r = release();
+  test("refuses a commit not tagged v<version>, naming the tag and --snapshot", async () => {
+    const r = await release();
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(new RegExp(`is not tagged v${version.replaceAll(".", "\\.")} .*tags at HEAD: none.*--snapshot`));
     expect(existsSync(join(repo, "release"))).toBe(false);
   });
 
-  test("refuses a tree with changes, naming the files, even with --snapshot", () => {
+  test("refuses a tree with changes, naming the files, even with --snapshot", async () => {
     writeFileSync(join(repo, "README.md"), "changed\n");
     writeFileSync(join(repo, "untracked.md"), "new\n");
-    const r = release("--snapshot");
+    const r = await release("--snapshot");
     git("checkout", "README.md");
     rmSync(join(repo, "untracked.md"));
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/the tree is not clean \(README\.md, untracked\.md\)/);
   });
 
-  test("at the tag: the npm package and the source archive named by the version, and SHA256SUMS that checks them", () => {
+  test("at the tag: the npm package and the source archive named by the version, and SHA256SUMS that checks them", async () => {
     git("tag", `v${version}`);
     const commit = git("rev-parse", "HEAD");
-    const r = release();
+    const r = await release();
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/image skipped: --no-image/);
     const out = join(repo, "release", version);
@@ -91,10 +90,10 @@ describe("npm run release", () => {
     expect(links.filter((l) => !listed.has(`package/${l}`))).toEqual([]);
   });
 
-  test("--snapshot names the artifacts by the commit", () => {
+  test("--snapshot names the artifacts by the commit", async () => {
     const commit = git("rev-parse", "HEAD");
     git("tag", "-d", `v${version}`);
-    const r = release("--snapshot");
+    const r = await release("--snapshot");
     expect(r.code, r.stderr).toBe(0);
     const label = `${version}-${commit.slice(0, 12)}`;
     expect(readdirSync(join(repo, "release", label)).sort()).toEqual(

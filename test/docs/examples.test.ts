@@ -1,10 +1,10 @@
 // The docs' examples are run: every `$ command` transcript in README.md and docs/cli.md, through the CLI installed
 // from the package's own tarball into a fresh prefix (as a user installs it), its output compared with the docs'
 // (times and sizes masked, `…` for elided lines). A command or an output in the docs cannot go stale.
-import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
+import { run } from "../helpers/run.js";
 import { tempDir } from "../helpers/tmp.js";
 import { compareOutput, type Transcript, transcripts } from "../helpers/transcript.js";
 
@@ -13,22 +13,22 @@ const AXLEARN_PYTHON = resolve(".venv-axlearn/bin/python");
 
 let prefix = "";
 
-beforeAll(() => {
+beforeAll(async () => {
   const dir = tempDir("docs-install");
-  const pack = spawnSync("npm", ["pack", "--json", "--pack-destination", dir], { encoding: "utf8" });
-  if (pack.status !== 0) throw new Error(`npm pack failed: ${pack.stderr}`);
-  const tarball = join(dir, JSON.parse(pack.stdout)[0].filename);
+  // Asynchronous: packing builds and installing takes a minute or more (test/helpers/run.ts says why that matters).
+  const pack = await run("npm", ["pack", "--json", "--pack-destination", dir]);
+  if (pack.code !== 0) throw new Error(`npm pack failed: ${pack.stderr}`);
+  const tarball = join(dir, JSON.parse(pack.stdout.slice(pack.stdout.search(/^\[/m)))[0].filename);
   prefix = join(dir, "prefix");
   // The user's command (README, "Install"), into a prefix of its own.
-  const install = spawnSync("npm", ["install", "-g", "--no-audit", "--no-fund", tarball], {
-    encoding: "utf8",
+  const install = await run("npm", ["install", "-g", "--no-audit", "--no-fund", tarball], {
     env: { ...process.env, npm_config_prefix: prefix },
   });
-  if (install.status !== 0) throw new Error(`npm install -g of the tarball failed: ${install.stderr}`);
+  if (install.code !== 0) throw new Error(`npm install -g of the tarball failed: ${install.stderr}`);
 }, 600_000);
 
 /** Runs one document's transcripts in order in one working folder: later examples use what earlier ones wrote. */
-function runDocument(doc: string, blocks: Transcript[]): void {
+async function runDocument(doc: string, blocks: Transcript[]): Promise<void> {
   const work = tempDir(`docs-${doc.replace(/\W/g, "-")}`);
   mkdirSync(join(work, "tmp"), { recursive: true });
   // The docs write under /tmp/; the test gives each document a /tmp of its own.
@@ -53,7 +53,7 @@ function runDocument(doc: string, blocks: Transcript[]): void {
         writeFileSync(join(work, file), `${step.expected.map(local).join("\n")}\n`);
       }
       const command = local(step.command);
-      const r = spawnSync("bash", ["-c", `${prelude}${command} 2>&1`], { cwd: work, env, encoding: "utf8", timeout: 300_000 });
+      const r = await run("bash", ["-c", `${prelude}${command} 2>&1`], { cwd: work, env, timeout: 300_000 });
       if (/^[A-Za-z_][A-Za-z0-9_]*=\S/.test(step.command) && step.expected.length === 0) prelude += `${command}; `;
       const printed = (r.stdout ?? "").split("\n");
       const difference = compareOutput(step.expected.map(local), printed);
@@ -69,9 +69,9 @@ for (const doc of DOCS) {
   const container = (b: Transcript) => b.steps.some((s) => /^(docker|podman) /.test(s.command));
   const runnable = blocks.filter((b) => !container(b) && (existsSync(AXLEARN_PYTHON) || !needsAxlearn(b)));
   describe(`${doc}'s examples`, () => {
-    test(`its ${runnable.length} transcripts print what the docs show`, () => {
+    test(`its ${runnable.length} transcripts print what the docs show`, async () => {
       expect(runnable.length).toBeGreaterThan(0);
-      runDocument(doc, runnable);
+      await runDocument(doc, runnable);
     }, 900_000);
     test.skipIf(existsSync(AXLEARN_PYTHON) || !blocks.some(needsAxlearn))(
       "its AXLearn examples (skipped: .venv-axlearn is absent; ORBAX2REG_AXLEARN names AXLearn's source for setup)",
