@@ -5,6 +5,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { TOOLS } from "./paths.js";
+import { run } from "./run.js";
 import { tempDir } from "./tmp.js";
 
 export const TERRAFORM = existsSync(resolve(TOOLS, "terraform")) ? resolve(TOOLS, "terraform") : "terraform";
@@ -44,6 +45,34 @@ export function terraform(
   });
   if (r.error) throw new Error(`${TERRAFORM}: ${r.error.message} (run scripts/install.sh)`);
   return { code: r.status ?? -1, out: `${r.stdout ?? ""}${r.stderr ?? ""}`, stdout: r.stdout ?? "" };
+}
+
+/**
+ * terraform() without blocking the test worker, for the long runs (init with a provider mirror, plan, show of a
+ * whole deployment): test/helpers/run.ts says why a worker must not be blocked for a minute.
+ */
+export async function terraformAsync(
+  args: string[],
+  cwd: string,
+  o: { env?: NodeJS.ProcessEnv; cliConfig?: string; timeoutMs?: number } = {},
+): Promise<{ code: number; out: string; stdout: string }> {
+  if (o.cliConfig === undefined && cliConfig === undefined) {
+    cliConfig = join(tempDir("tf-cli"), "terraformrc");
+    writeFileSync(cliConfig, "");
+  }
+  const r = await run(TERRAFORM, args, {
+    cwd,
+    timeout: o.timeoutMs ?? 120_000,
+    env: {
+      ...process.env,
+      TF_CLI_CONFIG_FILE: o.cliConfig ?? cliConfig,
+      TF_IN_AUTOMATION: "1",
+      NO_COLOR: "1",
+      CHECKPOINT_DISABLE: "1",
+      ...o.env,
+    },
+  });
+  return { code: r.code ?? -1, out: `${r.stdout}${r.stderr}`, stdout: r.stdout };
 }
 
 /** The hashicorp/google version the module's `~> 7.45` is checked against (docs and local build). */

@@ -13,7 +13,13 @@ import { basename, join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { PYTHON } from "../helpers/paths.js";
 import { moduleSources } from "../helpers/sources.js";
-import { ARCHIVE_PROVIDER_VERSION, GOOGLE_PROVIDER_VERSION, mirrorCliConfig, providerMirror, terraform } from "../helpers/terraform.js";
+import {
+  ARCHIVE_PROVIDER_VERSION,
+  GOOGLE_PROVIDER_VERSION,
+  mirrorCliConfig,
+  providerMirror,
+  terraformAsync,
+} from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const { mirror, missing, present } = providerMirror();
@@ -80,23 +86,23 @@ describe.skipIf(!present)(
       GOOGLE_APPLICATION_CREDENTIALS: undefined,
       GOOGLE_IMPERSONATE_SERVICE_ACCOUNT: undefined,
     };
-    const tf = (args: string[], cwd: string) => terraform(args, cwd, { cliConfig, env, timeoutMs: 300_000 });
+    const tf = (args: string[], cwd: string) => terraformAsync(args, cwd, { cliConfig, env, timeoutMs: 300_000 });
 
     /**
      * `terraform plan` of a root configuration (the module itself by default) on an empty state: the summary line, the
      * planned resources and the configuration as `terraform show -json` gives them.
      */
-    function plan(
+    async function plan(
       vars: Record<string, string>,
       dir = MODULE(),
       base: Record<string, string> = ROOT_VARS,
-    ): { summary: string; out: string; changes: Change[]; configuration: Record<string, unknown> } {
+    ): Promise<{ summary: string; out: string; changes: Change[]; configuration: Record<string, unknown> }> {
       const out = join(tempDir("tf-plan"), "tfplan");
       const args = ["plan", "-refresh=false", "-input=false", "-no-color", `-out=${out}`];
       for (const [k, v] of Object.entries({ ...base, ...vars })) args.push("-var", `${k}=${v}`);
-      const r = tf(args, dir);
+      const r = await tf(args, dir);
       expect(r.code, r.out).toBe(0);
-      const shown = tf(["show", "-json", out], dir);
+      const shown = await tf(["show", "-json", out], dir);
       expect(shown.code, shown.out).toBe(0);
       const summary = r.stdout.split("\n").find((l) => l.startsWith("Plan: ")) ?? "";
       const json = JSON.parse(shown.stdout) as { resource_changes: Change[]; configuration: Record<string, unknown> };
@@ -109,7 +115,7 @@ describe.skipIf(!present)(
       return c.change.after;
     };
 
-    beforeAll(() => {
+    beforeAll(async () => {
       root = tempDir("tf-provider");
       const skip = (src: string) => ![".terraform", ".terraform.lock.hcl", "terraform.tfstate", "terraform.tfvars"].includes(basename(src));
       cpSync("terraform", join(root, "terraform"), { recursive: true, filter: skip });
@@ -121,13 +127,13 @@ describe.skipIf(!present)(
       ["module", MODULE],
       ["example", EXAMPLE],
     ] as const) {
-      test(`${label}: terraform init -backend=false installs the providers from the mirror, and terraform validate passes`, () => {
-        const init = tf(["init", "-backend=false", "-input=false", "-no-color"], dir());
+      test(`${label}: terraform init -backend=false installs the providers from the mirror, and terraform validate passes`, async () => {
+        const init = await tf(["init", "-backend=false", "-input=false", "-no-color"], dir());
         expect(init.code, init.out).toBe(0);
         expect(init.out).toContain(`Installing hashicorp/google v${GOOGLE_PROVIDER_VERSION}...`);
         expect(init.out).toContain(`Installing hashicorp/archive v${ARCHIVE_PROVIDER_VERSION}...`);
         expect(init.out).toContain("Terraform has been successfully initialized!");
-        const validate = tf(["validate", "-no-color"], dir());
+        const validate = await tf(["validate", "-no-color"], dir());
         expect(validate.code, validate.out).toBe(0);
         expect(validate.stdout.trim()).toBe("Success! The configuration is valid.");
       });
@@ -137,13 +143,13 @@ describe.skipIf(!present)(
       let changes: Change[] = [];
       let summary = "";
 
-      beforeAll(() => {
-        const init = tf(["init", "-backend=false", "-input=false", "-no-color"], MODULE());
+      beforeAll(async () => {
+        const init = await tf(["init", "-backend=false", "-input=false", "-no-color"], MODULE());
         expect(init.code, init.out).toBe(0);
-        ({ changes, summary } = plan({}));
+        ({ changes, summary } = await plan({}));
       });
 
-      test("creates everything and nothing else", () => {
+      test("creates everything and nothing else", async () => {
         // 13 APIs, function, workflow, 3 jobs, topic, 2 repositories, 6 service accounts, the sources bucket, the
         // function's archive in it and the image's build = 30 resources, and 23 grants: GCS agent 1, trigger 2,
         // function 4, workflow 7 (3 jobs), jobs 3, build 3, image build 3.
@@ -151,7 +157,7 @@ describe.skipIf(!present)(
         expect(changes.every((c) => c.change.actions.join() === "create" || c.change.actions.join() === "read")).toBe(true);
       });
 
-      test("the data sources that need an API wait for apply (the plan makes no call)", () => {
+      test("the data sources that need an API wait for apply (the plan makes no call)", async () => {
         const reads = changes.filter((c) => c.change.actions.join() === "read").map((c) => c.address);
         expect(reads.sort()).toEqual([
           "data.google_project.this",
@@ -161,7 +167,7 @@ describe.skipIf(!present)(
         // The archives are made at plan time, on this machine, without any call.
       });
 
-      test("the planned grants are the least-privilege set: roles, members, scopes and conditions", () => {
+      test("the planned grants are the least-privilege set: roles, members, scopes and conditions", async () => {
         const grants = Object.fromEntries(
           changes
             .filter((c) => c.type.endsWith("_iam_member") && c.change.after)
@@ -213,7 +219,7 @@ describe.skipIf(!present)(
         expect(after(changes, "google_service_account.build[0]").account_id).toBe("orbax2reg-build");
       });
 
-      test("the function builds, as the build account, into the module's own repository", () => {
+      test("the function builds, as the build account, into the module's own repository", async () => {
         // (Its environment_variables, ORBAX2REG_CLAIM_LEASE_SECONDS included, are "known after apply" to the provider,
         // so structure.test.ts checks them.)
         const c = changes.find((x) => x.address === "google_cloudfunctions2_function.on_checkpoint");
@@ -231,8 +237,8 @@ describe.skipIf(!present)(
       });
     });
 
-    test("with a build service account given and the Pub/Sub agent grant on: no build account, its grants replaced by one", () => {
-      const { summary, changes } = plan({
+    test("with a build service account given and the Pub/Sub agent grant on: no build account, its grants replaced by one", async () => {
+      const { summary, changes } = await plan({
         function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
         pubsub_agent_token_creator: "true",
       });
@@ -246,9 +252,9 @@ describe.skipIf(!present)(
       );
     });
 
-    test("with notification_channels: the Monitoring API and the three alert policies (failed conversion, dropped event, undelivered events) to those channels", () => {
+    test("with notification_channels: the Monitoring API and the three alert policies (failed conversion, dropped event, undelivered events) to those channels", async () => {
       const channel = "projects/my-project/notificationChannels/1234";
-      const { summary, changes } = plan({ notification_channels: JSON.stringify([channel]) });
+      const { summary, changes } = await plan({ notification_channels: JSON.stringify([channel]) });
       expect(summary).toBe("Plan: 57 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       // No log-based metric: the failed executions come from Workflows' built-in metric, which exists at the first apply.
@@ -280,8 +286,8 @@ describe.skipIf(!present)(
       expect(unknown.conditions[0]?.condition_threshold[0]?.filter).toBe(true);
     });
 
-    test("with dashboard = true: the Monitoring API, the three log-based metrics and the dashboard, its JSON known once the trigger exists", () => {
-      const { summary, changes } = plan({ dashboard: "true" });
+    test("with dashboard = true: the Monitoring API, the three log-based metrics and the dashboard, its JSON known once the trigger exists", async () => {
+      const { summary, changes } = await plan({ dashboard: "true" });
       expect(summary).toBe("Plan: 58 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       expect(after(changes, 'google_logging_metric.count["conversions_started"]')).toMatchObject({
@@ -301,9 +307,9 @@ describe.skipIf(!present)(
       expect((dashboard?.change.after_unknown as { dashboard_json?: boolean } | undefined)?.dashboard_json).toBe(true);
     });
 
-    test("with a pinned image and a prebuilt function archive: nothing is built, no build account or sources read grant", () => {
+    test("with a pinned image and a prebuilt function archive: nothing is built, no build account or sources read grant", async () => {
       const image = "us-docker.pkg.dev/other/images/orbax2reg@sha256:0123";
-      const { summary, changes } = plan({ image, function_source_object: "orbax2reg/function-0123456789abcdef.zip" });
+      const { summary, changes } = await plan({ image, function_source_object: "orbax2reg/function-0123456789abcdef.zip" });
       // 53 - the image's build, its account and its 3 grants - the function's archive.
       expect(summary).toBe("Plan: 47 to add, 0 to change, 0 to destroy.");
       expect(changes.map((c) => c.address).filter((a) => /image_build|google_storage_bucket_object|archive_file/.test(a))).toEqual([]);
@@ -311,16 +317,16 @@ describe.skipIf(!present)(
     });
 
     describe("plan of examples/basic on an empty state, offline, with only its required variables", () => {
-      let result: ReturnType<typeof plan>;
+      let result: Awaited<ReturnType<typeof plan>>;
       const module = (address: string) => `module.orbax2reg.${address}`;
 
-      beforeAll(() => {
-        const init = tf(["init", "-backend=false", "-input=false", "-no-color"], EXAMPLE());
+      beforeAll(async () => {
+        const init = await tf(["init", "-backend=false", "-input=false", "-no-color"], EXAMPLE());
         expect(init.code, init.out).toBe(0);
-        result = plan({}, EXAMPLE(), { project_id: "my-project", checkpoint_bucket: "ckpts" });
+        result = await plan({}, EXAMPLE(), { project_id: "my-project", checkpoint_bucket: "ckpts" });
       });
 
-      test("creates everything, the jobs' image and the function's source included, in one apply", () => {
+      test("creates everything, the jobs' image and the function's source included, in one apply", async () => {
         // The module's 53, the example's bucket for the regular checkpoints, and the jobs' read grant on it (a separate
         // destination bucket is listed and read through a grant of its own: iam.tf).
         expect(result.summary).toBe("Plan: 55 to add, 0 to change, 0 to destroy.");
@@ -337,7 +343,7 @@ describe.skipIf(!present)(
         expect(reads).toContain(module("data.google_storage_bucket.checkpoint[0]"));
       });
 
-      test("the jobs run the image the build pushes, tagged with its sources' identity, and depend on the build", () => {
+      test("the jobs run the image the build pushes, tagged with its sources' identity, and depend on the build", async () => {
         const tag = moduleSources().imageTag;
         const image = `us-central1-docker.pkg.dev/my-project/orbax2reg/orbax2reg:${tag}`;
         for (const phase of ["plan", "convert-group", "finalize"]) {
@@ -355,7 +361,7 @@ describe.skipIf(!present)(
         expect(resources.find((r) => r.address === "google_cloud_run_v2_job.phase")?.depends_on).toContain("terraform_data.image_build");
       });
 
-      test("the regular checkpoints go to a bucket of the example's own, not the watched one: uniform access, soft delete off", () => {
+      test("the regular checkpoints go to a bucket of the example's own, not the watched one: uniform access, soft delete off", async () => {
         const bucket = result.changes.find((c) => c.address === "google_storage_bucket.regular[0]")?.change.after;
         expect(bucket).toMatchObject({
           name: "my-project-orbax2reg-regular",
@@ -373,8 +379,12 @@ describe.skipIf(!present)(
           expect(result.changes.find((c) => c.address === module(grant))?.change.after?.bucket, grant).toBe("my-project-orbax2reg-regular");
       });
 
-      test("with convert_into_checkpoint_bucket, no bucket is created and the steps go next to the Orbax ones", () => {
-        const into = plan({}, EXAMPLE(), { project_id: "my-project", checkpoint_bucket: "ckpts", convert_into_checkpoint_bucket: "true" });
+      test("with convert_into_checkpoint_bucket, no bucket is created and the steps go next to the Orbax ones", async () => {
+        const into = await plan({}, EXAMPLE(), {
+          project_id: "my-project",
+          checkpoint_bucket: "ckpts",
+          convert_into_checkpoint_bucket: "true",
+        });
         expect(into.summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
         expect(into.changes.find((c) => c.address === "google_storage_bucket.regular[0]")).toBeUndefined();
         expect(
@@ -383,13 +393,13 @@ describe.skipIf(!present)(
         ).toBe("ckpts");
       });
 
-      test("the function's source object is named by its identity", () => {
+      test("the function's source object is named by its identity", async () => {
         const object = result.changes.find((c) => c.address === module("google_storage_bucket_object.function_source[0]"))?.change.after;
         expect(object?.name).toBe(moduleSources().functionObject);
         expect(object?.bucket).toBe("my-project-orbax2reg-sources");
       });
 
-      test("the archives terraform wrote hold exactly the files sources.tf lists, and the function's package.json", () => {
+      test("the archives terraform wrote hold exactly the files sources.tf lists, and the function's package.json", async () => {
         const sources = moduleSources();
         const dir = join(EXAMPLE(), ".terraform/orbax2reg");
         expect(zipEntries(join(dir, "image-source.zip"))).toEqual(sources.imageFiles);
@@ -397,7 +407,7 @@ describe.skipIf(!present)(
       });
     });
 
-    test("lock files are made in the temporary copy only, and terraform/.gitignore keeps them out of git", () => {
+    test("lock files are made in the temporary copy only, and terraform/.gitignore keeps them out of git", async () => {
       expect(existsSync(join(MODULE(), ".terraform.lock.hcl"))).toBe(true);
       expect(readFileSync("terraform/.gitignore", "utf8")).toMatch(/^\.terraform\.lock\.hcl$/m);
     });
