@@ -15,33 +15,36 @@ export const TERRAFORM_VERSION = "1.11.4";
 
 let cliConfig: string | undefined;
 
-/**
- * Runs terraform with an empty CLI configuration of its own (a machine's TF_CLI_CONFIG_FILE may point at a
- * missing file or at provider mirrors the test did not ask for), no colour, no prompts.
- */
-export function terraform(
-  args: string[],
-  cwd: string,
-  o: { env?: NodeJS.ProcessEnv; cliConfig?: string; timeoutMs?: number } = {},
-): { code: number; out: string; stdout: string } {
+type TerraformOptions = { env?: NodeJS.ProcessEnv; cliConfig?: string; timeoutMs?: number };
+
+/** The environment every terraform run gets: its own CLI configuration (made once), no colour, no prompts. */
+function terraformEnv(o: TerraformOptions): NodeJS.ProcessEnv {
   if (o.cliConfig === undefined && cliConfig === undefined) {
     cliConfig = join(tempDir("tf-cli"), "terraformrc");
     writeFileSync(cliConfig, "");
   }
+  return {
+    ...process.env,
+    TF_CLI_CONFIG_FILE: o.cliConfig ?? cliConfig,
+    TF_IN_AUTOMATION: "1",
+    NO_COLOR: "1",
+    CHECKPOINT_DISABLE: "1",
+    ...o.env,
+  };
+}
+
+/**
+ * Runs terraform with an empty CLI configuration of its own (a machine's TF_CLI_CONFIG_FILE may point at a
+ * missing file or at provider mirrors the test did not ask for), no colour, no prompts.
+ */
+export function terraform(args: string[], cwd: string, o: TerraformOptions = {}): { code: number; out: string; stdout: string } {
   const r = spawnSync(TERRAFORM, args, {
     cwd,
     encoding: "utf8",
     timeout: o.timeoutMs ?? 120_000,
     // A plan's JSON carries the module's source archives' contents (hashicorp/archive keeps them in the state): megabytes.
     maxBuffer: 256 * 1024 * 1024,
-    env: {
-      ...process.env,
-      TF_CLI_CONFIG_FILE: o.cliConfig ?? cliConfig,
-      TF_IN_AUTOMATION: "1",
-      NO_COLOR: "1",
-      CHECKPOINT_DISABLE: "1",
-      ...o.env,
-    },
+    env: terraformEnv(o),
   });
   if (r.error) throw new Error(`${TERRAFORM}: ${r.error.message} (run scripts/install.sh)`);
   return { code: r.status ?? -1, out: `${r.stdout ?? ""}${r.stderr ?? ""}`, stdout: r.stdout ?? "" };
@@ -54,24 +57,9 @@ export function terraform(
 export async function terraformAsync(
   args: string[],
   cwd: string,
-  o: { env?: NodeJS.ProcessEnv; cliConfig?: string; timeoutMs?: number } = {},
+  o: TerraformOptions = {},
 ): Promise<{ code: number; out: string; stdout: string }> {
-  if (o.cliConfig === undefined && cliConfig === undefined) {
-    cliConfig = join(tempDir("tf-cli"), "terraformrc");
-    writeFileSync(cliConfig, "");
-  }
-  const r = await run(TERRAFORM, args, {
-    cwd,
-    timeout: o.timeoutMs ?? 120_000,
-    env: {
-      ...process.env,
-      TF_CLI_CONFIG_FILE: o.cliConfig ?? cliConfig,
-      TF_IN_AUTOMATION: "1",
-      NO_COLOR: "1",
-      CHECKPOINT_DISABLE: "1",
-      ...o.env,
-    },
-  });
+  const r = await run(TERRAFORM, args, { cwd, timeout: o.timeoutMs ?? 120_000, env: terraformEnv(o) });
   return { code: r.code ?? -1, out: `${r.stdout}${r.stderr}`, stdout: r.stdout };
 }
 
