@@ -3,7 +3,7 @@ import { assertNoOverlap } from "../convert/convert.js";
 import { ConflictError } from "../errors.js";
 import { openStore } from "../store/open.js";
 import type { Store } from "../store/store.js";
-import { Budget, forEachLimited } from "../util/budget.js";
+import { Budget } from "../util/budget.js";
 import { type BuiltConfig, buildConfig, type ConfigFlags, configText } from "./config.js";
 import { type Dims, type OutputTensor, planExport } from "./llama.js";
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
@@ -14,7 +14,7 @@ import { bands, Cursors, outputBytes, produceBand } from "./stream.js";
 /**
  * `orbax2reg export-hf`: a fuji step as a Hugging Face Llama checkpoint. Refuses a tree that is not a fuji
  * decoder before writing anything; writes a small record of what it exports (RECORD_NAME), the shards (in
- * parallel, each atomically: a local file renamed into place, a GCS upload completed), config.json and
+ * order, each atomically: a local file renamed into place, a GCS upload completed), config.json and
  * generation_config.json, and the index LAST: no index, no export.
  *
  * Resuming: a rerun of the same export (the record matches: same source bytes' locations, dtype, shard plan)
@@ -22,8 +22,6 @@ import { bands, Cursors, outputBytes, produceBand } from "./stream.js";
  * different export in the way is replaced when it has no index yet; a committed one only with --force.
  */
 export const RECORD_NAME = ".orbax2reg-export.json";
-/** Shards written at once. */
-export const SHARD_CONCURRENCY = 2;
 
 export interface ExportOptions extends Omit<ConfigFlags, "dtype"> {
   readonly dtype?: "bfloat16" | "float32";
@@ -145,22 +143,28 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     await dest.write(RECORD_NAME, text.encode(recordText));
   }
   const budget = new Budget(options.memoryBytes);
-  // A band holds at most what one worker may take while the others take theirs.
-  const maxBand = Math.max(1 << 20, Math.floor(options.memoryBytes / Math.min(SHARD_CONCURRENCY, p.shards.length)));
-  let rereads = 0;
+  const maxBand = Math.max(1 << 20, options.memoryBytes);
+  // One producer, shards in order, sharing one set of cursors: tensors come in the source's layer order, so
+  // every chunk is decoded once across all shards. Decoding and the layout's copy are this thread's work
+  // (CPU-bound), so shards made at once in this process would only decode the earlier layers of every chunk
+  // again to reach their own (measured on a 2 GB step cut into 4 shards: 12.5 s with two at once, against
+  // 2.9 s for one shard); what runs in parallel is the reading ahead, the decoding and the writing of each
+  // shard (a local file's writes and flushes, a GCS upload), which overlap.
+  const cursors = new Cursors();
   const written = new Set<string>();
-  const todo = p.shards.filter((s) => !done.has(s.name));
-  for (const s of p.shards) if (done.has(s.name)) for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
-  await forEachLimited(todo, SHARD_CONCURRENCY, async (s) => {
-    const cursors = new Cursors();
-    try {
+  try {
+    for (const s of p.shards) {
+      if (done.has(s.name)) {
+        for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
+        continue;
+      }
       await dest.write(s.name, shardBytes(s, p.st, maxBand, budget, cursors, options.onTensor));
-    } finally {
-      await cursors.closeAll();
-      rereads += cursors.reopened;
+      written.add(s.name);
     }
-    written.add(s.name);
-  });
+  } finally {
+    await cursors.closeAll();
+  }
+  const rereads = cursors.reopened;
   await dest.write("config.json", text.encode(configText(p.built.config)));
   await dest.write("generation_config.json", text.encode(configText(p.built.generation)));
   await dest.makeDurable?.("");

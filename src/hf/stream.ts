@@ -182,6 +182,13 @@ export class ChunkCursor {
       if (take < n) this.pending = piece.subarray(take * item);
       this.pos += take;
     }
+    // The chunk's last element handed out: its decoder and buffers go (pos stays, so going back reopens).
+    if (this.pos === this.array.meta.chunkShape.reduce((a, b) => a * b, 1)) {
+      const it = this.it;
+      this.it = undefined;
+      this.pending = undefined;
+      await it?.return?.();
+    }
   }
 
   async close(): Promise<void> {
