@@ -9,7 +9,7 @@ import { type Dims, type OutputTensor, planExport } from "./llama.js";
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
 import { type ExportSource, openExportSource } from "./source.js";
-import { bands, Cursors, outputBytes, produceBand } from "./stream.js";
+import { Cursors, outputBytes, produceInOrder } from "./stream.js";
 
 /**
  * `orbax2reg export-hf`: a fuji step as a Hugging Face Llama checkpoint. Refuses a tree that is not a fuji
@@ -72,7 +72,17 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
   const built = buildConfig(plan.dims, { ...options, dtype });
   const st: SafetensorsDtype = dtype === "bfloat16" ? "BF16" : "F32";
   const sizes = plan.tensors.map((t) => outputBytes(t, st));
-  const groups = planShards(sizes, options.maxShardSize ?? DEFAULT_MAX_SHARD_SIZE);
+  // Tensors of one pass stay in one shard (made together, they are written together).
+  const units: number[][] = [];
+  plan.tensors.forEach((t, k) => {
+    const last = units.at(-1);
+    if (last !== undefined && t.pass !== undefined && plan.tensors[last[0] as number]?.pass === t.pass) last.push(k);
+    else units.push([k]);
+  });
+  const groups = planShards(
+    units.map((u) => u.reduce((a, k) => a + (sizes[k] as number), 0)),
+    options.maxShardSize ?? DEFAULT_MAX_SHARD_SIZE,
+  ).map((us) => us.flatMap((u) => units[u] as number[]));
   const shards: ShardPlan[] = groups.map((ids, i) => {
     const tensors = ids.map((k) => plan.tensors[k] as OutputTensor);
     const layout = buildHeader(tensors.map((t) => ({ name: t.name, dtype: st, shape: t.shape })));
@@ -174,7 +184,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   return summary(written, false, rereads);
 }
 
-/** A shard's bytes: its header, then each tensor band by band, each band's memory held from the budget until written. */
+/** A shard's bytes: its header, then each tensor band by band (produceInOrder). */
 async function* shardBytes(
   s: ShardPlan,
   dtype: SafetensorsDtype,
@@ -184,17 +194,9 @@ async function* shardBytes(
   onTensor?: (name: string, bytes: number) => void,
 ): AsyncIterable<Uint8Array> {
   yield s.header;
-  for (const t of s.tensors) {
-    for (const [u0, u1] of bands(t, dtype, maxBand)) {
-      const bytes = (outputBytes(t, dtype) * (u1 - u0)) / (t.extent[t.bandDim] as number);
-      const release = await budget.acquire(bytes);
-      try {
-        yield await produceBand(t, dtype, u0, u1, cursors);
-      } finally {
-        release();
-      }
-    }
-    onTensor?.(t.name, outputBytes(t, dtype));
+  for await (const piece of produceInOrder(s.tensors, dtype, maxBand, cursors, budget)) {
+    yield piece.bytes;
+    if (piece.last) onTensor?.(piece.t.name, outputBytes(piece.t, dtype));
   }
 }
 
