@@ -44,6 +44,11 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     onTensor: (name, bytes) => progress?.object(name, bytes),
   });
   progress?.stop();
+  // Beyond --memory: the decoders of every chunk a layer covers stay open (src/hf/stream.ts).
+  if (result.decoderBytes > (o.memory ?? mibToBytes(DEFAULT_MEMORY_MIB)))
+    out.warn(
+      `${result.openDecoders} chunk decoders stayed open (a stacked weight's chunks span every layer), about ${formatBytes(result.decoderBytes)} beyond --memory; a source with fewer chunks per weight needs less`,
+    );
   const seconds = (Date.now() - started) / 1000;
   const c = result.built.config;
   const summary = {
@@ -65,6 +70,8 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     alreadyExported: result.alreadyExported,
     resumed: result.resumed,
     chunkRereads: result.chunkRereads,
+    openDecoders: result.openDecoders,
+    decoderBytes: result.decoderBytes,
     committed: true,
     storageRetries: retryStats().retries,
     seconds,
