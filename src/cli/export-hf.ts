@@ -44,10 +44,9 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     onTensor: (name, bytes) => progress?.object(name, bytes),
   });
   progress?.stop();
-  // Beyond --memory: the decoders of every chunk a layer covers stay open (src/hf/stream.ts).
-  if (result.decoderBytes > (o.memory ?? mibToBytes(DEFAULT_MEMORY_MIB)))
+  if (result.decodersNeeded > result.openDecoders)
     out.warn(
-      `${result.openDecoders} chunk decoders stayed open (a stacked weight's chunks span every layer), about ${formatBytes(result.decoderBytes)} beyond --memory; a source with fewer chunks per weight needs less`,
+      `the chunks one layer covers need ${result.decodersNeeded} decoders; --memory holds ${result.openDecoders}, so chunks were decoded again from their start (${result.chunkRereads} times): more --memory, or a source with fewer chunks per weight, is faster`,
     );
   const seconds = (Date.now() - started) / 1000;
   const c = result.built.config;
@@ -71,6 +70,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     resumed: result.resumed,
     chunkRereads: result.chunkRereads,
     openDecoders: result.openDecoders,
+    decodersNeeded: result.decodersNeeded,
     decoderBytes: result.decoderBytes,
     committed: true,
     storageRetries: retryStats().retries,
