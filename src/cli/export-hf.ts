@@ -90,11 +90,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
   out.stdout(`rope_theta ${c.rope_theta}: ${src.rope_theta}`);
   out.stdout(`rms_norm_eps ${c.rms_norm_eps}: ${src.rms_norm_eps}`);
   out.stdout(`max_position_embeddings ${c.max_position_embeddings}: ${src.max_position_embeddings}`);
-  if (result.skipped.length > 0) {
-    const n = result.skipped.length;
-    const shown = result.skipped.slice(0, 2).join(", ");
-    out.stdout(`skipped ${n} ${n === 1 ? "leaf" : "leaves"} outside model/: ${shown}${n > 2 ? `, … (--json lists them)` : ""}`);
-  }
+  // Leaves outside model/ (optimizer state, prng_key) are skipped silently; --json lists them.
   if (result.alreadyExported) {
     out.stdout(`already exported: ${result.destination} holds this export (${result.shards.length} shard(s) checked, nothing written)`);
     return 0;
