@@ -1,6 +1,5 @@
-import { DEFAULT_MEMORY_MIB, mibToBytes } from "../defaults.js";
 import { EXIT_CHECK_FAILED } from "../errors.js";
-import { exportHf } from "../hf/export.js";
+import { DEFAULT_EXPORT_MEMORY, exportHf } from "../hf/export.js";
 import { verifyExport } from "../hf/verify.js";
 import { retryStats } from "../store/retry.js";
 import { buildIdentity } from "../version.js";
@@ -31,7 +30,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     ...(o.ropeTheta === undefined ? {} : { ropeTheta: o.ropeTheta }),
     ...(o.rmsNormEps === undefined ? {} : { rmsNormEps: o.rmsNormEps }),
     ...(o.maxPositionEmbeddings === undefined ? {} : { maxPositionEmbeddings: o.maxPositionEmbeddings }),
-    memoryBytes: o.memory ?? mibToBytes(DEFAULT_MEMORY_MIB),
+    memoryBytes: o.memory ?? DEFAULT_EXPORT_MEMORY,
     force: o.force ?? false,
     onPlan: (plan) => {
       progress = new ConvertProgress(
@@ -46,7 +45,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
   progress?.stop();
   if (result.decodersNeeded > result.openDecoders)
     out.warn(
-      `the chunks one layer covers need ${result.decodersNeeded} decoders; --memory holds ${result.openDecoders}, so chunks were decoded again from their start (${result.chunkRereads} times): more --memory, or a source with fewer chunks per weight, is faster`,
+      `the chunks one layer of one array covers need ${result.decodersNeeded} decoders; --memory holds ${result.openDecoders}, so chunks were decoded again from their start (${result.chunkRereads} times): more --memory, or a source with fewer chunks per weight, is faster`,
     );
   const seconds = (Date.now() - started) / 1000;
   const c = result.built.config;
@@ -72,6 +71,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     openDecoders: result.openDecoders,
     decodersNeeded: result.decodersNeeded,
     decoderBytes: result.decoderBytes,
+    peakOpenDecoders: result.peakOpenDecoders,
     committed: true,
     storageRetries: retryStats().retries,
     seconds,

@@ -60,10 +60,11 @@ export interface ExportResult {
   readonly resumed: boolean;
   /** Chunks decoded more than once (bands of tensors over --memory, or shards starting past a chunk's start). */
   readonly chunkRereads: number;
-  /** Chunk decoders open at once at most, about what they hold, and how many the layer order wants open. */
+  /** Chunk decoders open at once at most (the cap, and as seen), about what they hold, and how many the array order wants open. */
   readonly openDecoders: number;
   readonly decodersNeeded: number;
   readonly decoderBytes: number;
+  readonly peakOpenDecoders: number;
 }
 
 /**
@@ -74,34 +75,36 @@ export interface ExportResult {
 export const DECODER_BYTES = 1.25 * 2 ** 20;
 
 /**
- * How --memory is shared: decoders get what they need up to half of it (at least 8 of them), the bands of
- * output tensors the rest (at least 1 MiB).
+ * How --memory is shared: decoders get what they need up to three quarters of it (at least 8 of them), the
+ * bands of output tensors the rest (at least 1 MiB).
  */
 export function memoryPlan(decoders: number, memoryBytes: number): { maxOpen: number; maxBand: number } {
-  const maxOpen = Math.max(8, Math.min(decoders, Math.floor(memoryBytes / 2 / DECODER_BYTES)));
+  const maxOpen = Math.max(8, Math.min(decoders, Math.floor((memoryBytes * 3) / 4 / DECODER_BYTES)));
   return { maxOpen, maxBand: Math.max(1 << 20, memoryBytes - Math.min(decoders, maxOpen) * DECODER_BYTES) };
 }
 
 /**
- * The chunk decoders open at once: a stacked array's chunks stay open from the first layer to the last (each
- * spans every layer), so every chunk of every layer array counts, plus the largest other array's.
+ * export-hf's default --memory: fuji.py's meshes cut a layer weight in at most 256 pieces (fsdp=256 on
+ * tpu-v5litepod-256), whose 256 decoders (320 MiB) fit in three quarters of it, leaving 128 MiB for bands.
+ */
+export const DEFAULT_EXPORT_MEMORY = 448 * 2 ** 20;
+
+/**
+ * The chunk decoders open at once: tensors come array by array, and a stacked array's chunks stay open from
+ * its first layer to its last (each spans every layer), so the most chunks one layer of one array covers.
+ * Other arrays are read through within one tensor (at most as many at once as the cap allows).
  */
 export function openDecoders(tensors: readonly OutputTensor[]): number {
-  const chunksOf = new Map<string, number>();
+  let most = 1;
   for (const t of tensors) {
+    if (!t.array.path.startsWith(STACKED_PREFIX)) continue;
     const m = t.array.meta;
-    chunksOf.set(
-      t.array.path,
-      m.shape.reduce((n, s, d) => n * Math.ceil(s / (m.chunkShape[d] as number)), 1),
+    most = Math.max(
+      most,
+      m.shape.reduce((n, s, d) => (d === 0 ? n : n * Math.ceil(s / (m.chunkShape[d] as number))), 1),
     );
   }
-  let layers = 0;
-  let others = 0;
-  for (const [path, n] of chunksOf) {
-    if (path.startsWith(STACKED_PREFIX)) layers += n;
-    else others = Math.max(others, n);
-  }
-  return layers + others;
+  return most;
 }
 
 const text = new TextEncoder();
@@ -160,7 +163,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
       },
     );
   }
-  const summary = (written: Set<string>, already: boolean, rereads: number): ExportResult => ({
+  const summary = (written: Set<string>, already: boolean, rereads: number, peak: number): ExportResult => ({
     source: {
       kind: p.source.kind,
       location: p.source.location,
@@ -181,6 +184,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     openDecoders: Math.min(decoders, memoryPlan(decoders, options.memoryBytes).maxOpen),
     decodersNeeded: decoders,
     decoderBytes: Math.min(decoders, memoryPlan(decoders, options.memoryBytes).maxOpen) * DECODER_BYTES,
+    peakOpenDecoders: peak,
   });
   const decoders = openDecoders(p.plan.tensors);
   // Shards already in place: a matching record, the planned size and the planned header.
@@ -189,7 +193,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     for (const s of p.shards) if (await shardInPlace(dest, s)) done.add(s.name);
     if (committed && done.size === p.shards.length) {
       for (const s of p.shards) options.onTensor?.(s.name, s.fileBytes);
-      return summary(new Set(), true, 0);
+      return summary(new Set(), true, 0, 0);
     }
   }
   // Uncommit before changing anything, then say what is being written.
@@ -198,16 +202,16 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     await removeStaleShards(dest, new Set(p.shards.map((s) => s.name)));
     await dest.write(RECORD_NAME, text.encode(recordText));
   }
-  // --memory is shared: the open chunk decoders first (up to half of it; past that they are capped and chunks
-  // re-read), the output tensors' bands the rest.
+  // --memory is shared: the open chunk decoders first (up to three quarters of it; past that they are capped
+  // and chunks re-read), the output tensors' bands the rest.
   const { maxOpen, maxBand } = memoryPlan(decoders, options.memoryBytes);
   const budget = new Budget(maxBand);
-  // One producer, shards in order, sharing one set of cursors: tensors come in the source's layer order, so
-  // every chunk is decoded once across all shards. Decoding and the layout's copy are this thread's work
-  // (CPU-bound), so shards made at once in this process would only decode the earlier layers of every chunk
-  // again to reach their own (measured on a 2 GB step cut into 4 shards: 12.5 s with two at once, against
-  // 2.9 s for one shard); what runs in parallel is the reading ahead, the decoding and the writing of each
-  // shard (a local file's writes and flushes, a GCS upload), which overlap.
+  // One producer, shards in order, sharing one set of cursors: tensors come array by array, each array's in
+  // layer order, so every chunk is decoded once across all shards, with one array's decoders open at a time.
+  // Decoding and the layout's copy are this thread's work (CPU-bound: zstd-napi decodes synchronously on this
+  // thread), so shards made at once in this process would not decode faster, and a shard starting within an
+  // array would decode that array's earlier layers again to reach its own; what runs in parallel is the reading
+  // ahead, the decoding and the writing of each shard (a local file's writes and flushes, a GCS upload).
   const cursors = new Cursors(maxOpen);
   const written = new Set<string>();
   try {
@@ -229,7 +233,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   await dest.write(INDEX_NAME, text.encode(indexText(p.totalSize, p.weightMap)));
   await dest.makeDurable?.(INDEX_NAME);
   await dest.flushed?.();
-  return summary(written, false, rereads);
+  return summary(written, false, rereads, cursors.peakOpen);
 }
 
 /** A shard's bytes: its header, then each tensor band by band (produceInOrder). */

@@ -36,7 +36,7 @@ export interface MappingRow {
   readonly layout: Layout;
 }
 
-/** Per layer, in the order transformers' LlamaDecoderLayer lists its weights (state_dict order). */
+/** The layer arrays, in the order their tensors are made (each array's for every layer before the next). */
 export const LAYER_ROWS: readonly MappingRow[] = [
   {
     leaf: "self_attention/attention/i_proj/i_proj/qkv_proj/weight",
@@ -136,7 +136,8 @@ interface LayerLeaf {
 }
 
 /**
- * Maps the source's model/ leaves to LlamaForCausalLM's tensors, in transformers' state_dict order, or
+ * Maps the source's model/ leaves to LlamaForCausalLM's tensors (the embedding, each layer array's tensors
+ * for every layer, the final norm, the head), or
  * refuses (MetadataError naming the leaf) a tree that is not a fuji-family decoder: a leaf under model/ it
  * does not know, a leaf missing, or a shape that does not fit the others.
  */
@@ -284,9 +285,13 @@ export function planExport(arrays: readonly SourceArray[], otherLeaves: readonly
     leaf: a.path,
   });
   tensors.push(whole(EMBEDDING.hf[0] as string, emb, [vocab, hidden]));
-  for (let i = 0; i < layers; i++) {
-    const prefix = `model.layers.${i}.`;
-    for (const row of LAYER_ROWS) {
+  // Array-major: every layer's tensors of one stacked array, then the next array's. A stacked array's chunk
+  // spans every layer, so its decoder stays open from layer 0 to the last: in this order only one array's
+  // chunks are open at once (in layer order all five weights' would be). Shards and the index need no order
+  // (transformers and vLLM find each tensor by its name in the index).
+  for (const row of LAYER_ROWS) {
+    for (let i = 0; i < layers; i++) {
+      const prefix = `model.layers.${i}.`;
       const l = leafOf(i, row.leaf);
       const lead = l.layer === undefined ? [] : [l.layer];
       const lead1 = lead.map(() => 1);

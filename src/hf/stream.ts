@@ -9,9 +9,9 @@ import type { SourceArray } from "./source.js";
 /**
  * The streaming engine: an output tensor is filled from the chunks its box covers, each chunk read by one
  * sequential decoder (a ChunkCursor) that stays where it stopped, so that tensors asked for in the order of
- * the source's bytes (layer by layer: a stacked array's axis 0 is its slowest) decode every chunk once, whatever
- * the size of the chunk: a (32, 3, 512, 32, 128) qkv chunk spanning every layer is read layer slice by layer
- * slice, and only the output tensor (or a band of it) is ever held.
+ * the source's bytes (an array's layers in order: a stacked array's axis 0 is its slowest) decode every chunk
+ * once, whatever the size of the chunk: a (32, 3, 512, 32, 128) qkv chunk spanning every layer is read layer
+ * slice by layer slice, and only the output tensor (or a band of it) is ever held.
  */
 
 /** What the elements become: the cast of one run of source elements into the output. */
@@ -214,12 +214,15 @@ export class ChunkCursor {
  * The cursors of one producer, by array and chunk: tensors asked for in order share them. At most `maxOpen`
  * decoders stay open: past that the least recently used are closed, and decode their chunk from its start
  * when next needed (counted in `reopened`). A stacked weight's chunks span every layer, so when the chunks one
- * layer covers are more than the cap (a mesh that cuts each weight in hundreds), each layer re-reads them from
- * the start: decoding grows with layers squared, memory stays bounded.
+ * layer of it covers are more than the cap (a mesh that cuts each weight in more pieces than --memory keeps
+ * decoders for), each layer re-reads them from the start: decoding grows with layers squared, memory stays
+ * bounded.
  */
 export class Cursors {
   private readonly open = new Map<string, ChunkCursor>();
   reopened = 0;
+  /** The most decoders seen open at once (after a chunk's feed, before the cap is kept). */
+  peakOpen = 0;
 
   constructor(readonly maxOpen = Number.POSITIVE_INFINITY) {}
 
@@ -237,12 +240,23 @@ export class Cursors {
   async trim(busy: ReadonlySet<ChunkCursor> = new Set()): Promise<void> {
     let live = 0;
     for (const c of this.open.values()) if (c.live) live++;
+    this.peakOpen = Math.max(this.peakOpen, live);
     for (const c of this.open.values()) {
       if (live <= this.maxOpen) return;
       if (!c.live || busy.has(c)) continue;
       await c.close();
       c.evicted = true;
       live--;
+    }
+  }
+
+  /** Closes the decoders of `path`'s chunks: the tensors made next come from another array. */
+  async closeArray(path: string): Promise<void> {
+    for (const [key, c] of this.open) {
+      if (!key.startsWith(`${path}|`)) continue;
+      this.reopened += c.reopened;
+      await c.close();
+      this.open.delete(key);
     }
   }
 
@@ -408,6 +422,10 @@ export async function* produceInOrder(
     while (first.pass !== undefined && j < tensors.length && tensors[j]?.pass === first.pass) j++;
     const group = tensors.slice(i, j);
     i = j;
+    // The previous array's tensors all made (array-major order): its decoders go (a padded edge chunk's stays
+    // open short of its end otherwise).
+    const previous = tensors[i - group.length - 1];
+    if (previous !== undefined && previous.array !== first.array) await cursors.closeArray(previous.array.path);
     const groupBytes = group.reduce((a, t) => a + outputBytes(t, dtype), 0);
     if (group.length > 1 && groupBytes <= maxBand) {
       const release = await budget?.acquire(groupBytes);

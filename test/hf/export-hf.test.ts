@@ -244,6 +244,42 @@ describe("export-hf of grouped-QKV trees and trees that are not fuji's", () => {
     });
   });
 
+  test("a weight cut in 64 chunks per layer (as a large fsdp mesh cuts it): one array's decoders open at a time, no chunk decoded twice", async () => {
+    const root = tempDir("hf");
+    const dims = { layers: 4, dim: 64, heads: 4, headDim: 16, ffn: 128, vocab: 64 };
+    const arrays = fujiArrays(dims, 9);
+    // Every layer weight cut in 64 on its model axis: 5 arrays x 64 chunks, each chunk spanning the 4 layers.
+    writeRegularStep(join(root, "step"), arrays, (a) =>
+      a.path.includes("/repeat/layer/") && a.path.endsWith("/weight")
+        ? shardedChunks(a.shape, a.path.endsWith("qkv_proj/weight") || a.path.endsWith("linear2/weight") ? 2 : 1, 64)
+        : [...a.shape],
+    );
+    const dest = join(root, "hf");
+    // 120 MiB: 72 decoders (three quarters, 1.25 MiB each). Made layer by layer across the five weights, the
+    // 320 chunks would all be open at once, and over the cap re-read from their start layer after layer.
+    const r = await runCli([
+      "export-hf",
+      join(root, "step"),
+      dest,
+      "--memory",
+      "120",
+      "--max-shard-size",
+      "100KB",
+      "--json",
+      "--no-progress",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const report = json(r.stdout);
+    expect(report).toMatchObject({ decodersNeeded: 64, openDecoders: 64, chunkRereads: 0 });
+    expect(report.peakOpenDecoders as number).toBeLessThanOrEqual(64);
+    expect(r.stderr).toBe("");
+    expectSameTensors(dest, expectedBytes(arrays, dims, "BF16"), "BF16");
+    // Shards hold runs of one array's layers; transformers finds each tensor through the index.
+    expect(report.shards.length).toBeGreaterThan(3);
+    const v = await runCli(["verify", join(root, "step"), dest, "--no-progress"]);
+    expect(v.code, v.stdout + v.stderr).toBe(0);
+  });
+
   for (const [what, change, message] of [
     [
       "an unknown leaf under model/",

@@ -119,10 +119,20 @@ describe("a bfloat16 source", () => {
   });
 });
 
-test("with fewer decoders allowed open than one layer's chunks, chunks are decoded again from their start, to the same bytes", async () => {
+test("with fewer decoders allowed open than one layer of an array covers, chunks are decoded again from their start, to the same bytes", async () => {
   const dims = { layers: 3, dim: 16, heads: 2, headDim: 8, ffn: 24, vocab: 20 };
   const arrays = fujiArrays(dims);
-  const plan = planExport(arrays.map((a) => memoryArray(a, fsdpChunks(a))));
+  // Weights cut in 4 on their model axis: 4 chunks per layer of each array, 2 decoders allowed.
+  const plan = planExport(
+    arrays.map((a) =>
+      memoryArray(
+        a,
+        a.path.includes("/repeat/layer/") && a.path.endsWith("/weight")
+          ? shardedChunks(a.shape, a.path.endsWith("qkv_proj/weight") ? 2 : a.path.endsWith("linear2/weight") ? 2 : 1, 4)
+          : [...a.shape],
+      ),
+    ),
+  );
   const run = async (cursors: Cursors) => {
     const out: Uint8Array[] = [];
     for await (const p of produceInOrder(plan.tensors, "BF16", 1 << 30, cursors)) out.push(p.bytes);
