@@ -201,12 +201,17 @@ export class ChunkCursor {
   }
 
   async close(): Promise<void> {
+    await this.closeNow();
+  }
+
+  /** Closes at once (the decoder is live no more when this returns); its release finishes in the background. */
+  closeNow(): Promise<unknown> {
     const it = this.it;
     this.it = undefined;
     this.pending = undefined;
     this.carry = undefined;
     this.pos = 0;
-    await it?.return?.();
+    return Promise.resolve(it?.return?.()).catch(() => undefined);
   }
 }
 
@@ -236,15 +241,20 @@ export class Cursors {
     return c;
   }
 
-  /** Closes the least recently used decoders beyond the cap (never one in `busy`). */
-  async trim(busy: ReadonlySet<ChunkCursor> = new Set()): Promise<void> {
+  /**
+   * Closes decoders beyond the cap (never one in `busy`), the most recently used first: layer after layer the
+   * chunks are asked for in the same order, so the least recently used is the next one needed, and closing
+   * the newest keeps the first ones open for the next layer (cap - 1 chunks a layer not re-read).
+   */
+  trim(busy: ReadonlySet<ChunkCursor> = new Set(), room = 0): void {
     let live = 0;
     for (const c of this.open.values()) if (c.live) live++;
     this.peakOpen = Math.max(this.peakOpen, live);
-    for (const c of this.open.values()) {
-      if (live <= this.maxOpen) return;
+    for (const c of [...this.open.values()].reverse()) {
+      if (live + room <= this.maxOpen) return;
       if (!c.live || busy.has(c)) continue;
-      await c.close();
+      // Synchronous: a producer about to open a decoder sees the others' room taken or freed at once.
+      void c.closeNow();
       c.evicted = true;
       live--;
     }
@@ -319,17 +329,21 @@ export async function producePass(requests: readonly BandRequest[], dtype: Safet
     }
     return out;
   });
-  // At most cursors.maxOpen chunks decoded at once, the cap kept after each.
+  // At most cursors.maxOpen chunks decoded at once, the cap kept before and after each. When the pass covers
+  // more chunks than the cap, a quarter of it reads at once and the rest stay open for the next layer.
   const busy = new Set<ChunkCursor>();
-  await forEachLimited([...perChunk.values()], Math.max(1, Math.min(perChunk.size, cursors.maxOpen)), async (c) => {
+  const atOnce = perChunk.size <= cursors.maxOpen ? perChunk.size : Math.max(1, Math.floor(cursors.maxOpen / 4));
+  await forEachLimited([...perChunk.values()], atOnce, async (c) => {
     const cursor = cursors.get(c.array, c.index);
+    // Room for this decoder before it opens: the cap holds while it reads, not only after.
+    if (!cursor.live) cursors.trim(busy, 1);
     busy.add(cursor);
     try {
       await cursor.feed(c.walkers);
     } finally {
       busy.delete(cursor);
     }
-    await cursors.trim(busy);
+    cursors.trim(busy);
   });
   return outputs.map((out) => new Uint8Array(out.buffer));
 }

@@ -10,6 +10,14 @@ import { compareOutput, type Transcript, transcripts } from "../helpers/transcri
 
 const DOCS = ["README.md", "docs/cli.md"];
 const AXLEARN_PYTHON = resolve(".venv-axlearn/bin/python");
+/** The export's consumers (transformers, torch): setup's .venv-hf. */
+const HF_PYTHON = resolve(".venv-hf/bin/python");
+
+/** A transcript that runs `transformers` (a command, or a file it shows with `cat`, names it): .venv-hf's python runs it. */
+const needsHf = (b: Transcript) =>
+  b.steps.some(
+    (s) => /\btransformers\b/.test(s.command) || (/^cat /.test(s.command) && s.expected.some((l) => /\btransformers\b/.test(l))),
+  );
 
 let prefix = "";
 
@@ -53,7 +61,9 @@ async function runDocument(doc: string, blocks: Transcript[]): Promise<void> {
         writeFileSync(join(work, file), `${step.expected.map(local).join("\n")}\n`);
       }
       const command = local(step.command);
-      const r = await run("bash", ["-c", `${prelude}${command} 2>&1`], { cwd: work, env, timeout: 300_000 });
+      // `python` of a transformers transcript is .venv-hf's (torch and transformers), ahead of AXLearn's.
+      const blockEnv = needsHf(block) ? { ...env, PATH: `${resolve(".venv-hf/bin")}:${env.PATH}` } : env;
+      const r = await run("bash", ["-c", `${prelude}${command} 2>&1`], { cwd: work, env: blockEnv, timeout: 300_000 });
       if (/^[A-Za-z_][A-Za-z0-9_]*=\S/.test(step.command) && step.expected.length === 0) prelude += `${command}; `;
       const printed = (r.stdout ?? "").split("\n");
       const difference = compareOutput(step.expected.map(local), printed);
@@ -67,7 +77,9 @@ for (const doc of DOCS) {
   const needsAxlearn = (b: Transcript) => b.steps.some((s) => /(^|\s)python\s/.test(s.command));
   // The container's examples run in test/deploy/image.test.ts, against the image it builds.
   const container = (b: Transcript) => b.steps.some((s) => /^(docker|podman) /.test(s.command));
-  const runnable = blocks.filter((b) => !container(b) && (existsSync(AXLEARN_PYTHON) || !needsAxlearn(b)));
+  // A transformers transcript loads what an earlier (AXLearn venv) example exported: it needs both venvs.
+  const hfReady = existsSync(HF_PYTHON) && existsSync(AXLEARN_PYTHON);
+  const runnable = blocks.filter((b) => !container(b) && (needsHf(b) ? hfReady : existsSync(AXLEARN_PYTHON) || !needsAxlearn(b)));
   describe(`${doc}'s examples`, () => {
     test(`its ${runnable.length} transcripts print what the docs show`, async () => {
       expect(runnable.length).toBeGreaterThan(0);
@@ -75,6 +87,10 @@ for (const doc of DOCS) {
     }, 900_000);
     test.skipIf(existsSync(AXLEARN_PYTHON) || !blocks.some(needsAxlearn))(
       "its AXLearn examples (skipped: .venv-axlearn is absent; ORBAX2REG_AXLEARN names AXLearn's source for setup)",
+      () => {},
+    );
+    test.skipIf(hfReady || !blocks.some(needsHf))(
+      "its transformers examples (skipped: .venv-hf or .venv-axlearn is absent; scripts/install.sh makes them)",
       () => {},
     );
   });
