@@ -137,11 +137,13 @@ test("with fewer decoders allowed open than one layer of an array covers, chunks
     const out: Uint8Array[] = [];
     for await (const p of produceInOrder(plan.tensors, "BF16", 1 << 30, cursors)) out.push(p.bytes);
     await cursors.closeAll();
-    return { bytes: Buffer.concat(out), reopened: cursors.reopened };
+    return { bytes: Buffer.concat(out), reopened: cursors.reopened, peakOpen: cursors.peakOpen };
   };
   const free = await run(new Cursors());
   const capped = await run(new Cursors(2));
   expect(Buffer.compare(capped.bytes, free.bytes)).toBe(0);
   expect(free.reopened).toBe(0);
   expect(capped.reopened).toBeGreaterThan(0);
+  // The cap holds while chunks are read, not only after.
+  expect(capped.peakOpen).toBeLessThanOrEqual(2);
 });
