@@ -83,10 +83,13 @@ export async function startEmulator(root, { plain = false } = {}) {
   throw new Error("fake-gcs-server did not answer within 30 s");
 }
 
-/** Stops `child` when this process exits, and (SIGKILL) when it is killed; resolves when it has exited. */
-function stopWithUs(child) {
+/**
+ * Stops `child` when this process exits (with `atExit`: nginx's master takes SIGTERM to stop its workers, which
+ * SIGKILL would leave running).
+ */
+function stopWithUs(child, atExit = "SIGKILL") {
   const running = () => child.exitCode === null && child.signalCode === null;
-  process.on("exit", () => running() && child.kill("SIGKILL"));
+  process.on("exit", () => running() && child.kill(atExit));
   const exited = new Promise((done) => child.once("exit", done));
   return { stop: () => running() && child.kill("SIGTERM"), exited };
 }
@@ -152,7 +155,7 @@ http {
 `;
   writeFileSync(join(dir, "nginx.conf"), conf);
   const child = spawn(nginx, ["-p", dir, "-c", join(dir, "nginx.conf")], { stdio: ["ignore", "ignore", "inherit"] });
-  const { stop } = stopWithUs(child);
+  const { stop } = stopWithUs(child, "SIGTERM");
   process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
   const url = `https://127.0.0.1:${port}`;
   for (let i = 0; i < 100; i++) {
