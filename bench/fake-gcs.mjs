@@ -3,8 +3,9 @@
 // bench/scale.mjs: the one place the emulator is started, and stopped (its folder removed) when the benchmark
 // exits or is killed. It serves HTTPS, as Cloud Storage does, with the tests' loopback certificate
 // (test/helpers/tls.mjs); a benchmark that also needs plain HTTP (TensorStore's side-by-side) gets both, on two
-// ports over the same objects. A benchmark's process and its children must trust the test CA (NODE_EXTRA_CA_CERTS):
-// its entry point calls runTrustingTestCa() first.
+// ports over the same objects. In front of the plain port, bench/gcs.mjs puts nginx terminating TLS (a TLS server
+// TensorStore's curl works with) and bench/delay-proxy.mjs (a fixed latency per request). A benchmark's process and
+// its children must trust the test CA (NODE_EXTRA_CA_CERTS): its entry point calls runTrustingTestCa() first.
 import { spawn, spawnSync } from "node:child_process";
 import { createReadStream, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
