@@ -23,7 +23,8 @@ Checks, each adding to "problems" when it fails:
   weight, so its float32 logits are only reported;
 - greedy: the model loaded with dtype=bfloat16 (and computing in bfloat16, as AXLearn's bfloat16 forward does)
   must pick AXLearn's greedy next token at every position.
-Prints one JSON object: the figures and the problems (empty when all hold). Exit 0 either way (the caller
+Prints one JSON object: the figures, the problems (empty when all hold) and the same problems by check
+("by_check": files, config, load, logits, greedy). Exit 0 either way (the caller
 reads the problems); exit 2 for bad arguments.
 """
 
@@ -43,6 +44,14 @@ sys.dont_write_bytecode = True
 # 1000x below what a wrong layout does (a swapped gate/up, an unpermuted rotary half or a misplaced norm moves
 # logits by 1e-1 and more).
 F32_RELATIVE_TOLERANCE = 1e-4
+
+CHECKS = ("files", "config", "load", "logits", "greedy")
+
+
+def problem(out, check, message):
+    out["problems"].append(message)
+    out["by_check"][check].append(message)
+
 
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16"}
 BYTES = {"F32": 4, "BF16": 2}
@@ -86,12 +95,12 @@ def check_files(export, e, out):
         with safe_open(os.path.join(export, shard), framework="pt") as f:
             meta = f.metadata() or {}
             if meta.get("format") != "pt":
-                out["problems"].append(f"{shard}: metadata format {meta.get('format')!r}, not 'pt'")
+                problem(out, "files", f"{shard}: metadata format {meta.get('format')!r}, not 'pt'")
             for name in f.keys():
                 s = f.get_slice(name)
                 dtype, shape = s.get_dtype(), list(s.get_shape())
                 if name in held:
-                    out["problems"].append(f"{name}: in {held[name][0]} and {shard}")
+                    problem(out, "files", f"{name}: in {held[name][0]} and {shard}")
                 held[name] = (shard, dtype, shape)
                 dtypes.add(dtype)
                 n = 1
@@ -102,28 +111,28 @@ def check_files(export, e, out):
     out["dtypes"] = sorted(dtypes)
     for name, shard in weight_map.items():
         if name not in held:
-            out["problems"].append(f"{name}: the index names {shard}, which does not hold it")
+            problem(out, "files", f"{name}: the index names {shard}, which does not hold it")
         elif held[name][0] != shard:
-            out["problems"].append(f"{name}: the index names {shard}, but {held[name][0]} holds it")
+            problem(out, "files", f"{name}: the index names {shard}, but {held[name][0]} holds it")
     for name in held:
         if name not in weight_map:
-            out["problems"].append(f"{name}: in {held[name][0]} but not in the index")
+            problem(out, "files", f"{name}: in {held[name][0]} but not in the index")
     declared = index.get("metadata", {}).get("total_size")
     if declared != total:
-        out["problems"].append(f"index metadata.total_size {declared}, the tensors' bytes {total}")
+        problem(out, "files", f"index metadata.total_size {declared}, the tensors' bytes {total}")
     want_dtype = SAFETENSORS_DTYPE[out["dtype"]]
     want = expected_shapes(e)
     for name, shape in want.items():
         if name not in held:
-            out["problems"].append(f"{name}: missing")
+            problem(out, "files", f"{name}: missing")
             continue
         if held[name][2] != shape:
-            out["problems"].append(f"{name}: shape {held[name][2]}, LlamaForCausalLM's {shape}")
+            problem(out, "files", f"{name}: shape {held[name][2]}, LlamaForCausalLM's {shape}")
         if held[name][1] != want_dtype:
-            out["problems"].append(f"{name}: dtype {held[name][1]}, the export's {want_dtype}")
+            problem(out, "files", f"{name}: dtype {held[name][1]}, the export's {want_dtype}")
     for name in held:
         if name not in want:
-            out["problems"].append(f"{name}: not a tensor of LlamaForCausalLM for this architecture")
+            problem(out, "files", f"{name}: not a tensor of LlamaForCausalLM for this architecture")
 
 
 def rope_theta(config):
@@ -168,7 +177,7 @@ def check_config(export, e, out):
     out["config"] = got
     for k, v in want.items():
         if got[k] != v:
-            out["problems"].append(f"config.json {k}: {got[k]!r}, the model's {v!r}")
+            problem(out, "config", f"config.json {k}: {got[k]!r}, the model's {v!r}")
 
 
 def load(export, dtype, out, label):
@@ -178,10 +187,10 @@ def load(export, dtype, out, label):
     model, info = LlamaForCausalLM.from_pretrained(export, dtype=dtype, output_loading_info=True)
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
         if info.get(kind):
-            out["problems"].append(f"from_pretrained({label}) {kind}: {sorted(map(str, info[kind]))[:10]}")
+            problem(out, "load", f"from_pretrained({label}) {kind}: {sorted(map(str, info[kind]))[:10]}")
     model.eval()
     if model.dtype != dtype:
-        out["problems"].append(f"from_pretrained({label}) gave a {model.dtype} model")
+        problem(out, "load", f"from_pretrained({label}) gave a {model.dtype} model")
     torch.set_grad_enabled(False)
     return model
 
@@ -208,11 +217,11 @@ def main(argv):
         e = json.load(f)
     with open(os.path.join(export, "config.json")) as f:
         raw = json.load(f)
-    out = {"variant": e["variant"], "dtype": dtype, "problems": []}
+    out = {"variant": e["variant"], "dtype": dtype, "problems": [], "by_check": {k: [] for k in CHECKS}}
     # transformers 5 writes "dtype", 4.x "torch_dtype"; either names the weights' dtype.
     declared = raw.get("dtype", raw.get("torch_dtype"))
     if declared != dtype:
-        out["problems"].append(f"config.json dtype {declared!r}, the export's {dtype!r}")
+        problem(out, "config", f"config.json dtype {declared!r}, the export's {dtype!r}")
     check_files(export, e, out)
     check_config(export, e, out)
 
@@ -231,11 +240,13 @@ def main(argv):
         tolerance = F32_RELATIVE_TOLERANCE * scale
         out["f32_tolerance"] = tolerance
         if not diff <= tolerance:
-            out["problems"].append(
+            problem(
+                out,
+                "logits",
                 f"float32 logits differ from AXLearn's by up to {diff:.3g} (tolerance {tolerance:.3g})"
             )
         if not out["greedy_f32_equal"]:
-            out["problems"].append("float32 greedy tokens differ from AXLearn's")
+            problem(out, "logits", "float32 greedy tokens differ from AXLearn's")
 
     bf16 = logits_of(load(export, torch.bfloat16, out, "dtype=bfloat16"), tokens)
     greedy = bf16.argmax(-1)
@@ -246,7 +257,9 @@ def main(argv):
     out["greedy_bf16_equal"] = int((greedy == want).sum())
     if out["greedy_bf16_equal"] != want.size:
         where = [list(map(int, p)) for p in np.argwhere(greedy != want)[:5]]
-        out["problems"].append(
+        problem(
+            out,
+            "greedy",
             f"bfloat16 greedy tokens differ from AXLearn's at {want.size - out['greedy_bf16_equal']} of {want.size} "
             f"positions (first [sequence, position]: {where})"
         )
