@@ -49,8 +49,8 @@ function cli(args: string[]): Promise<RunResult> {
   return run(process.execPath, ["bin/orbax2reg.js", ...args]);
 }
 
-async function exportHf(source: string, dest: string, v: Variant, dtype: Dtype): Promise<void> {
-  const r = await cli(["export-hf", source, dest, "--dtype", dtype, "--fuji-version", expected(v).fuji_version, "--no-progress"]);
+async function exportHf(source: string, dest: string, v: Variant, dtype: Dtype, extra: string[] = []): Promise<void> {
+  const r = await cli(["export-hf", source, dest, "--dtype", dtype, "--fuji-version", expected(v).fuji_version, "--no-progress", ...extra]);
   if (r.code !== 0) throw new Error(`export-hf ${source} exited ${r.code}:\n${r.stderr.slice(-2000)}`);
 }
 
@@ -94,6 +94,18 @@ describe(`an export of fuji-shaped models built and saved by AXLearn, read by sa
       }
     }
   });
+
+  test("split into many shards by --max-shard-size, it loads and computes the same logits", async (ctx) => {
+    if (unavailable !== undefined) ctx.skip();
+    const v = "grouped-untied";
+    const sharded = join(root, `${v}-sharded`);
+    // 200 kB: below the 1.4 MiB float32 model, above its largest tensor (the 147 kB embedding).
+    await exportHf(STEP(v), sharded, v, "float32", ["--max-shard-size", "200KB"]);
+    const c = await hfCheck(sharded, v, "float32");
+    expect(c.problems).toEqual([]);
+    expect(c.shards).toBeGreaterThan(2);
+    expect(c.f32_max_abs_diff).toBe(check(v, "float32").f32_max_abs_diff);
+  }, 120_000);
 
   test("transformers reads the config as the model's architecture and loads every weight (no missing or unexpected ones)", (ctx) => {
     if (unavailable !== undefined) ctx.skip();

@@ -15,7 +15,8 @@ Checks, each adding to "problems" when it fails:
   shard's metadata says format "pt" (what transformers writes); every tensor has the export's dtype and the shape
   LlamaForCausalLM has for the fixture's architecture;
 - config: `LlamaConfig` read from config.json gives the fixture's layers, sizes, heads, kv heads, head dim,
-  vocabulary, tied embeddings, rope theta and RMSNorm eps;
+  vocabulary, tied embeddings, rope theta and RMSNorm eps; generation_config.json, where written, reads with
+  `GenerationConfig.from_pretrained`;
 - load: `LlamaForCausalLM.from_pretrained(EXPORT_DIR, dtype=float32)` with no missing, unexpected or mismatched
   weights;
 - logits: the model's float32 logits for the fixture's tokens against AXLearn's float32 logits. For a float32
@@ -180,6 +181,16 @@ def check_config(export, e, out):
             problem(out, "config", f"config.json {k}: {got[k]!r}, the model's {v!r}")
 
 
+def check_generation_config(export, out):
+    from transformers import GenerationConfig
+
+    if os.path.exists(os.path.join(export, "generation_config.json")):
+        try:
+            out["generation_config"] = GenerationConfig.from_pretrained(export).to_diff_dict()
+        except Exception as e:  # noqa: BLE001 - reported as a problem
+            problem(out, "config", f"generation_config.json: {type(e).__name__}: {e}")
+
+
 def load(export, dtype, out, label):
     import torch
     from transformers import LlamaForCausalLM
@@ -224,6 +235,7 @@ def main(argv):
         problem(out, "config", f"config.json dtype {declared!r}, the export's {dtype!r}")
     check_files(export, e, out)
     check_config(export, e, out)
+    check_generation_config(export, out)
 
     ax_f32 = np.load(os.path.join(fixture, "logits_f32.npy"))
     ax_bf16 = np.load(os.path.join(fixture, "logits_bf16.npy"))
