@@ -21,7 +21,8 @@ lines that shape the model are repeated in `fuji_model_config` below, at upstrea
 (`activation_fn = ("nn.silu", "linear")`), `FusedQKVLinear` (v1/v2) or `FusedGroupedQKVLinear` with
 `num_kv_heads` under `GroupedQueryAttention` (v3), wrapped in `RoFormerQKVLinear(rotary_value=False)` with the
 version's `rope_theta`, `RMSNorm(eps=1e-5, forward_dtype=None)` everywhere, no biases, token embeddings without
-positional embeddings, `LmHead` when the head is not shared, `RepeatedTransformerLayer` (layers stacked on axis 0).
+positional embeddings, `LmHead` when the head is not shared, `RepeatedTransformerLayer` (layers stacked on axis 0;
+fuji's default) or `StackedTransformerLayer` (the stack_cfg fuji's model_config also takes: layer{i}/ subtrees).
 What fuji sets only for sharding, remat and the KV cache does not change the forward pass and is left out.
 
 The weights are random (a fixed seed), with every norm scale perturbed away from ones. Greedy tokens compared in
@@ -59,6 +60,12 @@ VARIANTS = {
         fuji_version="v3", num_layers=3, hidden_dim=96, num_heads=4, num_kv_heads=2, vocab_size=384,
         rope_theta=5e5, shared_lm_head=False,
     ),
+    # fuji's model_config takes a stack_cfg: StackedTransformerLayer keeps each layer's own tree
+    # (transformer/layer{i}/...) instead of stacking them on axis 0.
+    "stacked-v1": dict(
+        fuji_version="v1", num_layers=2, hidden_dim=64, num_heads=4, num_kv_heads=None, vocab_size=320,
+        rope_theta=1e4, shared_lm_head=False, stack="StackedTransformerLayer",
+    ),
 }
 
 
@@ -72,7 +79,9 @@ def scaled_hidden_dim(scale, *, round_up_to_multiples_of):
     return config_for_function(scale_fn).set(scale=scale, round_up_to_multiples_of=round_up_to_multiples_of)
 
 
-def fuji_model_config(*, num_layers, hidden_dim, num_heads, num_kv_heads, vocab_size, rope_theta, shared_lm_head):
+def fuji_model_config(
+    *, num_layers, hidden_dim, num_heads, num_kv_heads, vocab_size, rope_theta, shared_lm_head, stack="RepeatedTransformerLayer"
+):
     """fuji.py's model_config and the gpt/common.py model_config it calls, minus sharding, remat and KV cache."""
     import jax.numpy as jnp
     from axlearn.common import causal_lm
@@ -83,6 +92,7 @@ def fuji_model_config(*, num_layers, hidden_dim, num_heads, num_kv_heads, vocab_
         MultiheadAttention,
         RepeatedTransformerLayer,
         RoFormerQKVLinear,
+        StackedTransformerLayer,
         TransformerLayer,
     )
     from axlearn.common.decoder import Decoder, LmHead
@@ -115,7 +125,8 @@ def fuji_model_config(*, num_layers, hidden_dim, num_heads, num_kv_heads, vocab_
     layer_cfg.feed_forward.activation = activation_fn
     layer_cfg.feed_forward.hidden_dim = ffn_dim
     layer_cfg.feed_forward.structure = "prenorm"
-    transformer_cfg = RepeatedTransformerLayer.default_config().set(num_layers=num_layers, layer=layer_cfg)
+    stack_cfg = {"RepeatedTransformerLayer": RepeatedTransformerLayer, "StackedTransformerLayer": StackedTransformerLayer}[stack]
+    transformer_cfg = stack_cfg.default_config().set(num_layers=num_layers, layer=layer_cfg)
     decoder_cfg = Decoder.default_config().set(
         transformer=transformer_cfg,
         attention_mask=None,
@@ -245,7 +256,7 @@ def generate(out, variant, arch):
         **arch,
         "num_kv_heads": arch["num_kv_heads"] or arch["num_heads"],
         "head_dim": head_dim,
-        "intermediate_size": shapes["decoder/transformer/repeat/layer/feed_forward/linear1_0/weight"][-1],
+        "intermediate_size": next(v for k, v in shapes.items() if k.endswith("feed_forward/linear1_0/weight"))[-1],
         "rms_norm_eps": 1e-5,
         "tokens": tokens.tolist(),
         "greedy_f32": greedy_f32.tolist(),

@@ -27,7 +27,7 @@ export const AXLEARN_ORBAX_ROOT = "test/.generated/axlearn-orbax";
  * OrbaxCheckpointer, with AXLearn's own logits for fixed tokens beside it (expected.json, logits_*.npy).
  */
 export const AXLEARN_FUJI_ROOT = "test/.generated/axlearn-fuji";
-export const AXLEARN_FUJI_VARIANTS = ["fused-tied", "grouped-untied"] as const;
+export const AXLEARN_FUJI_VARIANTS = ["fused-tied", "grouped-untied", "stacked-v1"] as const;
 /** torch (CPU), transformers and safetensors, installed by scripts/install.sh: the consumers of an HF export. */
 export const HF_PYTHON = ".venv-hf/bin/python";
 

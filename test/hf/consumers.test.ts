@@ -71,7 +71,7 @@ describe(`an export of fuji-shaped models built and saved by AXLearn, read by sa
     if (unavailable !== undefined) return;
     const cases = AXLEARN_FUJI_VARIANTS.flatMap((v) => DTYPES.map((dtype) => [v, dtype] as const));
     for (const [v, dtype] of cases) await exportHf(STEP(v), dir(v, dtype), v, dtype);
-    // Two at a time: each loads torch and two models (about 10 s of one core).
+    // Two at a time: each loads torch and two models (about 5 s of one core).
     for (let i = 0; i < cases.length; i += 2) {
       const batch = cases.slice(i, i + 2);
       await Promise.all(
@@ -135,6 +135,13 @@ describe(`an export of fuji-shaped models built and saved by AXLearn, read by sa
   test("grouped QKV with num_kv_heads (v3) and a separate lm_head: float32 logits agree with AXLearn's to float32 rounding", (ctx) => {
     if (unavailable !== undefined) ctx.skip();
     const c = check("grouped-untied", "float32");
+    expect(c.by_check.logits).toEqual([]);
+    expect(c.f32_max_abs_diff).toBeLessThanOrEqual(c.f32_tolerance as number);
+  });
+
+  test("unstacked layers (StackedTransformerLayer's layer{i}/ subtrees), fused QKV, untied head: float32 logits agree to float32 rounding", (ctx) => {
+    if (unavailable !== undefined) ctx.skip();
+    const c = check("stacked-v1", "float32");
     expect(c.by_check.logits).toEqual([]);
     expect(c.f32_max_abs_diff).toBeLessThanOrEqual(c.f32_tolerance as number);
   });
