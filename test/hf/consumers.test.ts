@@ -155,6 +155,16 @@ describe(`an export of fuji-shaped models built and saved by AXLearn, read by sa
     }
   });
 
+  test("orbax2reg verify checks every export against its AXLearn source tensor by tensor and finds them equal", async (ctx) => {
+    if (unavailable !== undefined) ctx.skip();
+    for (const v of AXLEARN_FUJI_VARIANTS) {
+      for (const dtype of DTYPES) {
+        const r = await cli(["verify", STEP(v), dir(v, dtype)]);
+        expect(r.code, `${v} ${dtype}: ${r.stdout.slice(-500)}${r.stderr.slice(-500)}`).toBe(0);
+      }
+    }
+  }, 120_000);
+
   test("the same step converted to a regular step first exports to the same files", async (ctx) => {
     if (unavailable !== undefined) ctx.skip();
     for (const v of AXLEARN_FUJI_VARIANTS) {
