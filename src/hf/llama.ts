@@ -99,6 +99,12 @@ export interface OutputTensor {
   readonly bandDim: number;
   /** The leaf it comes from, for messages and --json. */
   readonly leaf: string;
+  /**
+   * Tensors of the same pass are made together from one reading of their chunks: a grouped QKV layer's q, k and
+   * v interleave in every row of the source ([D, H + 2K, hd]), so made one after the other each would read the
+   * layer's rows again.
+   */
+  readonly pass?: string;
 }
 
 export interface ExportPlan {
@@ -109,7 +115,7 @@ export interface ExportPlan {
 }
 
 const refuse = (leaf: string, why: string): never => {
-  throw new MetadataError(`not a fuji-family decoder: ${leaf}: ${why}`, { path: leaf });
+  throw new MetadataError(`${why}; not a fuji-family decoder`, { path: leaf });
 };
 
 const stridesOf = (shape: readonly number[]) => {
@@ -146,12 +152,12 @@ export function planExport(arrays: readonly SourceArray[], otherLeaves: readonly
   for (const a of arrays) {
     if (!isModel(a.path) || top.has(a.path)) continue;
     if (a.path.startsWith(STACKED_PREFIX)) {
-      if (!layerLeaves.has(a.path.slice(STACKED_PREFIX.length))) refuse(a.path, "unknown leaf (not in the fuji mapping)");
+      if (!layerLeaves.has(a.path.slice(STACKED_PREFIX.length))) refuse(a.path, "unknown leaf under model/ (not in the fuji mapping)");
       stackedSeen = true;
       continue;
     }
     const m = UNSTACKED.exec(a.path);
-    if (m === null || !layerLeaves.has(m[2] as string)) refuse(a.path, "unknown leaf (not in the fuji mapping)");
+    if (m === null || !layerLeaves.has(m[2] as string)) refuse(a.path, "unknown leaf under model/ (not in the fuji mapping)");
     const i = Number((m as RegExpExecArray)[1]);
     if (!unstacked.has(i)) unstacked.set(i, new Map());
     unstacked.get(i)?.set((m as RegExpExecArray)[2] as string, a);
@@ -332,7 +338,11 @@ export function planExport(arrays: readonly SourceArray[], otherLeaves: readonly
           const strides = [1, headDim * hidden, hidden];
           if (kind === "fused")
             tensors.push(t(name, outShape, [j, 0, 0, 0], [1, hidden, heads, headDim], [0, ...strides], 2, rotary ? perm : undefined));
-          else tensors.push(t(name, outShape, [0, first, 0], [hidden, count, headDim], strides, 1, rotary ? perm : undefined));
+          else
+            tensors.push({
+              ...t(name, outShape, [0, first, 0], [hidden, count, headDim], strides, 1, rotary ? perm : undefined),
+              pass: `${l.array.path}#${i}`,
+            });
         });
       }
     }
