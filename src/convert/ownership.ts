@@ -176,12 +176,6 @@ export async function assertOwner(destination: Store, plan: Pick<PlanHead, "id" 
 
 /** How often a writer looks whether its plan is still the one on record. */
 const OWNER_CHECK_MS = 500;
-/**
- * Up to this long after the last confirmation, an object starts while the next look is under way, without
- * waiting for it (a takeover it finds fails the checks after it): at tens of ms per request, a look is two round
- * trips that every object starting meanwhile would otherwise wait for. Past it, objects wait for the look.
- */
-const OWNER_GRACE_MS = 2 * OWNER_CHECK_MS;
 
 /**
  * A writer's view of who holds the step, refreshed at most every OWNER_CHECK_MS: reads only the start of
@@ -191,8 +185,6 @@ const OWNER_GRACE_MS = 2 * OWNER_CHECK_MS;
 export class OwnerWatch {
   private checked = 0;
   private pending: Promise<void> | undefined;
-  /** What a look found wrong (a takeover, or a look that failed): every check after it fails with it. */
-  private failed: { error: unknown } | undefined;
 
   constructor(
     private readonly destination: Store,
@@ -201,21 +193,10 @@ export class OwnerWatch {
 
   /** Resolves while `plan` is on record; rejects with a ConflictError once another plan is. */
   check(): Promise<void> {
-    if (this.failed !== undefined) return Promise.reject(this.failed.error);
-    const age = Date.now() - this.checked;
-    if (age < OWNER_CHECK_MS) return Promise.resolve();
-    this.pending ??= this.look()
-      .catch((error: unknown) => {
-        this.failed ??= { error };
-        throw error;
-      })
-      .finally(() => {
-        this.pending = undefined;
-      });
-    if (age < OWNER_GRACE_MS) {
-      this.pending.catch(() => {}); // reported by the next check
-      return Promise.resolve();
-    }
+    if (Date.now() - this.checked < OWNER_CHECK_MS) return Promise.resolve();
+    this.pending ??= this.look().finally(() => {
+      this.pending = undefined;
+    });
     return this.pending;
   }
 
