@@ -3,14 +3,18 @@
 // bench/scale.mjs: the one place the emulator is started, and stopped (its folder removed) when the benchmark
 // exits or is killed. It serves HTTPS, as Cloud Storage does, with the tests' loopback certificate
 // (test/helpers/tls.mjs); a benchmark that also needs plain HTTP (TensorStore's side-by-side) gets both, on two
-// ports over the same objects. A benchmark's process and its children must trust the test CA (NODE_EXTRA_CA_CERTS):
-// its entry point calls runTrustingTestCa() first.
-import { spawn } from "node:child_process";
-import { createReadStream, mkdirSync, rmSync, statSync } from "node:fs";
+// ports over the same objects. In front of the plain port, bench/gcs.mjs puts nginx terminating TLS (a TLS server
+// TensorStore's curl works with) and bench/delay-proxy.mjs (a fixed latency per request). A benchmark's process and
+// its children must trust the test CA (NODE_EXTRA_CA_CERTS): its entry point calls runTrustingTestCa() first.
+import { spawn, spawnSync } from "node:child_process";
+import { createReadStream, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { createServer } from "node:net";
 import os from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { answersOk, clientTls, testTls } from "../test/helpers/tls.mjs";
 
 export { runTrustingTestCa } from "../test/helpers/tls.mjs";
@@ -78,6 +82,111 @@ export async function startEmulator(root, { plain = false } = {}) {
   }
   stop();
   throw new Error("fake-gcs-server did not answer within 30 s");
+}
+
+/**
+ * Stops `child` when this process exits (with `atExit`: nginx's master takes SIGTERM to stop its workers, which
+ * SIGKILL would leave running).
+ */
+function stopWithUs(child, atExit = "SIGKILL") {
+  const running = () => child.exitCode === null && child.signalCode === null;
+  process.on("exit", () => running() && child.kill(atExit));
+  const exited = new Promise((done) => child.once("exit", done));
+  return { stop: () => running() && child.kill("SIGTERM"), exited };
+}
+
+/** nginx's path, or undefined when it is not installed (the TLS row of bench/gcs.mjs is then skipped). */
+export function nginxPath() {
+  for (const p of ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"]) {
+    if (spawnSync(p, ["-v"], { stdio: "ignore" }).status === 0) return p;
+  }
+  return undefined;
+}
+
+/**
+ * nginx terminating TLS (the tests' loopback certificate) in front of a plain-HTTP emulator, so that a client's
+ * HTTPS is served by a TLS stack TensorStore's curl works with (fake-gcs-server's own stalls it, issue 25) and
+ * the emulator's CPU stays the same on both sides. One worker, nothing buffered in either direction, kept-alive
+ * upstream connections; a resumable session's Location (http://, from the emulator) goes back to the client as
+ * https:// (`proxy_redirect`), so that every chunk stays on TLS. Directives: https://nginx.org/en/docs/http/ngx_http_proxy_module.html
+ * and https://nginx.org/en/docs/http/ngx_http_ssl_module.html. Resolves to its https:// URL and a stop function.
+ */
+export async function startTlsTerminator(plainUrl, nginx = nginxPath()) {
+  const port = await freePort();
+  const { certFile, keyFile } = testTls();
+  const dir = mkdtempSync(join(os.tmpdir(), "orbax2reg-bench-nginx-"));
+  const up = new URL(plainUrl);
+  const conf = `daemon off;
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  client_max_body_size 0;
+  keepalive_requests 100000;
+  keepalive_timeout 120s;
+  upstream emulator { server ${up.host}; keepalive 256; }
+  server {
+    listen 127.0.0.1:${port} ssl;
+    ssl_certificate ${certFile};
+    ssl_certificate_key ${keyFile};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    # AES-128-GCM first, whatever the client prefers: the cipher the floor in bench/gcs.mjs is measured for.
+    ssl_prefer_server_ciphers on;
+    ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256;
+    location / {
+      proxy_pass http://emulator;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_request_buffering off;
+      proxy_buffering off;
+      proxy_read_timeout 300s;
+      proxy_send_timeout 300s;
+      proxy_redirect http:// https://;
+    }
+  }
+}
+`;
+  writeFileSync(join(dir, "nginx.conf"), conf);
+  const child = spawn(nginx, ["-p", dir, "-c", join(dir, "nginx.conf")], { stdio: ["ignore", "ignore", "inherit"] });
+  const { stop } = stopWithUs(child, "SIGTERM");
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const url = `https://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; i++) {
+    if (await answersOk(`${url}/storage/v1/b`)) return { url, stop };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  stop();
+  throw new Error("nginx (TLS in front of the emulator) did not answer within 10 s");
+}
+
+/**
+ * bench/delay-proxy.mjs in a process of its own, in front of a plain-HTTP emulator: every answer held `ms`.
+ * Resolves to its URL, stats() (requests by kind and the most in flight since the last reset()), and stop.
+ */
+export async function startDelayProxy(plainUrl, ms) {
+  const child = spawn(process.execPath, [fileURLToPath(new URL("./delay-proxy.mjs", import.meta.url)), plainUrl, String(ms)], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const { stop } = stopWithUs(child);
+  const first = await new Promise((done, fail) => {
+    createInterface({ input: child.stdout }).once("line", done);
+    child.once("exit", () => fail(new Error("the delay proxy exited before it listened")));
+  });
+  const { url } = JSON.parse(first);
+  return {
+    url,
+    stats: () => api(`${url}/__stats`),
+    reset: () => api(`${url}/__reset`),
+    stop,
+  };
 }
 
 async function api(url, init = {}) {

@@ -165,7 +165,9 @@ async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSourc
     location,
     step: step.step,
     arrays,
-    otherLeaves: step.leaves.filter((l) => !l.isArray).map((l) => l.path),
+    // AXLearn's state keeps an empty dict for every parameterless child (dropout, kv_cache, rope_pos_emb_layer):
+    // structure, not a leaf a consumer could miss.
+    otherLeaves: step.leaves.filter((l) => !l.isArray && !l.isEmptyNode).map((l) => l.path),
     fingerprint: hash.digest("hex"),
     ...(step.chosen === undefined ? {} : { chosenBy: step.chosen.chosenBy }),
   };

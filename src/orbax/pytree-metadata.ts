@@ -8,6 +8,8 @@ export interface TreeKey {
 
 /** Value types whose data is a zarr array in the item's key-value store. */
 const ARRAY_TYPES = new Set(["jax.Array", "np.ndarray", "scalar"]);
+/** What Orbax records for an empty subtree (AXLearn's parameterless children: dropout, kv_cache, ...): no data. */
+const EMPTY_NODE_TYPES = new Set(["Dict", "List", "Tuple", "None"]);
 
 export interface Leaf {
   readonly keys: readonly TreeKey[];
@@ -20,6 +22,8 @@ export interface Leaf {
   readonly writeShape: readonly number[] | undefined;
   /** True when the leaf's data is a zarr array (jax.Array, np.ndarray, scalar). */
   readonly isArray: boolean;
+  /** True for an empty dict, list, tuple or None that Orbax keeps only to rebuild the tree's structure. */
+  readonly isEmptyNode: boolean;
 }
 
 export interface PyTreeMetadata {
@@ -41,6 +45,7 @@ export function makeLeaf(keys: readonly TreeKey[], valueType: string, skipDeseri
     skipDeserialize,
     writeShape,
     isArray: ARRAY_TYPES.has(valueType) && !skipDeserialize,
+    isEmptyNode: skipDeserialize && EMPTY_NODE_TYPES.has(valueType),
   };
 }
 

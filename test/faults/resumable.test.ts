@@ -133,7 +133,7 @@ describe("resumable uploads", () => {
     expect(await s.stat("ranged-copy")).toMatchObject({ size, crc32c: crc });
   });
 
-  test("a small object streamed from another GCS object is one multipart request, checked against the stored CRC-32C", async () => {
+  test("a small object streamed from another GCS object is one simple (media) request, checked against the stored CRC-32C", async () => {
     const size = MiB + 7;
     const s = store({ chunkBytes: 2 * MiB });
     await s.write("ranged-small", pattern(size));
@@ -144,8 +144,8 @@ describe("resumable uploads", () => {
       proxy.log
         .slice(from)
         .filter((r) => isUpload(r.method, r.url))
-        .map((r) => r.method + (/uploadType=multipart/.test(r.url) ? " multipart" : "")),
-    ).toEqual(["POST multipart"]);
+        .map((r) => r.method + (/uploadType=media/.test(r.url) ? " media" : "")),
+    ).toEqual(["POST media"]);
     expect((await s.stat("ranged-small-copy"))?.crc32c).toBe(w.crc32c);
   });
 
@@ -157,10 +157,10 @@ describe("resumable uploads", () => {
       proxy.log
         .slice(from)
         .filter((r) => isUpload(r.method, r.url))
-        .map((r) => (/uploadType=multipart/.test(r.url) ? "multipart" : isChunk(r.method, r.url) ? "chunk" : "session"));
+        .map((r) => (/uploadType=media/.test(r.url) ? "media" : isChunk(r.method, r.url) ? "chunk" : "session"));
     const from = proxy.log.length;
     await s.write("ranged-default-copy", s.readStream("ranged-default", 0, size));
-    expect(uploads(from)).toEqual(["multipart"]);
+    expect(uploads(from)).toEqual(["media"]);
     const again = proxy.log.length;
     await s.write("buffered-default-copy", pattern(size));
     expect(uploads(again)).toEqual(["session", "chunk", "chunk", "chunk"]);

@@ -21,6 +21,15 @@ export const AXLEARN_PYTHON = ".venv-axlearn/bin/python";
  * saved by AXLearn's own OrbaxCheckpointer from two processes, each with its tf.data iterator in `tfds/tf_<i>/`.
  */
 export const AXLEARN_ORBAX_ROOT = "test/.generated/axlearn-orbax";
+/**
+ * test/fixtures-gen/axlearn_fuji.py's output (only where AXLEARN_PYTHON is installed): for each variant, a small
+ * fuji-shaped LM built from AXLearn's own layers, `<variant>/checkpoints/step_00001000` saved by its
+ * OrbaxCheckpointer, with AXLearn's own logits for fixed tokens beside it (expected.json, logits_*.npy).
+ */
+export const AXLEARN_FUJI_ROOT = "test/.generated/axlearn-fuji";
+export const AXLEARN_FUJI_VARIANTS = ["fused-tied", "grouped-untied", "stacked-v1"] as const;
+/** torch (CPU), transformers and safetensors, installed by scripts/install.sh: the consumers of an HF export. */
+export const HF_PYTHON = ".venv-hf/bin/python";
 
 /** Orbax's own compatibility checkpoints (copied from the orbax repository). */
 export const UPSTREAM = `${FIXTURES}/orbax-upstream/composite_checkpoint`;

@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import { lock } from "proper-lockfile";
 import type { TestProject } from "vitest/node";
 import {
+  AXLEARN_FUJI_ROOT,
   AXLEARN_ORBAX_ROOT,
   AXLEARN_PYTHON,
   GENERATED,
@@ -41,9 +42,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
     // Refreshed while the generators run (they run as child processes, so this event loop goes on); a run
     // killed while holding it leaves a lock that is taken over a minute after its last refresh.
     stale: 60_000,
-    // Half a second apart for 50 minutes: longer than the generators' own time limits add up to (2 x 900 s and
-    // 3 x 300 s, below), so a holder still at work is waited for to its end.
-    retries: { retries: 6_000, minTimeout: 500, maxTimeout: 500 },
+    // Half a second apart for 55 minutes: longer than the generators' own time limits add up to (2 x 900 s and
+    // 4 x 300 s, below), so a holder still at work is waited for to its end.
+    retries: { retries: 6_600, minTimeout: 500, maxTimeout: 500 },
   });
   try {
     await buildCli();
@@ -51,6 +52,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     await generateInterrupted();
     await generateManyChunks();
     await generateAxlearnOrbax();
+    await generateAxlearnFuji();
   } finally {
     await release();
   }
@@ -130,6 +132,25 @@ async function generateAxlearnOrbax(): Promise<void> {
   if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
   rmSync(AXLEARN_ORBAX_ROOT, { recursive: true, force: true });
   const status = await run(AXLEARN_PYTHON, [script, AXLEARN_ORBAX_ROOT], 300_000);
+  if (status !== 0) throw new Error(`${script} failed (exit ${status})`);
+  writeFileSync(stampFile, stamp);
+}
+
+/**
+ * Runs test/fixtures-gen/axlearn_fuji.py (small fuji-shaped LMs built from AXLearn's own layers, saved by its
+ * OrbaxCheckpointer, with AXLearn's logits) with AXLearn's venv, once; without that venv the tests that read it skip.
+ */
+async function generateAxlearnFuji(): Promise<void> {
+  if (!existsSync(AXLEARN_PYTHON)) return;
+  const script = "test/fixtures-gen/axlearn_fuji.py";
+  const stamp = createHash("sha256")
+    .update(readFileSync(script))
+    .update(readFileSync("test/python/axlearn-requirements.txt"))
+    .digest("hex");
+  const stampFile = `${AXLEARN_FUJI_ROOT}/.stamp`;
+  if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
+  rmSync(AXLEARN_FUJI_ROOT, { recursive: true, force: true });
+  const status = await run(AXLEARN_PYTHON, [script, AXLEARN_FUJI_ROOT], 300_000);
   if (status !== 0) throw new Error(`${script} failed (exit ${status})`);
   writeFileSync(stampFile, stamp);
 }

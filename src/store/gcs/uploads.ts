@@ -201,31 +201,23 @@ export class Uploads {
   }
 
   /**
-   * One multipart upload streamed from a ranged source. Its CRC-32C is known only once the bytes are sent,
-   * so it is compared with the one GCS stored (https://cloud.google.com/storage/docs/data-validation): a
-   * mismatch, like any transient failure, uploads the object again from its first byte (unconditional, so
-   * the good bytes replace the bad).
+   * One upload streamed from a ranged source, as a simple upload (`uploadType=media`, the name in the query:
+   * https://cloud.google.com/storage/docs/json_api/v1/objects/insert): the body is the object's bytes alone, with
+   * no multipart framing for the server to parse and buffer. Its CRC-32C is known only once the bytes are sent, so
+   * it is compared with the one GCS stored (https://cloud.google.com/storage/docs/data-validation): a mismatch,
+   * like any transient failure, uploads the object again from its first byte (unconditional, so the good bytes
+   * replace the bad).
    */
   async streamedPut(name: string, path: string, reader: RangeReader): Promise<WriteResult> {
     const size = reader.source.length;
-    const boundary = randomBytes(12).toString("hex");
-    const head = multipartHead(boundary, { name });
-    const tail = multipartTail(boundary);
     const req: GcsRequest = {
       method: "POST",
       to: "upload",
-      query: { uploadType: "multipart" },
-      headers: {
-        "content-type": `multipart/related; boundary=${boundary}`,
-        "content-length": String(head.length + size + tail.length),
-      },
-      body: () =>
-        (async function* () {
-          yield head;
-          yield* reader.pieces(size);
-          yield tail;
-        })(),
+      query: { uploadType: "media", name },
+      headers: { "content-type": "application/octet-stream", "content-length": String(size) },
+      body: () => reader.pieces(size),
       accept: [200, 400],
+      missing: "bucket",
       path,
     };
     const url = this.api.url(req.to, req.query);
