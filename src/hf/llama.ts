@@ -287,8 +287,9 @@ export function planExport(arrays: readonly SourceArray[], otherLeaves: readonly
   tensors.push(whole(EMBEDDING.hf[0] as string, emb, [vocab, hidden]));
   // Array-major: every layer's tensors of one stacked array, then the next array's. A stacked array's chunk
   // spans every layer, so its decoder stays open from layer 0 to the last: in this order only one array's
-  // chunks are open at once (in layer order all five weights' would be). Shards and the index need no order
-  // (transformers and vLLM find each tensor by its name in the index).
+  // chunks are open at once (in layer order all five weights' would be). Shards and the index need no order:
+  // transformers opens the files the index names and takes each tensor by its name (utils/hub.py,
+  // get_checkpoint_shard_files).
   for (const row of LAYER_ROWS) {
     for (let i = 0; i < layers; i++) {
       const prefix = `model.layers.${i}.`;

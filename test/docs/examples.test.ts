@@ -2,8 +2,9 @@
 // from the package's own tarball into a fresh prefix (as a user installs it), its output compared with the docs'
 // (times and sizes masked, `…` for elided lines). A command or an output in the docs cannot go stale.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
+import { HF_PYTHON as HF_VENV_PYTHON } from "../helpers/paths.js";
 import { run } from "../helpers/run.js";
 import { tempDir } from "../helpers/tmp.js";
 import { compareOutput, type Transcript, transcripts } from "../helpers/transcript.js";
@@ -11,7 +12,7 @@ import { compareOutput, type Transcript, transcripts } from "../helpers/transcri
 const DOCS = ["README.md", "docs/cli.md"];
 const AXLEARN_PYTHON = resolve(".venv-axlearn/bin/python");
 /** The export's consumers (transformers, torch): setup's .venv-hf. */
-const HF_PYTHON = resolve(".venv-hf/bin/python");
+const HF_PYTHON = resolve(HF_VENV_PYTHON);
 
 /** A transcript that runs `transformers` (a command, or a file it shows with `cat`, names it): .venv-hf's python runs it. */
 const needsHf = (b: Transcript) =>
@@ -62,7 +63,7 @@ async function runDocument(doc: string, blocks: Transcript[]): Promise<void> {
       }
       const command = local(step.command);
       // `python` of a transformers transcript is .venv-hf's (torch and transformers), ahead of AXLearn's.
-      const blockEnv = needsHf(block) ? { ...env, PATH: `${resolve(".venv-hf/bin")}:${env.PATH}` } : env;
+      const blockEnv = needsHf(block) ? { ...env, PATH: `${dirname(HF_PYTHON)}:${env.PATH}` } : env;
       const r = await run("bash", ["-c", `${prelude}${command} 2>&1`], { cwd: work, env: blockEnv, timeout: 300_000 });
       if (/^[A-Za-z_][A-Za-z0-9_]*=\S/.test(step.command) && step.expected.length === 0) prelude += `${command}; `;
       const printed = (r.stdout ?? "").split("\n");
