@@ -122,7 +122,7 @@ export const OPTIONS = {
   hfMemory: {
     flags: "--memory <size>",
     description:
-      "upper bound on chunk decoders and output tensors held at once (default 448MiB; MiB, or a size such as 1GiB); a larger tensor is made in bands",
+      "upper bound on chunk decoders and output tensors held at once (default 336MiB; MiB, or a size such as 1GiB); a larger tensor is made in bands",
     parse: memorySize,
   },
   fujiVersion: {

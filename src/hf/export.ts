@@ -74,20 +74,25 @@ export interface ExportResult {
  */
 export const DECODER_BYTES = 1.25 * 2 ** 20;
 
+/** What --memory keeps for the bands of output tensors however many decoders are open. */
+export const MIN_BAND_BYTES = 16 * 2 ** 20;
+
 /**
- * How --memory is shared: decoders get what they need up to three quarters of it (at least 8 of them), the
- * bands of output tensors the rest (at least 1 MiB).
+ * How --memory is shared: decoders get what they need up to all but MIN_BAND_BYTES of it (at least 8 of them),
+ * the bands of output tensors the rest (at least 1 MiB).
  */
 export function memoryPlan(decoders: number, memoryBytes: number): { maxOpen: number; maxBand: number } {
-  const maxOpen = Math.max(8, Math.min(decoders, Math.floor((memoryBytes * 3) / 4 / DECODER_BYTES)));
+  const maxOpen = Math.max(8, Math.min(decoders, Math.floor((memoryBytes - MIN_BAND_BYTES) / DECODER_BYTES)));
   return { maxOpen, maxBand: Math.max(1 << 20, memoryBytes - Math.min(decoders, maxOpen) * DECODER_BYTES) };
 }
 
 /**
  * export-hf's default --memory: fuji.py's meshes cut a layer weight in at most 256 pieces (fsdp=256 on
- * tpu-v5litepod-256), whose 256 decoders (320 MiB) fit in three quarters of it, leaving 128 MiB for bands.
+ * tpu-v5litepod-256), whose 256 decoders (320 MiB) it holds beside 16 MiB of bands; what a process needs
+ * besides (about 170 MiB: the runtime, zstd, the writer) brings the peak RSS to about 510 MiB at most, the
+ * issue's 512 MiB.
  */
-export const DEFAULT_EXPORT_MEMORY = 448 * 2 ** 20;
+export const DEFAULT_EXPORT_MEMORY = 336 * 2 ** 20;
 
 /**
  * The chunk decoders open at once: tensors come array by array, and a stacked array's chunks stay open from
@@ -202,7 +207,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     await removeStaleShards(dest, new Set(p.shards.map((s) => s.name)));
     await dest.write(RECORD_NAME, text.encode(recordText));
   }
-  // --memory is shared: the open chunk decoders first (up to three quarters of it; past that they are capped
+  // --memory is shared: the open chunk decoders first (up to all but 16 MiB of it; past that they are capped
   // and chunks re-read), the output tensors' bands the rest.
   const { maxOpen, maxBand } = memoryPlan(decoders, options.memoryBytes);
   const budget = new Budget(maxBand);

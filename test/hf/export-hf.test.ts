@@ -255,7 +255,7 @@ describe("export-hf of grouped-QKV trees and trees that are not fuji's", () => {
         : [...a.shape],
     );
     const dest = join(root, "hf");
-    // 120 MiB: 72 decoders (three quarters, 1.25 MiB each). Made layer by layer across the five weights, the
+    // 120 MiB: 83 decoders (all but 16 MiB, 1.25 MiB each). Made layer by layer across the five weights, the
     // 320 chunks would all be open at once, and over the cap re-read from their start layer after layer.
     const r = await runCli([
       "export-hf",
