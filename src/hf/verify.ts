@@ -22,7 +22,7 @@ export interface ExportVerifyResult {
   readonly firstDifference?: string;
 }
 
-/** Bytes compared at once, per band. */
+/** Bytes compared at once, per band, at most. */
 const VERIFY_BAND = 64 << 20;
 
 /** Whether `location` holds an export (its index, the commit marker). */
@@ -72,7 +72,10 @@ export async function verifyExport(
   };
   let total = 0;
   // The export's own default memory: decoders capped as it caps them.
-  const cursors = new Cursors(memoryPlan(openDecoders(plan.tensors), DEFAULT_EXPORT_MEMORY).maxOpen);
+  const memory = memoryPlan(openDecoders(plan.tensors), DEFAULT_EXPORT_MEMORY);
+  const cursors = new Cursors(memory.maxOpen);
+  // A band of the source and the same bytes read back from the export: each half of the bands' share.
+  const band = Math.max(1 << 20, Math.min(VERIFY_BAND, Math.floor(memory.maxBand / 2)));
   // The tensors the index lists, with their entry in their file's header; the others fail here.
   const listedTensors: { t: (typeof plan.tensors)[number]; file: string; begin: number; dataStart: number; dtype: SafetensorsDtype }[] = [];
   for (const t of plan.tensors) {
@@ -103,7 +106,7 @@ export async function verifyExport(
     for await (const piece of produceInOrder(
       listedTensors.map((x) => x.t),
       dtype,
-      VERIFY_BAND,
+      band,
       cursors,
     )) {
       const x = where.get(piece.t.name) as (typeof listedTensors)[number];
