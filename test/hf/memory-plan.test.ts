@@ -1,0 +1,30 @@
+import { describe, expect, test } from "vitest";
+import { DECODER_BYTES, memoryPlan } from "../../src/hf/export.js";
+
+const MiB = 2 ** 20;
+
+describe("how export-hf shares --memory between chunk decoders and output bands", () => {
+  test("a source with few chunks keeps every decoder open and gives the rest to bands", () => {
+    const plan = memoryPlan(8, 336 * MiB, 10 * MiB);
+    expect(plan.maxOpen).toBe(8);
+    expect(plan.maxBand).toBe(336 * MiB - 8 * DECODER_BYTES);
+  });
+
+  test("fuji-7B at fsdp=256 keeps its 86 MiB bfloat16 gate_proj whole and caps the decoders, re-decoding a fifth of the chunks rather than every chunk five more times", () => {
+    const gate = 11008 * 4096 * 2;
+    const plan = memoryPlan(256, 336 * MiB, gate);
+    expect(plan.maxBand).toBeGreaterThanOrEqual(gate);
+    expect(plan.maxOpen).toBe(Math.floor((336 * MiB - gate) / DECODER_BYTES));
+  });
+
+  test("without stacked tensors the decoders get all but 16 MiB", () => {
+    expect(memoryPlan(256, 336 * MiB).maxOpen).toBe(256);
+  });
+
+  test("a tensor larger than the memory is made in as few bands as fit beside at least 8 decoders", () => {
+    const plan = memoryPlan(64, 100 * MiB, 300 * MiB);
+    expect(plan.maxOpen).toBeGreaterThanOrEqual(8);
+    expect(plan.maxBand).toBeGreaterThanOrEqual(75 * MiB);
+    expect(plan.maxBand + plan.maxOpen * DECODER_BYTES).toBeLessThanOrEqual(100 * MiB);
+  });
+});
