@@ -11,7 +11,7 @@
 // See bench/README.md ("export-hf.mjs").
 //
 //   npm run build && node bench/export-hf.mjs [--runs N] [--big] [--big-runs N] [--big-dims layers=16,...]
-//                                             [--only-big] [--keep-big] [--no-python]
+//                                             [--only-big] [--keep-big] [--no-python] [--routes a,b,c]
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statfsSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
@@ -53,11 +53,13 @@ if (!existsSync("dist/src/cli/main.js")) {
   console.error("dist/ is missing: build first with `npm run build` (or use `npm run bench:export-hf`)");
   process.exit(1);
 }
-if (sh(process.execPath, [CLI, "export-hf", "--help"]).status !== 0) {
+/** Which of a, b, c to run (all by default). */
+const ROUTES = value("--routes", "a,b,c").split(",");
+if (ROUTES.includes("a") && sh(process.execPath, [CLI, "export-hf", "--help"]).status !== 0) {
   console.error("this build of orbax2reg has no `export-hf` command");
   process.exit(1);
 }
-for (const py of [PYTHON, ...(flag("--no-python") ? [] : [PYTHON_HF])]) {
+for (const py of [PYTHON, ...(flag("--no-python") || !ROUTES.includes("c") ? [] : [PYTHON_HF])]) {
   if (!existsSync(py)) {
     console.error(`${py} is missing: run \`npm run setup\``);
     process.exit(1);
@@ -187,6 +189,7 @@ async function benchSize({ label, step, sourceBytes, runs, python, noPython }) {
       cmd: [PYTHON_HF, ["bench/python_hf_route.py", step, dest.c]],
     },
   };
+  for (const name of Object.keys(routes)) if (!ROUTES.includes(name)) delete routes[name];
   if (!python) delete routes.c;
   if (noPython) say(`(c) not run: ${noPython}`);
   const results = Object.fromEntries(Object.keys(routes).map((k) => [k, []]));
@@ -263,7 +266,7 @@ async function benchSize({ label, step, sourceBytes, runs, python, noPython }) {
   rmSync(keptC, { recursive: true, force: true });
   say();
 
-  const ok = (name) => results[name].filter((r) => !r.failed);
+  const ok = (name) => (results[name] ?? []).filter((r) => !r.failed);
   const best = (name) => ok(name).reduce((x, y) => (y.seconds < x.seconds ? y : x), ok(name)[0]);
   const peak = (name) => Math.max(...ok(name).map((r) => r.rssKiB)) / 1024;
   const lines = [];
