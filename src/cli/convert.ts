@@ -221,6 +221,9 @@ export async function runFinalize(dest: string, o: ConvertCliOptions, out: Outpu
 }
 
 export async function runVerify(orbax: string, regular: string, o: { json?: boolean; progress?: boolean }, out: Output): Promise<number> {
+  // An export-hf destination is known by its index (the export's commit marker).
+  if (await (await import("../hf/verify.js")).isExport(regular))
+    return (await import("./export-hf.js")).runVerifyExport(orbax, regular, o, out);
   const progress = new CountProgress("verifying arrays", progressMode(o, out.isTTY), (line) => out.writeErr(`${line}\n`));
   const result = await verify(orbax, regular, (done, total) => progress.update(done, total));
   progress.stop();

@@ -100,6 +100,44 @@ export const COMMANDS: readonly CommandSpec[] = [
     run: async (out, o, source, dest) => (await convertCommands()).runConvert(source, dest, o, out),
   }),
   command({
+    name: "export-hf",
+    summary: "export a fuji model as a Hugging Face Llama checkpoint (safetensors)",
+    description:
+      "Export the model of an AXLearn fuji step (Orbax or regular) as a Hugging Face LlamaForCausalLM checkpoint: config.json, generation_config.json, model-0000i-of-0000N.safetensors, and model.safetensors.index.json written last. Streamed: memory stays under --memory whatever the model's size.",
+    arguments: [
+      ["source", `an Orbax or regular step directory, or a checkpoint root (latest committed step); ${LOCATION}`],
+      ["dest", `the directory to write the checkpoint into; ${LOCATION}`],
+    ],
+    options: [
+      "hfDtype",
+      "maxShardSize",
+      "hfMemory",
+      "fujiVersion",
+      "ropeTheta",
+      "rmsNormEps",
+      "maxPositionEmbeddings",
+      { name: "force", description: "replace another export committed at the destination" },
+      {
+        name: "json",
+        description: "print a JSON summary on stdout (each config value's source too), and progress as JSON lines on stderr",
+      },
+      "progress",
+    ],
+    helpAfter:
+      "\nA rerun after an interruption keeps the shards already written. The tokenizer is not in the checkpoint: the output names the one to copy.\n\nExamples:\n  orbax2reg export-hf gs://bucket/run/checkpoints/step_00001000 ./hf\n  orbax2reg export-hf ./ckpt/step_00001000 gs://bucket/hf --fuji-version v3 --max-shard-size 2GB --json",
+    run: async (out, o, source, dest) =>
+      (await import("./export-hf.js")).runExportHf(
+        source,
+        dest,
+        {
+          ...o,
+          ...(o.hfDtype === undefined ? {} : { dtype: o.hfDtype }),
+          ...(o.hfMemory === undefined ? {} : { memory: o.hfMemory }),
+        },
+        out,
+      ),
+  }),
+  command({
     name: "plan",
     summary: "phase 1 of convert: write the plan",
     description: "Phase 1 of convert: write the plan under <dest-root>/step_XXXXXXXX/.orbax2reg/ and print its groups.",
@@ -147,9 +185,9 @@ export const COMMANDS: readonly CommandSpec[] = [
   }),
   command({
     name: "verify",
-    summary: "compare a converted step with its Orbax source",
+    summary: "compare a converted step or a Hugging Face export with its source",
     description:
-      "Compare a regular checkpoint with its Orbax source: index, every .zarray, every chunk decoded. Prints N passed, M failed.",
+      "Compare a regular checkpoint with its Orbax source: index, every .zarray, every chunk decoded. Given an export-hf directory (it holds model.safetensors.index.json), compare it with its source (Orbax or regular) tensor by tensor. Prints N passed, M failed; exits 4 on a difference.",
     arguments: [
       ["orbax-step", LOCATION],
       ["regular-step", `the converted step directory (<dest-root>/step_XXXXXXXX); ${LOCATION}`],

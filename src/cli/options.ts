@@ -1,5 +1,6 @@
 import { InvalidArgumentError, Option } from "commander";
 import { DEFAULT_CONCURRENCY, DEFAULT_GROUPS, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, DEFAULT_WORKFLOW_NAME } from "../defaults.js";
+import { memorySize, shardSize } from "../hf/shards.js";
 
 /**
  * Every option of every command, declared once: its flags, what it means, how its text is parsed and its
@@ -20,6 +21,25 @@ export function wholeNumber(value: string): number {
 export function castDtype(value: string): "bfloat16" {
   if (value !== "bfloat16") throw new InvalidArgumentError("must be bfloat16 (the only dtype an export is cast to)");
   return value;
+}
+
+/** The dtype of an export-hf's tensors. */
+export function hfDtype(value: string): "bfloat16" | "float32" {
+  if (value !== "bfloat16" && value !== "float32") throw new InvalidArgumentError("must be bfloat16 or float32");
+  return value;
+}
+
+/** A fuji version: v1, v2 or v3. */
+export function fujiVersion(value: string): "v1" | "v2" | "v3" {
+  if (value !== "v1" && value !== "v2" && value !== "v3") throw new InvalidArgumentError("must be v1, v2 or v3");
+  return value;
+}
+
+/** A positive finite number (1e4, 0.00001). */
+export function positiveNumber(value: string): number {
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("must be a positive number");
+  return n;
 }
 
 /** A count or a duration: 1, 2, 3, ... */
@@ -87,6 +107,40 @@ export const OPTIONS = {
     parse: wholeNumber,
   },
   taskCount: { flags: "--task-count <n>", description: "number of tasks (default CLOUD_RUN_TASK_COUNT or 1)", parse: positive },
+  // export-hf
+  hfDtype: {
+    flags: "--dtype <dtype>",
+    description: "bfloat16 (rounded to nearest even, as torch casts) or float32",
+    parse: hfDtype,
+    default: "bfloat16",
+  },
+  maxShardSize: {
+    flags: "--max-shard-size <size>",
+    description: "largest shard, as transformers counts it (default 5GB = 5*10^9 bytes; KB/MB/GB, KiB/MiB/GiB, or bytes)",
+    parse: shardSize,
+  },
+  hfMemory: {
+    flags: "--memory <size>",
+    description:
+      "upper bound on output tensors held at once (default 256MiB; MiB, or a size such as 1GiB); a larger tensor is made in bands",
+    parse: memorySize,
+  },
+  fujiVersion: {
+    flags: "--fuji-version <v>",
+    description: "v1, v2 or v3: the defaults below (default: from the vocabulary and QKV kind)",
+    parse: fujiVersion,
+  },
+  ropeTheta: {
+    flags: "--rope-theta <x>",
+    description: "config rope_theta (default: the fuji version's, 1e4 for v1/v2, 5e5 for v3)",
+    parse: positiveNumber,
+  },
+  rmsNormEps: { flags: "--rms-norm-eps <x>", description: "config rms_norm_eps (default: fuji's 1e-5)", parse: positiveNumber },
+  maxPositionEmbeddings: {
+    flags: "--max-position-embeddings <n>",
+    description: "config max_position_embeddings (default: the fuji version's sequence length, 2048/4096/8192)",
+    parse: positive,
+  },
   // inspect, ocdbt ls
   checksums: { flags: "--checksums", description: "decode every array and add the sha256 of its raw little-endian C-order bytes" },
   keyPrefix: { flags: "--prefix <p>", description: "only keys starting with this prefix" },

@@ -46,7 +46,7 @@ function f32ToBf16(src: Int32Array): Uint8Array {
  * the same sign. Worked on the two 16-bit halves so that every value stays a small integer (V8 keeps those
  * unboxed; `u + 0x7fff` on the whole word would leave the int32 range and run ~2x slower).
  */
-function bf16Bits(u: number): number {
+export function bf16Bits(u: number): number {
   const hi = u >>> 16;
   if ((u & 0x7fffffff) > 0x7f800000) return (hi & 0x8000) | 0x7fc0;
   // Carrying out of 0xffff into bit 16 rounds up; -inf (0xff80) + 1 cannot happen (its low half is 0).

@@ -1,0 +1,115 @@
+import { DEFAULT_MEMORY_MIB, mibToBytes } from "../defaults.js";
+import { EXIT_CHECK_FAILED } from "../errors.js";
+import { exportHf } from "../hf/export.js";
+import { verifyExport } from "../hf/verify.js";
+import { retryStats } from "../store/retry.js";
+import { buildIdentity } from "../version.js";
+import { formatBytes } from "./format.js";
+import type { Output } from "./output.js";
+import { ConvertProgress, CountProgress, progressMode } from "./progress.js";
+
+export interface ExportHfCliOptions {
+  dtype?: "bfloat16" | "float32";
+  maxShardSize?: number;
+  memory?: number;
+  fujiVersion?: "v1" | "v2" | "v3";
+  ropeTheta?: number;
+  rmsNormEps?: number;
+  maxPositionEmbeddings?: number;
+  force?: boolean;
+  json?: boolean;
+  progress?: boolean;
+}
+
+export async function runExportHf(source: string, dest: string, o: ExportHfCliOptions, out: Output): Promise<number> {
+  const started = Date.now();
+  let progress: ConvertProgress | undefined;
+  const result = await exportHf(source, dest, {
+    ...(o.dtype === undefined ? {} : { dtype: o.dtype }),
+    ...(o.maxShardSize === undefined ? {} : { maxShardSize: o.maxShardSize }),
+    ...(o.fujiVersion === undefined ? {} : { fujiVersion: o.fujiVersion }),
+    ...(o.ropeTheta === undefined ? {} : { ropeTheta: o.ropeTheta }),
+    ...(o.rmsNormEps === undefined ? {} : { rmsNormEps: o.rmsNormEps }),
+    ...(o.maxPositionEmbeddings === undefined ? {} : { maxPositionEmbeddings: o.maxPositionEmbeddings }),
+    memoryBytes: o.memory ?? mibToBytes(DEFAULT_MEMORY_MIB),
+    force: o.force ?? false,
+    onPlan: (plan) => {
+      progress = new ConvertProgress(
+        { bytes: plan.bytes, objectsPerArray: new Map(plan.names.map((n) => [n, 1])) },
+        progressMode(o, out.isTTY),
+        (line) => out.writeErr(`${line}\n`),
+        "exporting",
+      );
+    },
+    onTensor: (name, bytes) => progress?.object(name, bytes),
+  });
+  progress?.stop();
+  const seconds = (Date.now() - started) / 1000;
+  const c = result.built.config;
+  const summary = {
+    source: result.source.location,
+    sourceKind: result.source.kind,
+    step: result.source.step ?? null,
+    ...(result.source.chosenBy === undefined ? {} : { stepChosenBy: result.source.chosenBy }),
+    destination: result.destination,
+    fujiVersion: result.built.version,
+    fujiVersionSource: result.built.versionSource,
+    dtype: result.dtype,
+    tensors: result.tensors,
+    totalSize: result.totalSize,
+    shards: result.shards,
+    config: c,
+    configSources: result.built.sources,
+    tokenizer: result.built.tokenizer,
+    skipped: result.skipped,
+    alreadyExported: result.alreadyExported,
+    resumed: result.resumed,
+    chunkRereads: result.chunkRereads,
+    committed: true,
+    storageRetries: retryStats().retries,
+    seconds,
+    mbPerSecond: Number((result.totalSize / 1e6 / Math.max(seconds, 1e-3)).toFixed(1)),
+    orbax2reg: buildIdentity(),
+  };
+  if (o.json) {
+    out.stdout(JSON.stringify(summary, null, 2));
+    return 0;
+  }
+  const d = result.dims;
+  out.stdout(
+    `fuji ${result.built.version} (${result.built.versionSource}): ${d.layers} layers, hidden ${d.hidden}, ${d.heads} heads (${d.kvHeads} kv) x ${d.headDim}, ffn ${d.ffn}, vocab ${d.vocab}, ${d.tied ? "tied" : "separate"} lm_head`,
+  );
+  out.stdout(
+    `rope_theta ${c.rope_theta} (${result.built.sources.rope_theta}), rms_norm_eps ${c.rms_norm_eps} (${result.built.sources.rms_norm_eps}), max_position_embeddings ${c.max_position_embeddings} (${result.built.sources.max_position_embeddings})`,
+  );
+  if (result.skipped.length > 0) out.stdout(`skipped ${result.skipped.length} leaves outside model/ (optimizer state, prng_key)`);
+  if (result.alreadyExported) {
+    out.stdout(`already exported: ${result.destination} holds this export (${result.shards.length} shard(s) checked, nothing written)`);
+    return 0;
+  }
+  const written = result.shards.filter((s) => s.written).length;
+  out.stdout(
+    `exported ${result.tensors} tensors, ${formatBytes(result.totalSize)} ${result.dtype} in ${result.shards.length} shard(s) in ${seconds.toFixed(1)} s; ` +
+      `${written} shard(s) written, ${result.shards.length - written} already there${result.resumed ? " (resumed)" : ""}`,
+  );
+  out.stdout(`tokenizer: copy ${result.built.tokenizer}`);
+  out.stdout(`committed ${result.destination.replace(/\/+$/, "")}/model.safetensors.index.json`);
+  return 0;
+}
+
+export async function runVerifyExport(
+  source: string,
+  dest: string,
+  o: { json?: boolean; progress?: boolean },
+  out: Output,
+): Promise<number> {
+  const progress = new CountProgress("verifying tensors", progressMode(o, out.isTTY), (line) => out.writeErr(`${line}\n`));
+  const result = await verifyExport(source, dest, (done, total) => progress.update(done, total));
+  progress.stop();
+  if (o.json) out.stdout(JSON.stringify(result, null, 2));
+  else {
+    for (const c of result.checks) if (!c.ok) out.stdout(`FAIL ${c.name}${c.detail ? `: ${c.detail}` : ""}`);
+    out.stdout(`${result.passed} passed, ${result.failed} failed`);
+  }
+  return result.failed === 0 ? 0 : EXIT_CHECK_FAILED;
+}

@@ -1,0 +1,216 @@
+import { createHash } from "node:crypto";
+import { assertNoOverlap } from "../convert/convert.js";
+import { ConflictError } from "../errors.js";
+import { openStore } from "../store/open.js";
+import type { Store } from "../store/store.js";
+import { Budget, forEachLimited } from "../util/budget.js";
+import { type BuiltConfig, buildConfig, type ConfigFlags, configText } from "./config.js";
+import { type Dims, type OutputTensor, planExport } from "./llama.js";
+import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
+import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
+import { type ExportSource, openExportSource } from "./source.js";
+import { bands, Cursors, outputBytes, produceBand } from "./stream.js";
+
+/**
+ * `orbax2reg export-hf`: a fuji step as a Hugging Face Llama checkpoint. Refuses a tree that is not a fuji
+ * decoder before writing anything; writes a small record of what it exports (RECORD_NAME), the shards (in
+ * parallel, each atomically: a local file renamed into place, a GCS upload completed), config.json and
+ * generation_config.json, and the index LAST: no index, no export.
+ *
+ * Resuming: a rerun of the same export (the record matches: same source bytes' locations, dtype, shard plan)
+ * keeps every shard already there whose size and header are the planned ones, and writes the rest. A
+ * different export in the way is replaced when it has no index yet; a committed one only with --force.
+ */
+export const RECORD_NAME = ".orbax2reg-export.json";
+/** Shards written at once. */
+export const SHARD_CONCURRENCY = 2;
+
+export interface ExportOptions extends Omit<ConfigFlags, "dtype"> {
+  readonly dtype?: "bfloat16" | "float32";
+  readonly maxShardSize?: number;
+  /** Bytes of output tensors held at once (all workers together). */
+  readonly memoryBytes: number;
+  readonly force?: boolean;
+  readonly onPlan?: (plan: ExportSummaryPlan) => void;
+  readonly onTensor?: (name: string, bytes: number) => void;
+}
+
+export interface ExportSummaryPlan {
+  readonly tensors: number;
+  readonly bytes: number;
+  readonly names: readonly string[];
+}
+
+export interface ShardPlan {
+  readonly name: string;
+  readonly tensors: readonly OutputTensor[];
+  readonly header: Uint8Array;
+  readonly fileBytes: number;
+}
+
+export interface ExportResult {
+  readonly source: { kind: ExportSource["kind"]; location: string; step: number | undefined; chosenBy?: string };
+  readonly destination: string;
+  readonly dims: Dims;
+  readonly built: BuiltConfig;
+  readonly dtype: "bfloat16" | "float32";
+  readonly shards: readonly { name: string; tensors: number; bytes: number; written: boolean }[];
+  readonly tensors: number;
+  readonly totalSize: number;
+  readonly skipped: readonly string[];
+  readonly alreadyExported: boolean;
+  readonly resumed: boolean;
+  /** Chunks decoded more than once (bands of tensors over --memory, or shards starting past a chunk's start). */
+  readonly chunkRereads: number;
+}
+
+const text = new TextEncoder();
+
+/** Everything the export will write, decided before anything is written (and before any refusal can come late). */
+export async function prepareExport(sourceLocation: string, options: ExportOptions) {
+  const source = await openExportSource(sourceLocation);
+  const plan = planExport(source.arrays, source.otherLeaves);
+  const dtype = options.dtype ?? "bfloat16";
+  const built = buildConfig(plan.dims, { ...options, dtype });
+  const st: SafetensorsDtype = dtype === "bfloat16" ? "BF16" : "F32";
+  const sizes = plan.tensors.map((t) => outputBytes(t, st));
+  const groups = planShards(sizes, options.maxShardSize ?? DEFAULT_MAX_SHARD_SIZE);
+  const shards: ShardPlan[] = groups.map((ids, i) => {
+    const tensors = ids.map((k) => plan.tensors[k] as OutputTensor);
+    const layout = buildHeader(tensors.map((t) => ({ name: t.name, dtype: st, shape: t.shape })));
+    return { name: shardName(i, groups.length), tensors, header: layout.header, fileBytes: layout.fileBytes };
+  });
+  const totalSize = sizes.reduce((a, b) => a + b, 0);
+  const weightMap = new Map<string, string>();
+  for (const s of shards) for (const t of s.tensors) weightMap.set(t.name, s.name);
+  const record = {
+    format: "orbax2reg export-hf 1",
+    source: { kind: source.kind, step: source.step ?? null, fingerprint: source.fingerprint },
+    dtype,
+    config: built.config,
+    shards: shards.map((s) => ({ name: s.name, bytes: s.fileBytes, header: createHash("sha256").update(s.header).digest("hex") })),
+  };
+  return { source, plan, dtype, st, built, shards, totalSize, weightMap, record };
+}
+
+export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
+  const p = await prepareExport(sourceLocation, options);
+  const dest = await openStore(destLocation);
+  await assertNoOverlap(p.source.location, dest.url);
+  options.onPlan?.({ tensors: p.plan.tensors.length, bytes: p.totalSize, names: p.plan.tensors.map((t) => t.name) });
+  const recordText = `${JSON.stringify(p.record, null, 2)}\n`;
+  const previous = await readText(dest, RECORD_NAME);
+  const committed = (await dest.stat(INDEX_NAME)) !== undefined;
+  const same = previous === recordText;
+  if (committed && !same && !options.force) {
+    throw new ConflictError(
+      `holds another export (${INDEX_NAME} is there and ${RECORD_NAME} ${previous === undefined ? "is missing" : "differs"}); --force replaces it`,
+      {
+        path: dest.url,
+      },
+    );
+  }
+  const summary = (written: Set<string>, already: boolean, rereads: number): ExportResult => ({
+    source: {
+      kind: p.source.kind,
+      location: p.source.location,
+      step: p.source.step,
+      ...(p.source.chosenBy === undefined ? {} : { chosenBy: p.source.chosenBy }),
+    },
+    destination: dest.url,
+    dims: p.plan.dims,
+    built: p.built,
+    dtype: p.dtype,
+    shards: p.shards.map((s) => ({ name: s.name, tensors: s.tensors.length, bytes: s.fileBytes, written: written.has(s.name) })),
+    tensors: p.plan.tensors.length,
+    totalSize: p.totalSize,
+    skipped: p.plan.skipped,
+    alreadyExported: already,
+    resumed: same && !already,
+    chunkRereads: rereads,
+  });
+  // Shards already in place: a matching record, the planned size and the planned header.
+  const done = new Set<string>();
+  if (same) {
+    for (const s of p.shards) if (await shardInPlace(dest, s)) done.add(s.name);
+    if (committed && done.size === p.shards.length) {
+      for (const s of p.shards) options.onTensor?.(s.name, s.fileBytes);
+      return summary(new Set(), true, 0);
+    }
+  }
+  // Uncommit before changing anything, then say what is being written.
+  if (committed) await dest.delete(INDEX_NAME);
+  if (!same) {
+    await removeStaleShards(dest, new Set(p.shards.map((s) => s.name)));
+    await dest.write(RECORD_NAME, text.encode(recordText));
+  }
+  const budget = new Budget(options.memoryBytes);
+  // A band holds at most what one worker may take while the others take theirs.
+  const maxBand = Math.max(1 << 20, Math.floor(options.memoryBytes / Math.min(SHARD_CONCURRENCY, p.shards.length)));
+  let rereads = 0;
+  const written = new Set<string>();
+  const todo = p.shards.filter((s) => !done.has(s.name));
+  for (const s of p.shards) if (done.has(s.name)) for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
+  await forEachLimited(todo, SHARD_CONCURRENCY, async (s) => {
+    const cursors = new Cursors();
+    try {
+      await dest.write(s.name, shardBytes(s, p.st, maxBand, budget, cursors, options.onTensor));
+    } finally {
+      await cursors.closeAll();
+      rereads += cursors.reopened;
+    }
+    written.add(s.name);
+  });
+  await dest.write("config.json", text.encode(configText(p.built.config)));
+  await dest.write("generation_config.json", text.encode(configText(p.built.generation)));
+  await dest.makeDurable?.("");
+  await dest.write(INDEX_NAME, text.encode(indexText(p.totalSize, p.weightMap)));
+  await dest.makeDurable?.(INDEX_NAME);
+  await dest.flushed?.();
+  return summary(written, false, rereads);
+}
+
+/** A shard's bytes: its header, then each tensor band by band, each band's memory held from the budget until written. */
+async function* shardBytes(
+  s: ShardPlan,
+  dtype: SafetensorsDtype,
+  maxBand: number,
+  budget: Budget,
+  cursors: Cursors,
+  onTensor?: (name: string, bytes: number) => void,
+): AsyncIterable<Uint8Array> {
+  yield s.header;
+  for (const t of s.tensors) {
+    for (const [u0, u1] of bands(t, dtype, maxBand)) {
+      const bytes = (outputBytes(t, dtype) * (u1 - u0)) / (t.extent[t.bandDim] as number);
+      const release = await budget.acquire(bytes);
+      try {
+        yield await produceBand(t, dtype, u0, u1, cursors);
+      } finally {
+        release();
+      }
+    }
+    onTensor?.(t.name, outputBytes(t, dtype));
+  }
+}
+
+async function readText(store: Store, key: string): Promise<string | undefined> {
+  if ((await store.stat(key)) === undefined) return undefined;
+  return new TextDecoder().decode(await store.read(key));
+}
+
+async function shardInPlace(dest: Store, s: ShardPlan): Promise<boolean> {
+  const info = await dest.stat(s.name);
+  if (info === undefined || info.size !== s.fileBytes) return false;
+  const head = await dest.readRange(s.name, 0, s.header.length);
+  return Buffer.compare(head, s.header) === 0;
+}
+
+/** Shards of another export (other names or counts) would be listed by nothing and confuse whoever looks. */
+async function removeStaleShards(dest: Store, keep: ReadonlySet<string>): Promise<void> {
+  const listing = await dest.listDir("");
+  for (const f of listing.files) {
+    const name = f.key.slice(f.key.lastIndexOf("/") + 1);
+    if (/^model-\d{5}-of-\d{5}\.safetensors$/.test(name) && !keep.has(name)) await dest.delete(f.key);
+  }
+}

@@ -1,0 +1,78 @@
+import { InvalidArgumentError } from "commander";
+
+/**
+ * Sizes as `transformers` reads --max-shard-size (utils/hub.py convert_file_size_to_int): decimal KB/MB/GB
+ * (5GB = 5 * 10^9 bytes), binary KiB/MiB/GiB, or a number of bytes.
+ */
+const UNITS: Readonly<Record<string, number>> = {
+  "": 1,
+  b: 1,
+  bytes: 1,
+  kb: 1e3,
+  mb: 1e6,
+  gb: 1e9,
+  tb: 1e12,
+  kib: 2 ** 10,
+  mib: 2 ** 20,
+  gib: 2 ** 30,
+  tib: 2 ** 40,
+};
+
+/** Bytes of a size like `5GB`, `512MiB`, `1000000`; `bare` is the unit of a bare number. */
+export function parseSize(text: string, bare = 1): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
+  const unit = m?.[2]?.toLowerCase() ?? "";
+  const scale = unit === "" ? bare : UNITS[unit];
+  if (m === null || scale === undefined) throw new InvalidArgumentError("must be a size such as 5GB, 500MB, 2GiB or a number of bytes");
+  const n = Math.floor(Number(m[1]) * scale);
+  if (!Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError("must be a positive size");
+  return n;
+}
+
+/** `--max-shard-size`: a number alone is bytes. */
+export const shardSize = (text: string): number => parseSize(text, 1);
+/** `--memory` of export-hf: a number alone is MiB, as convert's --memory. */
+export const memorySize = (text: string): number => parseSize(text, 2 ** 20);
+
+export const DEFAULT_MAX_SHARD_SIZE = 5e9;
+
+/**
+ * Tensors (by their sizes, in order) into shards as huggingface_hub's split_state_dict_into_shards_factory
+ * does: a tensor joins the current shard unless that would take it over `max`, then it starts the next; a
+ * tensor larger than `max` alone gets a shard of its own. Returns each shard's tensor indices.
+ */
+export function planShards(sizes: readonly number[], max: number): number[][] {
+  const shards: number[][] = [];
+  let current: number[] = [];
+  let bytes = 0;
+  sizes.forEach((size, i) => {
+    if (size > max) {
+      shards.push([i]);
+      return;
+    }
+    if (bytes + size > max && current.length > 0) {
+      shards.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(i);
+    bytes += size;
+  });
+  if (current.length > 0) shards.push(current);
+  return shards;
+}
+
+/** `model-00001-of-00003.safetensors`, as transformers names shards (SAFE_WEIGHTS_NAME, 5 digits). */
+export function shardName(i: number, count: number): string {
+  const pad = (n: number) => String(n).padStart(5, "0");
+  return `model-${pad(i + 1)}-of-${pad(count)}.safetensors`;
+}
+
+export const INDEX_NAME = "model.safetensors.index.json";
+
+/** The index as transformers writes it: json.dumps(index, indent=2, sort_keys=True) + "\n". */
+export function indexText(totalSize: number, weightMap: ReadonlyMap<string, string>): string {
+  const sorted = [...weightMap].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const map = sorted.map(([k, v]) => `    ${JSON.stringify(k)}: ${JSON.stringify(v)}`).join(",\n");
+  return `{\n  "metadata": {\n    "total_size": ${totalSize}\n  },\n  "weight_map": {\n${map}\n  }\n}\n`;
+}

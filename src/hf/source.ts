@@ -1,0 +1,253 @@
+import { createHash } from "node:crypto";
+import { ChunkDecoder } from "../codecs/zstd.js";
+import { SHARD_INDEX_BYTES } from "../convert/plan.js";
+import { innerChunkOfShard } from "../convert/transforms.js";
+import { MetadataError, NotFoundError } from "../errors.js";
+import type { ValueLocation } from "../ocdbt/database.js";
+import { chunkKeyPattern, listArrays } from "../orbax/arrays.js";
+import { OcdbtSource, UnionSource } from "../orbax/kv-source.js";
+import { type OrbaxStep, openStep, parseStepName } from "../orbax/step.js";
+import { parseIndex } from "../regular/index-file.js";
+import { regularChunkKey } from "../regular/zarray.js";
+import { INPUT, openStore } from "../store/open.js";
+import { describe, joinKey, type Store } from "../store/store.js";
+import { decodeChunk } from "../zarr/chunk.js";
+import { chunkKey, parseZarrMetadata, product, type ZarrArrayMeta } from "../zarr/metadata.js";
+import { fillBuffer } from "../zarr/region.js";
+
+/**
+ * The arrays of a step to export, whatever stores them: an Orbax step (OCDBT or per-array directories, zarr v2
+ * or v3) or a regular (TensorStore zarr v2) step. Each chunk is read as a stream of decoded bytes (C order of
+ * the chunk's full shape), compressed bytes fetched a window at a time and decoded as they come, so that a
+ * chunk of any size costs a window and a decoder's history, never the chunk.
+ */
+export interface SourceArray {
+  /** The leaf's path, `/`-joined (`model/decoder/emb/token_emb/weight`). */
+  readonly path: string;
+  readonly meta: ZarrArrayMeta;
+  /** Decoded bytes of the chunk at grid `index`, in pieces (each the caller's to keep). */
+  chunk(index: readonly number[]): AsyncIterable<Uint8Array>;
+  describeChunk(index: readonly number[]): string;
+}
+
+export interface ExportSource {
+  readonly kind: "orbax" | "regular";
+  /** The step directory as given or chosen. */
+  readonly location: string;
+  readonly step: number | undefined;
+  readonly arrays: readonly SourceArray[];
+  /** Non-array leaves (a regular index's strings and scalars), skipped. */
+  readonly otherLeaves: readonly string[];
+  /** What identifies the source's bytes: paths, shapes, dtypes and where every chunk is stored (sha256). */
+  readonly fingerprint: string;
+  /** How a checkpoint root's step was chosen, when the location was a root. */
+  readonly chosenBy?: string;
+}
+
+/** Compressed bytes fetched per read of a streamed chunk (one more is fetched ahead). */
+export const READ_WINDOW = 1 << 20;
+
+/** `length` bytes at `offset` of `key`, a window at a time, the next window fetched while this one decodes. */
+async function* windows(store: Store, key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+  let at = 0;
+  const fetch = (from: number) => store.readRange(key, offset + from, Math.min(READ_WINDOW, length - from));
+  let next = length > 0 ? fetch(0) : undefined;
+  while (next !== undefined) {
+    const piece = await next;
+    at += piece.length;
+    next = at < length ? fetch(at) : undefined;
+    yield piece;
+  }
+}
+
+/** Decodes a zstd chunk as it streams in: exactly one frame of exactly `size` bytes (ChunkDecoder). */
+async function* decoded(compressed: AsyncIterable<Uint8Array>, size: number, path: string): AsyncIterable<Uint8Array> {
+  let out: Uint8Array[] = [];
+  const decoder = new ChunkDecoder(size, path, (piece) => out.push(piece.slice()));
+  try {
+    for await (const piece of compressed) {
+      decoder.push(piece);
+      if (out.length > 0) {
+        const ready = out;
+        out = [];
+        yield* ready;
+      }
+    }
+    decoder.end();
+    yield* out;
+  } finally {
+    decoder.release();
+  }
+}
+
+/** A chunk of the fill value, in pieces of a window. */
+function* filled(fill: Uint8Array, size: number): Iterable<Uint8Array> {
+  const piece = fillBuffer(fill, Math.min(size, Math.max(fill.length, Math.floor(READ_WINDOW / fill.length) * fill.length)));
+  for (let at = 0; at < size; at += piece.length) yield piece.subarray(0, Math.min(piece.length, size - at)).slice();
+}
+
+function chunkBytes(meta: ZarrArrayMeta): number {
+  return product(meta.chunkShape) * meta.dtype.itemSize;
+}
+
+/** Where a value location's key lives: the store its data files are relative to. */
+function valueStore(step: OrbaxStep): Store {
+  const s = step.source;
+  if (s instanceof OcdbtSource) return s.db.store;
+  if (s instanceof UnionSource) return (s.dbs[0] as { store: Store }).store;
+  return (s as unknown as { store: Store }).store;
+}
+
+/** One Orbax chunk's decoded bytes: streamed where its encoding allows (zstd, raw, one-chunk shards), else whole. */
+function orbaxChunk(
+  step: OrbaxStep,
+  store: Store,
+  meta: ZarrArrayMeta,
+  value: ValueLocation | undefined,
+  path: string,
+): AsyncIterable<Uint8Array> {
+  const size = chunkBytes(meta);
+  const enc = meta.encoding;
+  if (value === undefined) {
+    if (meta.fill === null) throw new NotFoundError("chunk is missing and the array has no fill value", { path });
+    return (async function* () {
+      yield* filled(meta.fill as Uint8Array, size);
+    })();
+  }
+  if (value.kind === "file") {
+    const range = { kind: "range" as const, key: value.key, offset: value.offset, length: value.length };
+    if ((enc.kind === "v2" || enc.kind === "v3") && enc.compressor === "zstd")
+      return decoded(windows(store, value.key, value.offset, value.length), size, path);
+    if (
+      enc.kind === "v3-sharded" &&
+      enc.compressor === "zstd" &&
+      enc.indexLocation === "end" &&
+      enc.indexChecksum &&
+      enc.innerChunkShape.every((c, d) => c === meta.chunkShape[d]) &&
+      value.length > SHARD_INDEX_BYTES
+    ) {
+      return decoded(innerChunkOfShard(store, range), size, path);
+    }
+  }
+  // Inline values (small), uncompressed or otherwise encoded chunks: read and decoded whole.
+  return (async function* () {
+    yield decodeChunk(meta, await step.source.read(value), path);
+  })();
+}
+
+async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSource> {
+  const arrays: SourceArray[] = [];
+  const hash = createHash("sha256");
+  const store = valueStore(step);
+  for await (const a of listArrays(step)) {
+    const meta = a.meta;
+    hash.update(`${a.leaf.path}|${meta.dtype.name}|${meta.shape}|${meta.chunkShape}\n`);
+    for (const [k, e] of a.chunks)
+      hash.update(
+        `${k}=${e.value.kind === "file" ? `${e.value.key}@${e.value.offset}+${e.value.length}` : Buffer.from(e.value.bytes).toString("base64")}\n`,
+      );
+    const describeChunk = (index: readonly number[]) => step.source.describe(`${a.leaf.name}/${chunkKey(meta, index)}`);
+    arrays.push({
+      path: a.leaf.path,
+      meta,
+      describeChunk,
+      chunk: (index) => orbaxChunk(step, store, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index)),
+    });
+  }
+  return {
+    kind: "orbax",
+    location,
+    step: step.step,
+    arrays,
+    otherLeaves: step.leaves.filter((l) => !l.isArray).map((l) => l.path),
+    fingerprint: hash.digest("hex"),
+    ...(step.chosen === undefined ? {} : { chosenBy: step.chosen.chosenBy }),
+  };
+}
+
+const isRegularStep = async (store: Store, dir: string) => {
+  const top = await store.listDir(dir);
+  return top.files.some((f) => f.key === joinKey(dir, "index") || f.key === "index") && top.dirs.includes("gda");
+};
+
+/** A regular step (`index` + `gda/`): its index names the arrays, each a zarr v2 directory under gda/. */
+async function openRegular(store: Store, dir: string, location: string): Promise<ExportSource> {
+  const indexKey = joinKey(dir, "index");
+  const { step, entries } = parseIndex(new TextDecoder().decode(await store.read(indexKey)), describe(store, indexKey));
+  const arrays: SourceArray[] = [];
+  const otherLeaves: string[] = [];
+  const hash = createHash("sha256");
+  for (const [path, value] of entries) {
+    const isArray = typeof value === "object" && value !== null && "dtype" in value && "shape" in value;
+    if (!isArray) {
+      otherLeaves.push(path);
+      continue;
+    }
+    const base = joinKey(dir, "gda", path);
+    const zarray = joinKey(base, ".zarray");
+    const meta = parseZarrMetadata(".zarray", await store.read(zarray), { path: describe(store, zarray) });
+    const pattern = chunkKeyPattern(meta.keyEncoding, meta.shape.length);
+    const sizes = new Map<string, number>();
+    for await (const o of store.list(`${base}/`)) {
+      const name = o.key.slice(base.length + 1);
+      if (pattern.test(name)) sizes.set(name, o.size);
+    }
+    hash.update(`${path}|${meta.dtype.name}|${meta.shape}|${meta.chunkShape}|${[...sizes].join(",")}\n`);
+    const keyOf = (index: readonly number[]) =>
+      meta.keyEncoding.separator === "." && meta.keyEncoding.prefix === "" ? regularChunkKey(index) : chunkKey(meta, index);
+    const describeChunk = (index: readonly number[]) => describe(store, joinKey(base, keyOf(index)));
+    arrays.push({
+      path,
+      meta,
+      describeChunk,
+      chunk: (index) => {
+        const key = joinKey(base, keyOf(index));
+        const length = sizes.get(keyOf(index));
+        const value: ValueLocation | undefined = length === undefined ? undefined : { kind: "file", key, offset: 0, length };
+        return regularChunk(store, meta, value, describeChunk(index));
+      },
+    });
+  }
+  return { kind: "regular", location, step, arrays, otherLeaves, fingerprint: hash.digest("hex") };
+}
+
+function regularChunk(store: Store, meta: ZarrArrayMeta, value: ValueLocation | undefined, path: string): AsyncIterable<Uint8Array> {
+  const size = chunkBytes(meta);
+  if (value === undefined || value.kind !== "file") {
+    if (meta.fill === null) throw new NotFoundError("chunk is missing and the array has no fill value", { path });
+    return (async function* () {
+      yield* filled(meta.fill as Uint8Array, size);
+    })();
+  }
+  const enc = meta.encoding;
+  if (enc.kind === "v2" && enc.compressor === "zstd") return decoded(windows(store, value.key, 0, value.length), size, path);
+  return (async function* () {
+    yield decodeChunk(meta, await store.read(value.key), path);
+  })();
+}
+
+/**
+ * Opens what `location` names: a regular step (`index` and `gda/`), a root of regular steps (the highest
+ * step_* holding an index), or anything openStep opens (an Orbax step, root or item).
+ */
+export async function openExportSource(location: string): Promise<ExportSource> {
+  const trimmed = location.replace(/\/+$/, "");
+  const store = await openStore(trimmed, INPUT);
+  if (await isRegularStep(store, "")) return openRegular(store, "", trimmed);
+  const top = await store.listDir("");
+  const steps = top.dirs
+    .filter((d) => parseStepName(d) !== undefined)
+    .sort((a, b) => (parseStepName(a) as number) - (parseStepName(b) as number));
+  const orbaxMarkers = top.files.some((f) => /(^|\/)(_CHECKPOINT_METADATA|commit_success\.txt|_METADATA|manifest\.ocdbt)$/.test(f.key));
+  if (!orbaxMarkers && steps.length > 0) {
+    for (const d of [...steps].reverse()) {
+      if ((await store.stat(joinKey(d, "index"))) !== undefined && (await isRegularStep(store, d))) {
+        return { ...(await openRegular(store, d, `${trimmed}/${d}`)), chosenBy: "the highest regular step under the root" };
+      }
+      break;
+    }
+  }
+  const step = await openStep(trimmed);
+  if (step.leaves.length === 0) throw new MetadataError("the step has no leaves", { path: trimmed });
+  return openOrbax(step, step.stepDir === "" ? trimmed : `${trimmed}/${step.stepDir}`);
+}

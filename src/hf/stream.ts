@@ -1,0 +1,301 @@
+import { LimitError } from "../errors.js";
+import { bf16Bits } from "../zarr/cast.js";
+import { chunkGrid } from "../zarr/metadata.js";
+import type { OutputTensor } from "./llama.js";
+import type { SafetensorsDtype } from "./safetensors.js";
+import type { SourceArray } from "./source.js";
+
+/**
+ * The streaming engine: an output tensor is filled from the chunks its box covers, each chunk read by one
+ * sequential decoder (a ChunkCursor) that stays where it stopped, so that tensors asked for in the order of
+ * the source's bytes (layer by layer: a stacked array's axis 0 is its slowest) decode every chunk once, whatever
+ * the size of the chunk: a (32, 3, 512, 32, 128) qkv chunk spanning every layer is read layer slice by layer
+ * slice, and only the output tensor (or a band of it) is ever held.
+ */
+
+/** What the elements become: the cast of one run of source elements into the output. */
+type Mode = "f32>bf16" | "f32>f32" | "bf16>f32" | "bf16>bf16";
+
+/** One box ∩ one chunk: its runs along the last dimension, in the chunk's flat (C) order. */
+class Walker {
+  /** Flat element index (in the chunk) of the first and one past the last element the walker needs. */
+  readonly start: number;
+  readonly end: number;
+  private readonly idx: number[];
+  private runStart: number;
+  private done = false;
+  private readonly lastOff: Int32Array;
+
+  constructor(
+    private readonly chunkShape: readonly number[],
+    private readonly chunkStrides: readonly number[],
+    /** The box within the chunk: [lo, hi) per dimension, chunk coordinates. */
+    private readonly lo: readonly number[],
+    private readonly hi: readonly number[],
+    /** Output element offset of each run: base from the leading coordinates (box-relative) times their strides. */
+    private readonly boxOffset: readonly number[],
+    private readonly outStrides: readonly number[],
+    /** Output offset of each last-dimension coordinate (box-relative), permuted where the tensor says. */
+    lastOffsets: Int32Array,
+    private readonly out: Uint16Array | Uint32Array,
+    private readonly outBase: number,
+    private readonly mode: Mode,
+  ) {
+    const r = chunkShape.length;
+    this.lastOff = lastOffsets;
+    this.idx = lo.slice(0, r - 1);
+    this.runStart = this.flat(this.idx) + (lo[r - 1] as number);
+    this.start = this.runStart;
+    let last = 0;
+    for (let d = 0; d < r; d++) last += ((hi[d] as number) - 1) * (chunkStrides[d] as number);
+    this.end = last + 1;
+  }
+
+  private flat(idx: readonly number[]): number {
+    let f = 0;
+    for (let d = 0; d < idx.length; d++) f += (idx[d] as number) * (this.chunkStrides[d] as number);
+    return f;
+  }
+
+  /** Copies what it needs of elements [p0, p0 + src.length) of the chunk. */
+  consume(src: Uint16Array | Uint32Array, p0: number): void {
+    const r = this.chunkShape.length;
+    const runLen = (this.hi[r - 1] as number) - (this.lo[r - 1] as number);
+    const p1 = p0 + src.length;
+    while (!this.done && this.runStart < p1) {
+      const a = Math.max(this.runStart, p0);
+      const b = Math.min(this.runStart + runLen, p1);
+      if (a < b) {
+        let base = this.outBase;
+        for (let d = 0; d < r - 1; d++) base += ((this.idx[d] as number) + (this.boxOffset[d] as number)) * (this.outStrides[d] as number);
+        const b0 = a - this.runStart + (this.lo[r - 1] as number) + (this.boxOffset[r - 1] as number);
+        copyRun(src, a - p0, b - a, this.out, base, this.lastOff, b0, this.mode);
+      }
+      if (this.runStart + runLen > p1) return;
+      this.advance();
+    }
+  }
+
+  private advance(): void {
+    const r = this.chunkShape.length;
+    let d = r - 2;
+    for (; d >= 0; d--) {
+      this.idx[d] = (this.idx[d] as number) + 1;
+      if ((this.idx[d] as number) < (this.hi[d] as number)) break;
+      this.idx[d] = this.lo[d] as number;
+    }
+    if (d < 0) {
+      this.done = true;
+      return;
+    }
+    this.runStart = this.flat(this.idx) + (this.lo[r - 1] as number);
+  }
+}
+
+function copyRun(
+  src: Uint16Array | Uint32Array,
+  s0: number,
+  n: number,
+  out: Uint16Array | Uint32Array,
+  base: number,
+  off: Int32Array,
+  b0: number,
+  mode: Mode,
+): void {
+  switch (mode) {
+    case "f32>bf16":
+      for (let k = 0; k < n; k++) out[base + (off[b0 + k] as number)] = bf16Bits(src[s0 + k] as number);
+      return;
+    case "bf16>f32":
+      for (let k = 0; k < n; k++) out[base + (off[b0 + k] as number)] = ((src[s0 + k] as number) << 16) >>> 0;
+      return;
+    default:
+      for (let k = 0; k < n; k++) out[base + (off[b0 + k] as number)] = src[s0 + k] as number;
+  }
+}
+
+/** One chunk's sequential decoder, kept between tensors; reopened (the chunk read again) only when asked to go back. */
+export class ChunkCursor {
+  /** Elements of the chunk handed out so far: `pending` starts here. */
+  private pos = 0;
+  private pending: Uint8Array | undefined;
+  private carry: Uint8Array | undefined;
+  private it: AsyncIterator<Uint8Array> | undefined;
+  reopened = 0;
+
+  constructor(
+    private readonly array: SourceArray,
+    private readonly index: readonly number[],
+  ) {}
+
+  private get itemSize(): number {
+    return this.array.meta.dtype.itemSize;
+  }
+
+  /** The next element-aligned piece of decoded bytes, or undefined at the chunk's end. */
+  private async next(): Promise<Uint8Array | undefined> {
+    if (this.pending !== undefined) {
+      const p = this.pending;
+      this.pending = undefined;
+      return p;
+    }
+    this.it ??= this.array.chunk(this.index)[Symbol.asyncIterator]();
+    for (;;) {
+      const r = await this.it.next();
+      if (r.done) return undefined;
+      let piece = r.value;
+      if (this.carry !== undefined) {
+        const joined = new Uint8Array(this.carry.length + piece.length);
+        joined.set(this.carry);
+        joined.set(piece, this.carry.length);
+        piece = joined;
+        this.carry = undefined;
+      }
+      const whole = piece.length - (piece.length % this.itemSize);
+      if (whole < piece.length) this.carry = piece.slice(whole);
+      if (whole > 0) return piece.byteOffset % 4 === 0 ? piece.subarray(0, whole) : piece.slice(0, whole);
+    }
+  }
+
+  /** Feeds the walkers every element they need; they need nothing before their `start`. */
+  async feed(walkers: readonly Walker[]): Promise<void> {
+    if (walkers.length === 0) return;
+    const start = Math.min(...walkers.map((w) => w.start));
+    const end = Math.max(...walkers.map((w) => w.end));
+    if (start < this.pos) {
+      // Going back: the chunk is decoded again from its start (a band of a tensor over the memory budget).
+      await this.close();
+      this.reopened++;
+    }
+    const item = this.itemSize;
+    while (this.pos < end) {
+      const piece = await this.next();
+      if (piece === undefined)
+        throw new LimitError(`chunk ended at element ${this.pos}, before element ${end}`, { path: this.array.describeChunk(this.index) });
+      const n = piece.length / item;
+      const take = Math.min(n, end - this.pos);
+      if (this.pos + n > start) {
+        const view =
+          item === 4 ? new Uint32Array(piece.buffer, piece.byteOffset, take) : new Uint16Array(piece.buffer, piece.byteOffset, take);
+        for (const w of walkers) w.consume(view, this.pos);
+      }
+      if (take < n) this.pending = piece.subarray(take * item);
+      this.pos += take;
+    }
+  }
+
+  async close(): Promise<void> {
+    const it = this.it;
+    this.it = undefined;
+    this.pending = undefined;
+    this.carry = undefined;
+    this.pos = 0;
+    await it?.return?.();
+  }
+}
+
+/** The cursors of one worker, by array and chunk: tensors asked for in order share them. */
+export class Cursors {
+  private readonly open = new Map<string, ChunkCursor>();
+  reopened = 0;
+
+  get(array: SourceArray, index: readonly number[]): ChunkCursor {
+    const key = `${array.path}|${index.join(",")}`;
+    let c = this.open.get(key);
+    if (c === undefined) {
+      c = new ChunkCursor(array, index);
+      this.open.set(key, c);
+    }
+    return c;
+  }
+
+  async closeAll(): Promise<void> {
+    for (const c of this.open.values()) {
+      this.reopened += c.reopened;
+      await c.close();
+    }
+    this.open.clear();
+  }
+}
+
+const BYTES: Record<SafetensorsDtype, number> = { BF16: 2, F32: 4 };
+
+/** Bytes of `t` written as `dtype`. */
+export function outputBytes(t: Pick<OutputTensor, "shape">, dtype: SafetensorsDtype): number {
+  return t.shape.reduce((a, b) => a * b, 1) * BYTES[dtype];
+}
+
+/** The bands of `t` no larger than `maxBand` bytes (whole units of its band dimension; one band when it fits). */
+export function bands(t: OutputTensor, dtype: SafetensorsDtype, maxBand: number): [number, number][] {
+  const units = t.extent[t.bandDim] as number;
+  const total = outputBytes(t, dtype);
+  if (total <= maxBand || units <= 1) return [[0, units]];
+  const per = Math.max(1, Math.floor(maxBand / (total / units)));
+  const out: [number, number][] = [];
+  for (let a = 0; a < units; a += per) out.push([a, Math.min(units, a + per)]);
+  return out;
+}
+
+/**
+ * The bytes of band [u0, u1) of `t` (units of its band dimension) as `dtype`: every chunk of the source box
+ * the band covers is fed through its cursor, at once (their reads overlap).
+ */
+export async function produceBand(t: OutputTensor, dtype: SafetensorsDtype, u0: number, u1: number, cursors: Cursors): Promise<Uint8Array> {
+  const meta = t.array.meta;
+  const r = meta.shape.length;
+  const origin = t.origin.slice();
+  const extent = t.extent.slice();
+  origin[t.bandDim] = (origin[t.bandDim] as number) + u0;
+  extent[t.bandDim] = u1 - u0;
+  const numel = extent.reduce((a, b) => a * b, 1);
+  const out = dtype === "BF16" ? new Uint16Array(numel) : new Uint32Array(numel);
+  const source = meta.dtype.name === "bfloat16" ? "bf16" : "f32";
+  const mode = `${source}>${dtype === "BF16" ? "bf16" : "f32"}` as Mode;
+  // The band's first output element: unit u0 of the band dimension.
+  const outBase = -u0 * (t.outStrides[t.bandDim] as number);
+  // Box-relative last coordinate -> output offset, over the whole box (a band keeps the last dimension's range
+  // unless the band dimension is the last).
+  const lastExtent = t.extent[r - 1] as number;
+  const lastStride = t.outStrides[r - 1] as number;
+  const lastOffsets = new Int32Array(lastExtent);
+  for (let b = 0; b < lastExtent; b++) lastOffsets[b] = (t.perm === undefined ? b : (t.perm[b] as number)) * lastStride;
+  const chunkShape = meta.chunkShape;
+  const chunkStrides = new Array<number>(r);
+  for (let d = r - 1, s = 1; d >= 0; d--) {
+    chunkStrides[d] = s;
+    s *= chunkShape[d] as number;
+  }
+  const grid = chunkGrid(meta);
+  // The chunks the band's box covers, per dimension.
+  const ranges = origin.map((o, d) => {
+    const c = chunkShape[d] as number;
+    return [Math.floor(o / c), Math.min(grid[d] as number, Math.ceil((o + (extent[d] as number)) / c))] as const;
+  });
+  const jobs: Promise<void>[] = [];
+  const index = ranges.map(([a]) => a);
+  for (;;) {
+    const lo: number[] = [];
+    const hi: number[] = [];
+    const boxOffset: number[] = [];
+    for (let d = 0; d < r; d++) {
+      const c0 = (index[d] as number) * (chunkShape[d] as number);
+      const a = Math.max(origin[d] as number, c0);
+      const b = Math.min((origin[d] as number) + (extent[d] as number), c0 + (chunkShape[d] as number));
+      lo.push(a - c0);
+      hi.push(b - c0);
+      // chunk coordinate + boxOffset = box-relative coordinate (the tensor's box, not the band's).
+      boxOffset.push(c0 - (t.origin[d] as number));
+    }
+    const walker = new Walker(chunkShape, chunkStrides, lo, hi, boxOffset, t.outStrides, lastOffsets, out, outBase, mode);
+    jobs.push(cursors.get(t.array, index.slice()).feed([walker]));
+    let d = r - 1;
+    for (; d >= 0; d--) {
+      index[d] = (index[d] as number) + 1;
+      if ((index[d] as number) < (ranges[d]?.[1] as number)) break;
+      index[d] = ranges[d]?.[0] as number;
+    }
+    if (d < 0) break;
+  }
+  await Promise.all(jobs);
+  return new Uint8Array(out.buffer);
+}
