@@ -125,7 +125,8 @@ def main(argv) -> int:
     t3 = time.monotonic()
     from transformers import GenerationConfig, LlamaConfig  # noqa: PLC0415 (timed apart: a user imports it too)
 
-    v1 = emb.shape[0] == 32000  # fuji v1's vocabulary; v2/v3 use 32768 / 131072 with rope theta 5e5
+    # fuji's values per version (v1/v2 fused QKV, v3 grouped; v1's vocabulary is 32000): rope theta and sequence length.
+    version = "v3" if qkv.ndim == 4 else "v1" if emb.shape[0] == 32000 else "v2"
     config = LlamaConfig(
         vocab_size=emb.shape[0],
         hidden_size=dim,
@@ -135,8 +136,8 @@ def main(argv) -> int:
         num_key_value_heads=kv_heads,
         head_dim=hd,
         rms_norm_eps=1e-5,
-        rope_theta=1e4 if v1 else 5e5,
-        max_position_embeddings=2048 if v1 else 4096,
+        rope_theta=5e5 if version == "v3" else 1e4,
+        max_position_embeddings={"v1": 2048, "v2": 4096, "v3": 8192}[version],
         tie_word_embeddings=tied,
         torch_dtype=opts["--dtype"],
         architectures=["LlamaForCausalLM"],
