@@ -353,6 +353,17 @@ if (flag("--big") || flag("--only-big")) {
   const dir = resolve(info.step_dir);
   const files = filesUnder(dir);
   const bytes = bytesUnder(dir);
+  // Each run writes about half the float32 step (bfloat16) beside it: refuse when that would nearly fill the disk.
+  const fsNow = statfsSync(".");
+  const free = fsNow.bavail * fsNow.bsize;
+  if (free < info.raw_bytes / 2 + 8 * 2 ** 30) {
+    console.error(
+      `only ${fmt(free / 2 ** 30, 1)} GiB free on disk: the big step's runs need ${fmt(info.raw_bytes / 2 / 2 ** 30, 1)} GiB plus 8 GiB to spare; ` +
+        "scale it down with --big-dims (e.g. layers=16) or free space",
+    );
+    if (!flag("--keep-big")) rmSync(resolve("bench/.generated/fuji-big"), { recursive: true, force: true });
+    process.exit(1);
+  }
   const cold = bytes > os.totalmem() / 2;
   say(
     `  big step ${info.step_dir}: ${info.arrays} arrays, ${bytes.toLocaleString("en-US")} B on disk (float32 params; generated in ${info.seconds} s)` +
