@@ -379,12 +379,10 @@ if (flag("--big") || flag("--only-big")) {
     step: dir,
     sourceBytes: bytes,
     runs: BIG_RUNS,
-    // Restoring the whole state in host memory needs the step's size in RAM (and more): not on this machine.
-    python: !flag("--no-python") && info.raw_bytes * 1.5 < os.totalmem(),
-    noPython:
-      info.raw_bytes * 1.5 < os.totalmem()
-        ? undefined
-        : `restoring the whole state in host memory needs at least the step's ${fmt(info.raw_bytes / 2 ** 30, 1)} GiB of float32 (it peaked at ~1.9x the state's size on the 2 GB step), and 2.5x that is more than the ${fmt(os.freemem() / 2 ** 30, 1)} GiB this machine has available`,
+    python: !flag("--no-python") && pythonFits,
+    noPython: pythonFits
+      ? undefined
+      : `restoring the whole state in host memory needs at least the step's ${fmt(info.raw_bytes / 2 ** 30, 1)} GiB of float32 (it peaked at ~1.9x the state's size on the 2 GB step), and 2.5x that is more than the ${fmt(os.freemem() / 2 ** 30, 1)} GiB this machine has available`,
   });
   if (!flag("--keep-big")) rmSync(resolve("bench/.generated/fuji-big"), { recursive: true, force: true });
 }
