@@ -191,10 +191,13 @@ async function benchSize({ label, step, sourceBytes, runs, python, noPython }) {
   };
   for (const name of Object.keys(routes)) if (!ROUTES.includes(name)) delete routes[name];
   if (!python) delete routes.c;
-  if (noPython) say(`(c) not run: ${noPython}`);
   const results = Object.fromEntries(Object.keys(routes).map((k) => [k, []]));
   say(`## ${label}`);
   say();
+  if (noPython) {
+    say(`(c) not run: ${noPython}`);
+    say();
+  }
   say(`Runs (best of ${runs}; destination deleted and \`sync\` before each run; "others" = CPU busy with other work just before):`);
   for (let round = 1; round <= runs; round++) {
     for (const name of Object.keys(routes)) {
