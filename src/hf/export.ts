@@ -3,18 +3,18 @@ import { assertNoOverlap } from "../convert/convert.js";
 import { ConflictError } from "../errors.js";
 import { openStore } from "../store/open.js";
 import type { Store } from "../store/store.js";
-import { Budget, forEachLimited } from "../util/budget.js";
+import { Budget } from "../util/budget.js";
 import { type BuiltConfig, buildConfig, type ConfigFlags, configText } from "./config.js";
 import { type Dims, type OutputTensor, planExport } from "./llama.js";
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
 import { type ExportSource, openExportSource } from "./source.js";
-import { bands, Cursors, outputBytes, produceBand } from "./stream.js";
+import { Cursors, outputBytes, produceInOrder } from "./stream.js";
 
 /**
  * `orbax2reg export-hf`: a fuji step as a Hugging Face Llama checkpoint. Refuses a tree that is not a fuji
  * decoder before writing anything; writes a small record of what it exports (RECORD_NAME), the shards (in
- * parallel, each atomically: a local file renamed into place, a GCS upload completed), config.json and
+ * order, each atomically: a local file renamed into place, a GCS upload completed), config.json and
  * generation_config.json, and the index LAST: no index, no export.
  *
  * Resuming: a rerun of the same export (the record matches: same source bytes' locations, dtype, shard plan)
@@ -22,8 +22,6 @@ import { bands, Cursors, outputBytes, produceBand } from "./stream.js";
  * different export in the way is replaced when it has no index yet; a committed one only with --force.
  */
 export const RECORD_NAME = ".orbax2reg-export.json";
-/** Shards written at once. */
-export const SHARD_CONCURRENCY = 2;
 
 export interface ExportOptions extends Omit<ConfigFlags, "dtype"> {
   readonly dtype?: "bfloat16" | "float32";
@@ -74,7 +72,17 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
   const built = buildConfig(plan.dims, { ...options, dtype });
   const st: SafetensorsDtype = dtype === "bfloat16" ? "BF16" : "F32";
   const sizes = plan.tensors.map((t) => outputBytes(t, st));
-  const groups = planShards(sizes, options.maxShardSize ?? DEFAULT_MAX_SHARD_SIZE);
+  // Tensors of one pass stay in one shard (made together, they are written together).
+  const units: number[][] = [];
+  plan.tensors.forEach((t, k) => {
+    const last = units.at(-1);
+    if (last !== undefined && t.pass !== undefined && plan.tensors[last[0] as number]?.pass === t.pass) last.push(k);
+    else units.push([k]);
+  });
+  const groups = planShards(
+    units.map((u) => u.reduce((a, k) => a + (sizes[k] as number), 0)),
+    options.maxShardSize ?? DEFAULT_MAX_SHARD_SIZE,
+  ).map((us) => us.flatMap((u) => units[u] as number[]));
   const shards: ShardPlan[] = groups.map((ids, i) => {
     const tensors = ids.map((k) => plan.tensors[k] as OutputTensor);
     const layout = buildHeader(tensors.map((t) => ({ name: t.name, dtype: st, shape: t.shape })));
@@ -145,22 +153,28 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     await dest.write(RECORD_NAME, text.encode(recordText));
   }
   const budget = new Budget(options.memoryBytes);
-  // A band holds at most what one worker may take while the others take theirs.
-  const maxBand = Math.max(1 << 20, Math.floor(options.memoryBytes / Math.min(SHARD_CONCURRENCY, p.shards.length)));
-  let rereads = 0;
+  const maxBand = Math.max(1 << 20, options.memoryBytes);
+  // One producer, shards in order, sharing one set of cursors: tensors come in the source's layer order, so
+  // every chunk is decoded once across all shards. Decoding and the layout's copy are this thread's work
+  // (CPU-bound), so shards made at once in this process would only decode the earlier layers of every chunk
+  // again to reach their own (measured on a 2 GB step cut into 4 shards: 12.5 s with two at once, against
+  // 2.9 s for one shard); what runs in parallel is the reading ahead, the decoding and the writing of each
+  // shard (a local file's writes and flushes, a GCS upload), which overlap.
+  const cursors = new Cursors();
   const written = new Set<string>();
-  const todo = p.shards.filter((s) => !done.has(s.name));
-  for (const s of p.shards) if (done.has(s.name)) for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
-  await forEachLimited(todo, SHARD_CONCURRENCY, async (s) => {
-    const cursors = new Cursors();
-    try {
+  try {
+    for (const s of p.shards) {
+      if (done.has(s.name)) {
+        for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
+        continue;
+      }
       await dest.write(s.name, shardBytes(s, p.st, maxBand, budget, cursors, options.onTensor));
-    } finally {
-      await cursors.closeAll();
-      rereads += cursors.reopened;
+      written.add(s.name);
     }
-    written.add(s.name);
-  });
+  } finally {
+    await cursors.closeAll();
+  }
+  const rereads = cursors.reopened;
   await dest.write("config.json", text.encode(configText(p.built.config)));
   await dest.write("generation_config.json", text.encode(configText(p.built.generation)));
   await dest.makeDurable?.("");
@@ -170,7 +184,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   return summary(written, false, rereads);
 }
 
-/** A shard's bytes: its header, then each tensor band by band, each band's memory held from the budget until written. */
+/** A shard's bytes: its header, then each tensor band by band (produceInOrder). */
 async function* shardBytes(
   s: ShardPlan,
   dtype: SafetensorsDtype,
@@ -180,17 +194,9 @@ async function* shardBytes(
   onTensor?: (name: string, bytes: number) => void,
 ): AsyncIterable<Uint8Array> {
   yield s.header;
-  for (const t of s.tensors) {
-    for (const [u0, u1] of bands(t, dtype, maxBand)) {
-      const bytes = (outputBytes(t, dtype) * (u1 - u0)) / (t.extent[t.bandDim] as number);
-      const release = await budget.acquire(bytes);
-      try {
-        yield await produceBand(t, dtype, u0, u1, cursors);
-      } finally {
-        release();
-      }
-    }
-    onTensor?.(t.name, outputBytes(t, dtype));
+  for await (const piece of produceInOrder(s.tensors, dtype, maxBand, cursors, budget)) {
+    yield piece.bytes;
+    if (piece.last) onTensor?.(piece.t.name, outputBytes(piece.t, dtype));
   }
 }
 

@@ -99,6 +99,12 @@ export interface OutputTensor {
   readonly bandDim: number;
   /** The leaf it comes from, for messages and --json. */
   readonly leaf: string;
+  /**
+   * Tensors of the same pass are made together from one reading of their chunks: a grouped QKV layer's q, k and
+   * v interleave in every row of the source ([D, H + 2K, hd]), so made one after the other each would read the
+   * layer's rows again.
+   */
+  readonly pass?: string;
 }
 
 export interface ExportPlan {
@@ -332,7 +338,11 @@ export function planExport(arrays: readonly SourceArray[], otherLeaves: readonly
           const strides = [1, headDim * hidden, hidden];
           if (kind === "fused")
             tensors.push(t(name, outShape, [j, 0, 0, 0], [1, hidden, heads, headDim], [0, ...strides], 2, rotary ? perm : undefined));
-          else tensors.push(t(name, outShape, [0, first, 0], [hidden, count, headDim], strides, 1, rotary ? perm : undefined));
+          else
+            tensors.push({
+              ...t(name, outShape, [0, first, 0], [hidden, count, headDim], strides, 1, rotary ? perm : undefined),
+              pass: `${l.array.path}#${i}`,
+            });
         });
       }
     }

@@ -39,7 +39,9 @@ export const DEFAULT_MAX_SHARD_SIZE = 5e9;
 /**
  * Tensors (by their sizes, in order) into shards as huggingface_hub's split_state_dict_into_shards_factory
  * does: a tensor joins the current shard unless that would take it over `max`, then it starts the next; a
- * tensor larger than `max` alone gets a shard of its own. Returns each shard's tensor indices.
+ * tensor larger than `max` gets a shard of its own. Unlike the hub's, that shard keeps its place (the hub
+ * appends it before the shard being filled): every shard is a run of consecutive tensors, which the export
+ * makes in order. Returns each shard's tensor indices.
  */
 export function planShards(sizes: readonly number[], max: number): number[][] {
   const shards: number[][] = [];
@@ -47,7 +49,10 @@ export function planShards(sizes: readonly number[], max: number): number[][] {
   let bytes = 0;
   sizes.forEach((size, i) => {
     if (size > max) {
+      if (current.length > 0) shards.push(current);
       shards.push([i]);
+      current = [];
+      bytes = 0;
       return;
     }
     if (bytes + size > max && current.length > 0) {

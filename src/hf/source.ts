@@ -45,7 +45,7 @@ export interface ExportSource {
 }
 
 /** Compressed bytes fetched per read of a streamed chunk (one more is fetched ahead). */
-export const READ_WINDOW = 1 << 20;
+export const READ_WINDOW = 256 << 10;
 
 /** `length` bytes at `offset` of `key`, a window at a time, the next window fetched while this one decodes. */
 async function* windows(store: Store, key: string, offset: number, length: number): AsyncIterable<Uint8Array> {

@@ -1,4 +1,5 @@
 import { LimitError } from "../errors.js";
+import type { Budget } from "../util/budget.js";
 import { bf16Bits } from "../zarr/cast.js";
 import { chunkGrid } from "../zarr/metadata.js";
 import type { OutputTensor } from "./llama.js";
@@ -182,6 +183,13 @@ export class ChunkCursor {
       if (take < n) this.pending = piece.subarray(take * item);
       this.pos += take;
     }
+    // The chunk's last element handed out: its decoder and buffers go (pos stays, so going back reopens).
+    if (this.pos === this.array.meta.chunkShape.reduce((a, b) => a * b, 1)) {
+      const it = this.it;
+      this.it = undefined;
+      this.pending = undefined;
+      await it?.return?.();
+    }
   }
 
   async close(): Promise<void> {
@@ -236,11 +244,44 @@ export function bands(t: OutputTensor, dtype: SafetensorsDtype, maxBand: number)
   return out;
 }
 
-/**
- * The bytes of band [u0, u1) of `t` (units of its band dimension) as `dtype`: every chunk of the source box
- * the band covers is fed through its cursor, at once (their reads overlap).
- */
+/** One band of one tensor: units [u0, u1) of its band dimension. */
+export interface BandRequest {
+  readonly t: OutputTensor;
+  readonly u0: number;
+  readonly u1: number;
+}
+
+/** The bytes of band [u0, u1) of `t` as `dtype` (producePass of one band). */
 export async function produceBand(t: OutputTensor, dtype: SafetensorsDtype, u0: number, u1: number, cursors: Cursors): Promise<Uint8Array> {
+  return (await producePass([{ t, u0, u1 }], dtype, cursors))[0] as Uint8Array;
+}
+
+/**
+ * The bytes of each requested band as `dtype`, made in one reading: every chunk a band's box covers is fed
+ * through its cursor once, with the walkers of every band that needs it (q, k and v of a grouped QKV layer
+ * share their chunks' rows), all chunks at once (their reads overlap).
+ */
+export async function producePass(requests: readonly BandRequest[], dtype: SafetensorsDtype, cursors: Cursors): Promise<Uint8Array[]> {
+  const perChunk = new Map<string, { array: SourceArray; index: number[]; walkers: Walker[] }>();
+  const outputs = requests.map(({ t, u0, u1 }) => {
+    const { out, walkers } = bandWalkers(t, dtype, u0, u1);
+    for (const w of walkers) {
+      const key = `${t.array.path}|${w.index.join(",")}`;
+      let entry = perChunk.get(key);
+      if (entry === undefined) {
+        entry = { array: t.array, index: w.index, walkers: [] };
+        perChunk.set(key, entry);
+      }
+      entry.walkers.push(w.walker);
+    }
+    return out;
+  });
+  await Promise.all([...perChunk.values()].map((c) => cursors.get(c.array, c.index).feed(c.walkers)));
+  return outputs.map((out) => new Uint8Array(out.buffer));
+}
+
+/** The output buffer of band [u0, u1) of `t` and a walker for each chunk its box covers. */
+function bandWalkers(t: OutputTensor, dtype: SafetensorsDtype, u0: number, u1: number) {
   const meta = t.array.meta;
   const r = meta.shape.length;
   const origin = t.origin.slice();
@@ -271,7 +312,7 @@ export async function produceBand(t: OutputTensor, dtype: SafetensorsDtype, u0: 
     const c = chunkShape[d] as number;
     return [Math.floor(o / c), Math.min(grid[d] as number, Math.ceil((o + (extent[d] as number)) / c))] as const;
   });
-  const jobs: Promise<void>[] = [];
+  const walkers: { index: number[]; walker: Walker }[] = [];
   const index = ranges.map(([a]) => a);
   for (;;) {
     const lo: number[] = [];
@@ -286,8 +327,10 @@ export async function produceBand(t: OutputTensor, dtype: SafetensorsDtype, u0: 
       // chunk coordinate + boxOffset = box-relative coordinate (the tensor's box, not the band's).
       boxOffset.push(c0 - (t.origin[d] as number));
     }
-    const walker = new Walker(chunkShape, chunkStrides, lo, hi, boxOffset, t.outStrides, lastOffsets, out, outBase, mode);
-    jobs.push(cursors.get(t.array, index.slice()).feed([walker]));
+    walkers.push({
+      index: index.slice(),
+      walker: new Walker(chunkShape, chunkStrides, lo, hi, boxOffset, t.outStrides, lastOffsets, out, outBase, mode),
+    });
     let d = r - 1;
     for (; d >= 0; d--) {
       index[d] = (index[d] as number) + 1;
@@ -296,6 +339,60 @@ export async function produceBand(t: OutputTensor, dtype: SafetensorsDtype, u0: 
     }
     if (d < 0) break;
   }
-  await Promise.all(jobs);
-  return new Uint8Array(out.buffer);
+  return { out, walkers };
+}
+
+/** A piece of the output: band bytes of tensor `t` starting at band-dimension unit `u0`; `last` ends the tensor. */
+export interface Produced {
+  readonly t: OutputTensor;
+  readonly u0: number;
+  readonly bytes: Uint8Array;
+  readonly last: boolean;
+}
+
+/**
+ * The tensors' bytes in order, band by band (bands of at most `maxBand` bytes), each band's memory taken from
+ * `budget` until the consumer asks for the next. Consecutive tensors of one pass (llama.ts) are made together
+ * when they fit in one band together.
+ */
+export async function* produceInOrder(
+  tensors: readonly OutputTensor[],
+  dtype: SafetensorsDtype,
+  maxBand: number,
+  cursors: Cursors,
+  budget?: Budget,
+): AsyncGenerator<Produced> {
+  for (let i = 0; i < tensors.length; ) {
+    const first = tensors[i] as OutputTensor;
+    let j = i + 1;
+    while (first.pass !== undefined && j < tensors.length && tensors[j]?.pass === first.pass) j++;
+    const group = tensors.slice(i, j);
+    i = j;
+    const groupBytes = group.reduce((a, t) => a + outputBytes(t, dtype), 0);
+    if (group.length > 1 && groupBytes <= maxBand) {
+      const release = await budget?.acquire(groupBytes);
+      try {
+        const outs = await producePass(
+          group.map((t) => ({ t, u0: 0, u1: t.extent[t.bandDim] as number })),
+          dtype,
+          cursors,
+        );
+        for (const [k, t] of group.entries()) yield { t, u0: 0, bytes: outs[k] as Uint8Array, last: true };
+      } finally {
+        release?.();
+      }
+      continue;
+    }
+    for (const t of group) {
+      const all = bands(t, dtype, maxBand);
+      for (const [k, [u0, u1]] of all.entries()) {
+        const release = await budget?.acquire((outputBytes(t, dtype) * (u1 - u0)) / (t.extent[t.bandDim] as number));
+        try {
+          yield { t, u0, bytes: await produceBand(t, dtype, u0, u1, cursors), last: k === all.length - 1 };
+        } finally {
+          release?.();
+        }
+      }
+    }
+  }
 }

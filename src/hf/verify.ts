@@ -5,7 +5,7 @@ import { planExport } from "./llama.js";
 import { headerLength, type ParsedHeader, parseHeader, type SafetensorsDtype } from "./safetensors.js";
 import { INDEX_NAME } from "./shards.js";
 import { openExportSource } from "./source.js";
-import { bands, Cursors, outputBytes, produceBand } from "./stream.js";
+import { Cursors, outputBytes, produceInOrder } from "./stream.js";
 
 export interface Check {
   readonly name: string;
@@ -71,43 +71,71 @@ export async function verifyExport(
   };
   let total = 0;
   const cursors = new Cursors();
+  // The tensors the index lists, with their entry in their file's header; the others fail here.
+  const listedTensors: { t: (typeof plan.tensors)[number]; file: string; begin: number; dataStart: number; dtype: SafetensorsDtype }[] = [];
+  for (const t of plan.tensors) {
+    const file = index.weightMap[t.name];
+    if (file === undefined) continue;
+    const problem = await (async (): Promise<string | undefined> => {
+      const h = await header(file);
+      const entry = h.tensors.find((e) => e.name === t.name);
+      if (entry === undefined) return `not in ${file}'s header`;
+      if (entry.shape.length !== t.shape.length || entry.shape.some((s, d) => s !== t.shape[d]))
+        return `shape [${entry.shape}] in ${file}, the source gives [${t.shape}]`;
+      if (listedTensors.length > 0 && listedTensors[0]?.dtype !== entry.dtype)
+        return `${entry.dtype} in ${file}, the other tensors are ${listedTensors[0]?.dtype}`;
+      listedTensors.push({ t, file, begin: entry.begin, dataStart: h.dataStart, dtype: entry.dtype });
+      total += outputBytes(t, entry.dtype);
+      return undefined;
+    })().catch(permanentMessage);
+    if (problem !== undefined) {
+      firstDifference ??= t.name;
+      checks.push({ name: t.name, ok: false, detail: problem });
+    }
+  }
+  const dtype = listedTensors[0]?.dtype ?? "BF16";
+  const where = new Map(listedTensors.map((x) => [x.t.name, x]));
+  const differing = new Map<string, string>();
+  let done = 0;
   try {
-    for (const [i, t] of plan.tensors.entries()) {
-      onTensor?.(i, plan.tensors.length);
-      const file = index.weightMap[t.name];
-      if (file === undefined) continue;
-      const problem = await (async (): Promise<string | undefined> => {
-        const h = await header(file);
-        const entry = h.tensors.find((e) => e.name === t.name);
-        if (entry === undefined) return `not in ${file}'s header`;
-        if (entry.shape.length !== t.shape.length || entry.shape.some((s, d) => s !== t.shape[d]))
-          return `shape [${entry.shape}] in ${file}, the source gives [${t.shape}]`;
-        const dtype: SafetensorsDtype = entry.dtype;
-        total += outputBytes(t, dtype);
-        const units = t.extent[t.bandDim] as number;
-        const per = outputBytes(t, dtype) / units;
-        for (const [u0, u1] of bands(t, dtype, VERIFY_BAND)) {
-          const want = await produceBand(t, dtype, u0, u1, cursors);
-          const got = await dest.readRange(file, h.dataStart + entry.begin + u0 * per, want.length);
-          const at = firstDiff(want, got);
-          if (at >= 0) return `differs from the source (${dtype} byte ${u0 * per + at} of ${entry.end - entry.begin}, in ${file})`;
-        }
-        return undefined;
-      })().catch((e: unknown) => {
-        if (!isPermanent(e)) throw e;
-        return (e as Error).message;
-      });
-      if (problem !== undefined && firstDifference === undefined) firstDifference = t.name;
-      checks.push(problem === undefined ? { name: t.name, ok: true } : { name: t.name, ok: false, detail: problem });
+    for await (const piece of produceInOrder(
+      listedTensors.map((x) => x.t),
+      dtype,
+      VERIFY_BAND,
+      cursors,
+    )) {
+      const x = where.get(piece.t.name) as (typeof listedTensors)[number];
+      if (!differing.has(x.t.name)) {
+        const per = outputBytes(x.t, dtype) / (x.t.extent[x.t.bandDim] as number);
+        const got = await dest.readRange(x.file, x.dataStart + x.begin + piece.u0 * per, piece.bytes.length).catch(permanentMessage);
+        const at = typeof got === "string" ? -2 : firstDiff(piece.bytes, got);
+        if (typeof got === "string") differing.set(x.t.name, got);
+        else if (at >= 0)
+          differing.set(
+            x.t.name,
+            `differs from the source (${dtype} byte ${piece.u0 * per + at} of ${outputBytes(x.t, dtype)}, in ${x.file})`,
+          );
+      }
+      if (piece.last) {
+        onTensor?.(++done, listedTensors.length);
+        const problem = differing.get(x.t.name);
+        if (problem !== undefined) firstDifference ??= x.t.name;
+        checks.push(problem === undefined ? { name: x.t.name, ok: true } : { name: x.t.name, ok: false, detail: problem });
+      }
     }
   } finally {
     await cursors.closeAll();
   }
-  onTensor?.(plan.tensors.length, plan.tensors.length);
   if (index.totalSize !== total && missing.length === 0)
     checks.push({ name: "metadata.total_size", ok: false, detail: `${index.totalSize}, the tensors hold ${total}` });
   const failed = checks.filter((c) => !c.ok).length;
   return { checks, passed: checks.length - failed, failed, ...(firstDifference === undefined ? {} : { firstDifference }) };
+}
+
+/** A fault of the data (a short file, a bad header) fails the tensor; one of the storage fails the verification. */
+function permanentMessage(e: unknown): string {
+  if (!isPermanent(e)) throw e;
+  return e.message;
 }
 
 function firstDiff(a: Uint8Array, b: Uint8Array): number {
