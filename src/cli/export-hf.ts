@@ -44,6 +44,11 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     onTensor: (name, bytes) => progress?.object(name, bytes),
   });
   progress?.stop();
+  // Beyond --memory: the decoders of every chunk a layer covers stay open (src/hf/stream.ts).
+  if (result.decoderBytes > (o.memory ?? mibToBytes(DEFAULT_MEMORY_MIB)))
+    out.warn(
+      `${result.openDecoders} chunk decoders stayed open (a stacked weight's chunks span every layer), about ${formatBytes(result.decoderBytes)} beyond --memory; a source with fewer chunks per weight needs less`,
+    );
   const seconds = (Date.now() - started) / 1000;
   const c = result.built.config;
   const summary = {
@@ -65,6 +70,8 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     alreadyExported: result.alreadyExported,
     resumed: result.resumed,
     chunkRereads: result.chunkRereads,
+    openDecoders: result.openDecoders,
+    decoderBytes: result.decoderBytes,
     committed: true,
     storageRetries: retryStats().retries,
     seconds,
@@ -79,10 +86,15 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
   out.stdout(
     `fuji ${result.built.version} (${result.built.versionSource}): ${d.layers} layers, hidden ${d.hidden}, ${d.heads} heads (${d.kvHeads} kv) x ${d.headDim}, ffn ${d.ffn}, vocab ${d.vocab}, ${d.tied ? "tied" : "separate"} lm_head`,
   );
-  out.stdout(
-    `rope_theta ${c.rope_theta} (${result.built.sources.rope_theta}), rms_norm_eps ${c.rms_norm_eps} (${result.built.sources.rms_norm_eps}), max_position_embeddings ${c.max_position_embeddings} (${result.built.sources.max_position_embeddings})`,
-  );
-  if (result.skipped.length > 0) out.stdout(`skipped ${result.skipped.length} leaves outside model/ (optimizer state, prng_key)`);
+  const src = result.built.sources;
+  out.stdout(`rope_theta ${c.rope_theta}: ${src.rope_theta}`);
+  out.stdout(`rms_norm_eps ${c.rms_norm_eps}: ${src.rms_norm_eps}`);
+  out.stdout(`max_position_embeddings ${c.max_position_embeddings}: ${src.max_position_embeddings}`);
+  if (result.skipped.length > 0) {
+    const n = result.skipped.length;
+    const shown = result.skipped.slice(0, 2).join(", ");
+    out.stdout(`skipped ${n} ${n === 1 ? "leaf" : "leaves"} outside model/: ${shown}${n > 2 ? `, … (--json lists them)` : ""}`);
+  }
   if (result.alreadyExported) {
     out.stdout(`already exported: ${result.destination} holds this export (${result.shards.length} shard(s) checked, nothing written)`);
     return 0;

@@ -51,12 +51,11 @@ export interface BuiltConfig {
  * share a 32k vocab and the same tree (v2-70B has grouped KV too), so a 32k model is taken as v2.
  */
 export function guessVersion(dims: Dims): { version: FujiVersion; source: string } {
-  if (dims.vocab === 128256 || dims.vocab === 131072) return { version: "v3", source: `vocabulary ${dims.vocab} (fuji v3's)` };
-  if (dims.vocab === 32768)
-    return { version: "v2", source: "vocabulary 32768 (fuji v1 and v2 share it: v2 assumed; --fuji-version v1 for v1's 2048 positions)" };
+  if (dims.vocab === 128256 || dims.vocab === 131072) return { version: "v3", source: `vocabulary ${dims.vocab} is fuji v3's` };
+  if (dims.vocab === 32768) return { version: "v2", source: "vocabulary 32768 is v1's and v2's: v2 assumed, --fuji-version v1 for v1" };
   return dims.qkv === "grouped"
-    ? { version: "v3", source: "grouped QKV, vocabulary not a fuji one (v3 assumed)" }
-    : { version: "v2", source: "fused QKV, vocabulary not a fuji one (v2 assumed)" };
+    ? { version: "v3", source: `grouped QKV: v3 assumed, vocabulary ${dims.vocab} is no fuji one's` }
+    : { version: "v2", source: `fused QKV: v2 assumed, vocabulary ${dims.vocab} is no fuji one's` };
 }
 
 export function buildConfig(dims: Dims, flags: ConfigFlags): BuiltConfig {
@@ -65,7 +64,7 @@ export function buildConfig(dims: Dims, flags: ConfigFlags): BuiltConfig {
   const versionSource = flags.fujiVersion === undefined ? guessed.source : "--fuji-version";
   const d = FUJI[version];
   const from = (flag: string, value: number | undefined, fallback: number, what: string): [number, string] =>
-    value === undefined ? [fallback, `fuji ${version} default (fuji.py ${what})`] : [value, flag];
+    value === undefined ? [fallback, `fuji ${version}'s (fuji.py ${what})`] : [value, flag];
   const [ropeTheta, ropeSource] = from("--rope-theta", flags.ropeTheta, d.ropeTheta, "ROPE_THETA");
   const [eps, epsSource] = from("--rms-norm-eps", flags.rmsNormEps, d.rmsNormEps, "model_config: RMSNorm eps=1e-5");
   const [maxPos, maxPosSource] = from(

@@ -115,7 +115,7 @@ export interface ExportPlan {
 }
 
 const refuse = (leaf: string, why: string): never => {
-  throw new MetadataError(`not a fuji-family decoder: ${leaf}: ${why}`, { path: leaf });
+  throw new MetadataError(`${why}; not a fuji-family decoder`, { path: leaf });
 };
 
 const stridesOf = (shape: readonly number[]) => {
@@ -152,12 +152,12 @@ export function planExport(arrays: readonly SourceArray[], otherLeaves: readonly
   for (const a of arrays) {
     if (!isModel(a.path) || top.has(a.path)) continue;
     if (a.path.startsWith(STACKED_PREFIX)) {
-      if (!layerLeaves.has(a.path.slice(STACKED_PREFIX.length))) refuse(a.path, "unknown leaf (not in the fuji mapping)");
+      if (!layerLeaves.has(a.path.slice(STACKED_PREFIX.length))) refuse(a.path, "unknown leaf under model/ (not in the fuji mapping)");
       stackedSeen = true;
       continue;
     }
     const m = UNSTACKED.exec(a.path);
-    if (m === null || !layerLeaves.has(m[2] as string)) refuse(a.path, "unknown leaf (not in the fuji mapping)");
+    if (m === null || !layerLeaves.has(m[2] as string)) refuse(a.path, "unknown leaf under model/ (not in the fuji mapping)");
     const i = Number((m as RegExpExecArray)[1]);
     if (!unstacked.has(i)) unstacked.set(i, new Map());
     unstacked.get(i)?.set((m as RegExpExecArray)[2] as string, a);

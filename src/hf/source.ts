@@ -44,13 +44,19 @@ export interface ExportSource {
   readonly chosenBy?: string;
 }
 
-/** Compressed bytes fetched per read of a streamed chunk (one more is fetched ahead). */
+/**
+ * Compressed bytes fetched per read of a streamed chunk (one more is fetched ahead). Every chunk a layer covers
+ * has its decoder open (a stacked weight's chunks span every layer), so this is paid per open chunk: small on
+ * a local disk, larger over GCS, where each read is a request.
+ */
 export const READ_WINDOW = 256 << 10;
+export const GCS_READ_WINDOW = 1 << 20;
 
 /** `length` bytes at `offset` of `key`, a window at a time, the next window fetched while this one decodes. */
 async function* windows(store: Store, key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
   let at = 0;
-  const fetch = (from: number) => store.readRange(key, offset + from, Math.min(READ_WINDOW, length - from));
+  const window = store.url.startsWith("gs://") ? GCS_READ_WINDOW : READ_WINDOW;
+  const fetch = (from: number) => store.readRange(key, offset + from, Math.min(window, length - from));
   let next = length > 0 ? fetch(0) : undefined;
   while (next !== undefined) {
     const piece = await next;

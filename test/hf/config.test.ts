@@ -36,7 +36,7 @@ test("fuji-7B-v2's shapes give Llama-2-7B's config, fuji v2's rope_theta 1e4 and
     hidden_act: "silu",
     torch_dtype: "bfloat16",
   });
-  expect(sources.rope_theta).toMatch(/fuji v2 default/);
+  expect(sources.rope_theta).toMatch(/fuji v2.s \(fuji.py ROPE_THETA\)/);
 });
 
 test("a 128256 vocabulary is fuji v3: rope_theta 5e5, 8192 positions, the 128k tokenizer", () => {

@@ -88,7 +88,7 @@ describe.skipIf(missingPython !== undefined)("export-hf of a real Orbax step (be
     const report = json(r.stdout);
     expect(report).toMatchObject({ tensors: 3 * 9 + 2, fujiVersion: "v2", dtype: "bfloat16", committed: true });
     expect(report.skipped).toContain("prng_key");
-    expect((report.configSources as Record<string, string>).rope_theta).toMatch(/fuji v2 default/);
+    expect((report.configSources as Record<string, string>).rope_theta).toMatch(/fuji v2.s \(fuji.py ROPE_THETA\)/);
     expectSameTensors(dest, expectedBytes(sourceArrays, GEN_DIMS, "BF16"), "BF16");
     const config = JSON.parse(readFileSync(join(dest, "config.json"), "utf8"));
     expect(config).toMatchObject({

@@ -1,8 +1,11 @@
 import { describe, expect, test } from "vitest";
 import { planExport } from "../../src/hf/llama.js";
+import type { SourceArray } from "../../src/hf/source.js";
 import { Cursors, produceInOrder } from "../../src/hf/stream.js";
+import { zarrayText } from "../../src/regular/zarray.js";
 import { castToBfloat16 } from "../../src/zarr/cast.js";
 import { DTYPES } from "../../src/zarr/dtype.js";
+import { parseZarrMetadata } from "../../src/zarr/metadata.js";
 import { expectedTensors, fujiArrays, type HostArray, memoryArray, shardedChunks } from "./fuji-tree.js";
 
 const F32 = DTYPES.find((d) => d.name === "float32") as never;
@@ -72,5 +75,46 @@ describe("the streaming engine", () => {
     const banded = await produceAll(arrays, "BF16", fsdpChunks, 200);
     for (const [name, bytes] of whole.out) expect(banded.out.get(name), name).toEqual(bytes);
     expect(banded.reopened).toBeGreaterThan(0);
+  });
+});
+
+describe("a bfloat16 source", () => {
+  const BF16 = DTYPES.find((d) => d.name === "bfloat16") as never;
+  /** The array stored as bfloat16 (its float32 values rounded), one chunk. */
+  const bf16Array = (a: HostArray): SourceArray => {
+    const f32 = memoryArray(a, a.shape);
+    const meta = parseZarrMetadata(".zarray", new TextEncoder().encode(zarrayText({ shape: a.shape, chunkShape: a.shape, dtype: BF16 })), {
+      path: a.path,
+    });
+    return {
+      ...f32,
+      meta,
+      chunk: () =>
+        (async function* () {
+          yield castToBfloat16(new Uint8Array(a.data.buffer), F32);
+        })(),
+    };
+  };
+
+  test("exports as bfloat16 bit for bit, and as float32 widened exactly", async () => {
+    const dims = { layers: 2, dim: 16, heads: 2, headDim: 8, ffn: 24, vocab: 20 };
+    const arrays = fujiArrays(dims);
+    const fromF32 = await produceAll(arrays, "BF16", (a) => [...a.shape]);
+    const make = async (dtype: "BF16" | "F32") => {
+      const plan = planExport(arrays.map(bf16Array));
+      const out = new Map<string, Uint8Array>();
+      for await (const p of produceInOrder(plan.tensors, dtype, 1 << 30, new Cursors())) out.set(p.t.name, p.bytes);
+      return out;
+    };
+    const bf = await make("BF16");
+    const f32 = await make("F32");
+    for (const [name, bytes] of fromF32.out) {
+      expect(Buffer.compare(bf.get(name) as Uint8Array, bytes), name).toBe(0);
+      const widened = new Uint32Array(new Uint16Array(new Uint8Array(bytes).buffer).length);
+      new Uint16Array(new Uint8Array(bytes).buffer).forEach((b, i) => {
+        widened[i] = (b << 16) >>> 0;
+      });
+      expect(f32.get(name), name).toEqual(new Uint8Array(widened.buffer));
+    }
   });
 });
