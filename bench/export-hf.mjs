@@ -365,6 +365,7 @@ if (flag("--big") || flag("--only-big")) {
         "scale it down with --big-dims (e.g. layers=16) or free space",
     );
     if (!flag("--keep-big")) rmSync(resolve("bench/.generated/fuji-big"), { recursive: true, force: true });
+    rmSync(OUT, { recursive: true, force: true });
     process.exit(1);
   }
   const cold = bytes > os.totalmem() / 2;
