@@ -5,7 +5,8 @@
 #   .venv/ (real orbax-checkpoint, pinned),
 #   .venv-wfemu/ (the Workflows emulator, pinned),
 #   .venv-testbench/ (Google's storage-testbench, from ORBAX2REG_STORAGE_TESTBENCH; skipped without it),
-#   .venv-axlearn/ (AXLearn's own source from ORBAX2REG_AXLEARN, with what its imports need, pinned; skipped without it).
+#   .venv-axlearn/ (AXLearn's own source from ORBAX2REG_AXLEARN, with what its imports need, pinned; skipped without it),
+#   .venv-hf/ (torch, transformers, safetensors on CPU: the export's real consumers; ORBAX2REG_SKIP_HF=1 skips it).
 # Downloads are cached under .cache/ so a second run is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,6 +92,27 @@ fi
 ) > "$python_log" 2>&1 &
 python_pid=$!
 
+# The Hugging Face consumers (test/hf/, bench/export-hf.mjs) in a venv of their own, in a second background job:
+# torch and its CUDA libraries are ~5.6 GB of downloads (~4 min), longer than everything else here. Stamped by
+# its pins, so a warm machine skips it. Without it the consumer tests skip, saying so.
+hf_log=.cache/install-hf.log
+(
+step "Hugging Face consumers -> .venv-hf"
+if [ "${ORBAX2REG_SKIP_HF:-}" = 1 ]; then
+  echo "skipped: ORBAX2REG_SKIP_HF=1 (the transformers tests will skip)"
+else
+  hf_id=$(sha256sum < test/python/hf-requirements.txt | cut -d' ' -f1)
+  if [ "$(cat .venv-hf/.installed-from 2>/dev/null || true)" != "$hf_id" ]; then
+    if [ ! -x .venv-hf/bin/python ]; then python3 -m venv .venv-hf; fi
+    .venv-hf/bin/pip install --quiet --disable-pip-version-check -r test/python/hf-requirements.txt
+    .venv-hf/bin/python -c 'import torch, transformers, safetensors, orbax.checkpoint' >/dev/null
+    printf '%s\n' "$hf_id" > .venv-hf/.installed-from
+  fi
+  echo "Hugging Face consumers: $(.venv-hf/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
+fi
+) > "$hf_log" 2>&1 &
+hf_pid=$!
+
 step "Go tools -> .tools/bin"
 mkdir -p "$GOBIN"
 if [ ! -x "$GOBIN/fake-gcs-server" ]; then go install "$FAKE_GCS_SERVER"; fi
@@ -138,6 +160,11 @@ if ! wait "$python_pid"; then
   echo "install.sh: the Python venvs failed (above)" >&2
   exit 1
 fi
-cat "$python_log"
+if ! wait "$hf_pid"; then
+  cat "$hf_log" >&2
+  echo "install.sh: the Hugging Face venv failed (above)" >&2
+  exit 1
+fi
+cat "$python_log" "$hf_log"
 
 step "done"

@@ -44,10 +44,9 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     onTensor: (name, bytes) => progress?.object(name, bytes),
   });
   progress?.stop();
-  // Beyond --memory: the decoders of every chunk a layer covers stay open (src/hf/stream.ts).
-  if (result.decoderBytes > (o.memory ?? mibToBytes(DEFAULT_MEMORY_MIB)))
+  if (result.decodersNeeded > result.openDecoders)
     out.warn(
-      `${result.openDecoders} chunk decoders stayed open (a stacked weight's chunks span every layer), about ${formatBytes(result.decoderBytes)} beyond --memory; a source with fewer chunks per weight needs less`,
+      `the chunks one layer covers need ${result.decodersNeeded} decoders; --memory holds ${result.openDecoders}, so chunks were decoded again from their start (${result.chunkRereads} times): more --memory, or a source with fewer chunks per weight, is faster`,
     );
   const seconds = (Date.now() - started) / 1000;
   const c = result.built.config;
@@ -71,6 +70,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     resumed: result.resumed,
     chunkRereads: result.chunkRereads,
     openDecoders: result.openDecoders,
+    decodersNeeded: result.decodersNeeded,
     decoderBytes: result.decoderBytes,
     committed: true,
     storageRetries: retryStats().retries,
@@ -90,11 +90,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
   out.stdout(`rope_theta ${c.rope_theta}: ${src.rope_theta}`);
   out.stdout(`rms_norm_eps ${c.rms_norm_eps}: ${src.rms_norm_eps}`);
   out.stdout(`max_position_embeddings ${c.max_position_embeddings}: ${src.max_position_embeddings}`);
-  if (result.skipped.length > 0) {
-    const n = result.skipped.length;
-    const shown = result.skipped.slice(0, 2).join(", ");
-    out.stdout(`skipped ${n} ${n === 1 ? "leaf" : "leaves"} outside model/: ${shown}${n > 2 ? `, … (--json lists them)` : ""}`);
-  }
+  // Leaves outside model/ (optimizer state, prng_key) are skipped silently; --json lists them.
   if (result.alreadyExported) {
     out.stdout(`already exported: ${result.destination} holds this export (${result.shards.length} shard(s) checked, nothing written)`);
     return 0;

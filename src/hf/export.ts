@@ -60,8 +60,9 @@ export interface ExportResult {
   readonly resumed: boolean;
   /** Chunks decoded more than once (bands of tensors over --memory, or shards starting past a chunk's start). */
   readonly chunkRereads: number;
-  /** Chunk decoders open at once at most (the chunks one layer's tensors cover), and about what they hold. */
+  /** Chunk decoders open at once at most, about what they hold, and how many the layer order wants open. */
   readonly openDecoders: number;
+  readonly decodersNeeded: number;
   readonly decoderBytes: number;
 }
 
@@ -71,6 +72,15 @@ export interface ExportResult {
  * took RSS from 60 to 208 MiB.
  */
 export const DECODER_BYTES = 1.25 * 2 ** 20;
+
+/**
+ * How --memory is shared: decoders get what they need up to half of it (at least 8 of them), the bands of
+ * output tensors the rest (at least 1 MiB).
+ */
+export function memoryPlan(decoders: number, memoryBytes: number): { maxOpen: number; maxBand: number } {
+  const maxOpen = Math.max(8, Math.min(decoders, Math.floor(memoryBytes / 2 / DECODER_BYTES)));
+  return { maxOpen, maxBand: Math.max(1 << 20, memoryBytes - Math.min(decoders, maxOpen) * DECODER_BYTES) };
+}
 
 /**
  * The chunk decoders open at once: a stacked array's chunks stay open from the first layer to the last (each
@@ -168,8 +178,9 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     alreadyExported: already,
     resumed: same && !already,
     chunkRereads: rereads,
-    openDecoders: decoders,
-    decoderBytes: decoders * DECODER_BYTES,
+    openDecoders: Math.min(decoders, memoryPlan(decoders, options.memoryBytes).maxOpen),
+    decodersNeeded: decoders,
+    decoderBytes: Math.min(decoders, memoryPlan(decoders, options.memoryBytes).maxOpen) * DECODER_BYTES,
   });
   const decoders = openDecoders(p.plan.tensors);
   // Shards already in place: a matching record, the planned size and the planned header.
@@ -187,15 +198,17 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     await removeStaleShards(dest, new Set(p.shards.map((s) => s.name)));
     await dest.write(RECORD_NAME, text.encode(recordText));
   }
-  const budget = new Budget(options.memoryBytes);
-  const maxBand = Math.max(1 << 20, options.memoryBytes);
+  // --memory is shared: the open chunk decoders first (up to half of it; past that they are capped and chunks
+  // re-read), the output tensors' bands the rest.
+  const { maxOpen, maxBand } = memoryPlan(decoders, options.memoryBytes);
+  const budget = new Budget(maxBand);
   // One producer, shards in order, sharing one set of cursors: tensors come in the source's layer order, so
   // every chunk is decoded once across all shards. Decoding and the layout's copy are this thread's work
   // (CPU-bound), so shards made at once in this process would only decode the earlier layers of every chunk
   // again to reach their own (measured on a 2 GB step cut into 4 shards: 12.5 s with two at once, against
   // 2.9 s for one shard); what runs in parallel is the reading ahead, the decoding and the writing of each
   // shard (a local file's writes and flushes, a GCS upload), which overlap.
-  const cursors = new Cursors();
+  const cursors = new Cursors(maxOpen);
   const written = new Set<string>();
   try {
     for (const s of p.shards) {

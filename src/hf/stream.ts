@@ -1,5 +1,5 @@
 import { LimitError } from "../errors.js";
-import type { Budget } from "../util/budget.js";
+import { type Budget, forEachLimited } from "../util/budget.js";
 import { bf16Bits } from "../zarr/cast.js";
 import { chunkGrid } from "../zarr/metadata.js";
 import type { OutputTensor } from "./llama.js";
@@ -123,6 +123,8 @@ export class ChunkCursor {
   private carry: Uint8Array | undefined;
   private it: AsyncIterator<Uint8Array> | undefined;
   reopened = 0;
+  /** Closed to stay within the cap on open decoders (Cursors): its next use decodes the chunk from its start. */
+  evicted = false;
 
   constructor(
     private readonly array: SourceArray,
@@ -167,7 +169,8 @@ export class ChunkCursor {
       // Going back: the chunk is decoded again from its start (a band of a tensor over the memory budget).
       await this.close();
       this.reopened++;
-    }
+    } else if (this.evicted && start > 0) this.reopened++;
+    this.evicted = false;
     const item = this.itemSize;
     while (this.pos < end) {
       const piece = await this.next();
@@ -192,6 +195,11 @@ export class ChunkCursor {
     }
   }
 
+  /** Whether a decoder is open (its window and buffers held). */
+  get live(): boolean {
+    return this.it !== undefined;
+  }
+
   async close(): Promise<void> {
     const it = this.it;
     this.it = undefined;
@@ -202,19 +210,40 @@ export class ChunkCursor {
   }
 }
 
-/** The cursors of one worker, by array and chunk: tensors asked for in order share them. */
+/**
+ * The cursors of one producer, by array and chunk: tensors asked for in order share them. At most `maxOpen`
+ * decoders stay open: past that the least recently used are closed, and decode their chunk from its start
+ * when next needed (counted in `reopened`). A stacked weight's chunks span every layer, so when the chunks one
+ * layer covers are more than the cap (a mesh that cuts each weight in hundreds), each layer re-reads them from
+ * the start: decoding grows with layers squared, memory stays bounded.
+ */
 export class Cursors {
   private readonly open = new Map<string, ChunkCursor>();
   reopened = 0;
 
+  constructor(readonly maxOpen = Number.POSITIVE_INFINITY) {}
+
   get(array: SourceArray, index: readonly number[]): ChunkCursor {
     const key = `${array.path}|${index.join(",")}`;
     let c = this.open.get(key);
-    if (c === undefined) {
-      c = new ChunkCursor(array, index);
-      this.open.set(key, c);
-    }
+    if (c === undefined) c = new ChunkCursor(array, index);
+    // Most recently used last.
+    this.open.delete(key);
+    this.open.set(key, c);
     return c;
+  }
+
+  /** Closes the least recently used decoders beyond the cap (never one in `busy`). */
+  async trim(busy: ReadonlySet<ChunkCursor> = new Set()): Promise<void> {
+    let live = 0;
+    for (const c of this.open.values()) if (c.live) live++;
+    for (const c of this.open.values()) {
+      if (live <= this.maxOpen) return;
+      if (!c.live || busy.has(c)) continue;
+      await c.close();
+      c.evicted = true;
+      live--;
+    }
   }
 
   async closeAll(): Promise<void> {
@@ -276,7 +305,18 @@ export async function producePass(requests: readonly BandRequest[], dtype: Safet
     }
     return out;
   });
-  await Promise.all([...perChunk.values()].map((c) => cursors.get(c.array, c.index).feed(c.walkers)));
+  // At most cursors.maxOpen chunks decoded at once, the cap kept after each.
+  const busy = new Set<ChunkCursor>();
+  await forEachLimited([...perChunk.values()], Math.max(1, Math.min(perChunk.size, cursors.maxOpen)), async (c) => {
+    const cursor = cursors.get(c.array, c.index);
+    busy.add(cursor);
+    try {
+      await cursor.feed(c.walkers);
+    } finally {
+      busy.delete(cursor);
+    }
+    await cursors.trim(busy);
+  });
   return outputs.map((out) => new Uint8Array(out.buffer));
 }
 

@@ -1,6 +1,7 @@
 import { isPermanent, MetadataError, NotFoundError } from "../errors.js";
 import { INPUT, openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
+import { memoryPlan, openDecoders } from "./export.js";
 import { planExport } from "./llama.js";
 import { headerLength, type ParsedHeader, parseHeader, type SafetensorsDtype } from "./safetensors.js";
 import { INDEX_NAME } from "./shards.js";
@@ -21,8 +22,9 @@ export interface ExportVerifyResult {
   readonly firstDifference?: string;
 }
 
-/** Bytes compared at once, per band. */
+/** Bytes compared at once, per band, and the memory the decoders are capped by. */
 const VERIFY_BAND = 64 << 20;
+const VERIFY_MEMORY = 256 << 20;
 
 /** Whether `location` holds an export (its index, the commit marker). */
 export async function isExport(location: string): Promise<boolean> {
@@ -70,7 +72,8 @@ export async function verifyExport(
     return h;
   };
   let total = 0;
-  const cursors = new Cursors();
+  // The export's own default memory: decoders capped as it caps them.
+  const cursors = new Cursors(memoryPlan(openDecoders(plan.tensors), VERIFY_MEMORY).maxOpen);
   // The tensors the index lists, with their entry in their file's header; the others fail here.
   const listedTensors: { t: (typeof plan.tensors)[number]; file: string; begin: number; dataStart: number; dtype: SafetensorsDtype }[] = [];
   for (const t of plan.tensors) {

@@ -11,7 +11,7 @@ import { listArrays, readArray } from "../../src/orbax/arrays.js";
 import { openStep } from "../../src/orbax/step.js";
 import { castToBfloat16 } from "../../src/zarr/cast.js";
 import { runCli } from "../helpers/cli.js";
-import { emulatorStorage, newBucket } from "../helpers/gcs.js";
+import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { PYTHON } from "../helpers/paths.js";
 import { tempDir } from "../helpers/tmp.js";
 import { type Dims, expectedTensors, F32, fujiArrays, type HostArray, shardedChunks, writeRegularStep } from "./fuji-tree.js";
@@ -191,6 +191,17 @@ describe.skipIf(missingPython !== undefined)("export-hf of a real Orbax step (be
     const bad = await runCli(["verify", STEP, dest, "--no-progress"]);
     expect(bad.code).toBe(4);
     expect(bad.stdout).toMatch(/FAIL model\.layers\.1\.mlp\.up_proj\.weight: differs from the source \(BF16 byte 10 /);
+  });
+
+  test("a gs:// source exports to the same bytes as the local step", async () => {
+    const bucket = await newBucket("hfsrc");
+    await uploadDir(STEP, bucket, "ckpt/step_00001000");
+    const root = tempDir("hf");
+    expect((await runCli(["export-hf", STEP, join(root, "local"), "--no-progress"])).code).toBe(0);
+    const r = await runCli(["export-hf", `gs://${bucket}/ckpt`, join(root, "remote"), "--no-progress"]);
+    expect(r.code, r.stderr).toBe(0);
+    const shard = "model-00001-of-00001.safetensors";
+    expect(readFileSync(join(root, "remote", shard)).equals(readFileSync(join(root, "local", shard)))).toBe(true);
   });
 
   test("a gs:// destination: shards uploaded, the index last, verify reads it back", async () => {

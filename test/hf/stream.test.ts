@@ -118,3 +118,20 @@ describe("a bfloat16 source", () => {
     }
   });
 });
+
+test("with fewer decoders allowed open than one layer's chunks, chunks are decoded again from their start, to the same bytes", async () => {
+  const dims = { layers: 3, dim: 16, heads: 2, headDim: 8, ffn: 24, vocab: 20 };
+  const arrays = fujiArrays(dims);
+  const plan = planExport(arrays.map((a) => memoryArray(a, fsdpChunks(a))));
+  const run = async (cursors: Cursors) => {
+    const out: Uint8Array[] = [];
+    for await (const p of produceInOrder(plan.tensors, "BF16", 1 << 30, cursors)) out.push(p.bytes);
+    await cursors.closeAll();
+    return { bytes: Buffer.concat(out), reopened: cursors.reopened };
+  };
+  const free = await run(new Cursors());
+  const capped = await run(new Cursors(2));
+  expect(Buffer.compare(capped.bytes, free.bytes)).toBe(0);
+  expect(free.reopened).toBe(0);
+  expect(capped.reopened).toBeGreaterThan(0);
+});
