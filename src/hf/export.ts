@@ -108,10 +108,10 @@ export function largestStacked(tensors: readonly OutputTensor[], dtype: Safetens
 }
 
 /**
- * export-hf's default --memory: fuji.py's meshes cut a layer weight in at most 256 pieces (fsdp=256 on
- * tpu-v5litepod-256), whose 256 decoders (320 MiB) it holds beside 16 MiB of bands; what a process needs
- * besides (about 170 MiB: the runtime, zstd, the writer) brings the peak RSS to about 510 MiB at most, the
- * issue's 512 MiB.
+ * export-hf's default --memory: with what a process needs besides (about 170 MiB: the runtime, zstd, the
+ * writer) the peak RSS stays near 512 MiB. fuji.py's meshes cut a layer weight in at most 256 pieces (fsdp=256 on
+ * tpu-v5litepod-256): 320 MiB of decoders, all open when a layer's largest tensor fits in the 16 MiB left,
+ * else memoryPlan trades some of them for whole bands.
  */
 export const DEFAULT_EXPORT_MEMORY = 336 * 2 ** 20;
 
