@@ -8,7 +8,7 @@ import { type BuiltConfig, buildConfig, type ConfigFlags, configText } from "./c
 import { type Dims, type OutputTensor, planExport, STACKED_PREFIX } from "./llama.js";
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
-import { type ExportSource, openExportSource } from "./source.js";
+import { type ExportSource, openExportSource, READ_WINDOW, readWindow } from "./source.js";
 import { Cursors, outputBytes, produceInOrder } from "./stream.js";
 
 /**
@@ -74,6 +74,11 @@ export interface ExportResult {
  */
 export const DECODER_BYTES = 1.25 * 2 ** 20;
 
+/** What one open decoder holds reading from `location`: its window and the one fetched ahead are larger on GCS. */
+export function decoderBytes(location: string): number {
+  return DECODER_BYTES + 2 * (readWindow(location) - READ_WINDOW);
+}
+
 /** What --memory keeps for the bands of output tensors however many decoders are open. */
 export const MIN_BAND_BYTES = 16 * 2 ** 20;
 
@@ -86,18 +91,23 @@ export const MIN_BAND_BYTES = 16 * 2 ** 20;
  * fuji-7B at fsdp=256 under the default keeps the 86 MiB gate_proj whole and 200 of 256 decoders, instead of
  * 6 bands per layer.
  */
-export function memoryPlan(decoders: number, memoryBytes: number, largestBytes = 0): { maxOpen: number; maxBand: number } {
-  const openWith = (band: number) => Math.max(8, Math.min(decoders, Math.floor((memoryBytes - band) / DECODER_BYTES)));
+export function memoryPlan(
+  decoders: number,
+  memoryBytes: number,
+  largestBytes = 0,
+  perDecoder = DECODER_BYTES,
+): { maxOpen: number; maxBand: number } {
+  const openWith = (band: number) => Math.max(8, Math.min(decoders, Math.floor((memoryBytes - band) / perDecoder)));
   // Extra decodes of one layer's chunks, in whole passes: bands beyond the first, plus the closed decoders' share.
   const cost = (band: number) => Math.ceil(largestBytes / band) - 1 + (1 - openWith(band) / decoders);
-  let best = Math.max(MIN_BAND_BYTES, memoryBytes - decoders * DECODER_BYTES);
+  let best = Math.max(MIN_BAND_BYTES, memoryBytes - decoders * perDecoder);
   for (let k = 1; k <= 64 && largestBytes > 0; k++) {
     const band = Math.ceil(largestBytes / k);
-    if (band < 1 << 20 || band > memoryBytes - 8 * DECODER_BYTES) continue;
+    if (band < 1 << 20 || band > memoryBytes - 8 * perDecoder) continue;
     if (cost(band) < cost(best) || (cost(band) === cost(best) && band < best)) best = band;
   }
   const maxOpen = openWith(best);
-  return { maxOpen, maxBand: Math.max(1 << 20, memoryBytes - Math.min(decoders, maxOpen) * DECODER_BYTES) };
+  return { maxOpen, maxBand: Math.max(1 << 20, memoryBytes - Math.min(decoders, maxOpen) * perDecoder) };
 }
 
 /** The largest output tensor of a stacked array (the ones a band re-decodes), in the export's dtype. */
@@ -209,11 +219,11 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     chunkRereads: rereads,
     openDecoders: Math.min(decoders, memory.maxOpen),
     decodersNeeded: decoders,
-    decoderBytes: Math.min(decoders, memory.maxOpen) * DECODER_BYTES,
+    decoderBytes: Math.min(decoders, memory.maxOpen) * decoderBytes(p.source.location),
     peakOpenDecoders: peak,
   });
   const decoders = openDecoders(p.plan.tensors);
-  const memory = memoryPlan(decoders, options.memoryBytes, largestStacked(p.plan.tensors, p.st));
+  const memory = memoryPlan(decoders, options.memoryBytes, largestStacked(p.plan.tensors, p.st), decoderBytes(p.source.location));
   // Shards already in place: a matching record, the planned size and the planned header.
   const done = new Set<string>();
   if (same) {

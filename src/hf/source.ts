@@ -52,10 +52,15 @@ export interface ExportSource {
 export const READ_WINDOW = 256 << 10;
 export const GCS_READ_WINDOW = 1 << 20;
 
+/** The read window for a source at `location`. */
+export function readWindow(location: string): number {
+  return location.startsWith("gs://") ? GCS_READ_WINDOW : READ_WINDOW;
+}
+
 /** `length` bytes at `offset` of `key`, a window at a time, the next window fetched while this one decodes. */
 async function* windows(store: Store, key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
   let at = 0;
-  const window = store.url.startsWith("gs://") ? GCS_READ_WINDOW : READ_WINDOW;
+  const window = readWindow(store.url);
   const fetch = (from: number) => store.readRange(key, offset + from, Math.min(window, length - from));
   let next = length > 0 ? fetch(0) : undefined;
   while (next !== undefined) {

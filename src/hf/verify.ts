@@ -1,7 +1,7 @@
 import { isPermanent, MetadataError, NotFoundError } from "../errors.js";
 import { INPUT, openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
-import { DEFAULT_EXPORT_MEMORY, memoryPlan, openDecoders } from "./export.js";
+import { DEFAULT_EXPORT_MEMORY, decoderBytes, memoryPlan, openDecoders } from "./export.js";
 import { planExport } from "./llama.js";
 import { headerLength, type ParsedHeader, parseHeader, type SafetensorsDtype } from "./safetensors.js";
 import { INDEX_NAME } from "./shards.js";
@@ -72,7 +72,7 @@ export async function verifyExport(
   };
   let total = 0;
   // The export's own default memory: decoders capped as it caps them.
-  const memory = memoryPlan(openDecoders(plan.tensors), DEFAULT_EXPORT_MEMORY);
+  const memory = memoryPlan(openDecoders(plan.tensors), DEFAULT_EXPORT_MEMORY, 0, decoderBytes(source.location));
   const cursors = new Cursors(memory.maxOpen);
   // A band of the source and the same bytes read back from the export: each half of the bands' share.
   const band = Math.max(1 << 20, Math.min(VERIFY_BAND, Math.floor(memory.maxBand / 2)));

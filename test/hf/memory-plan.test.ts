@@ -28,3 +28,11 @@ describe("how export-hf shares --memory between chunk decoders and output bands"
     expect(plan.maxBand + plan.maxOpen * DECODER_BYTES).toBeLessThanOrEqual(100 * MiB);
   });
 });
+
+describe("what one open decoder costs", () => {
+  test("reading from gs:// (1 MiB windows, one ahead) counts more per decoder than from a local disk, so fewer stay open in the same --memory", async () => {
+    const { decoderBytes } = await import("../../src/hf/export.js");
+    expect(decoderBytes("gs://bucket/step")).toBeGreaterThan(decoderBytes("/data/step"));
+    expect(memoryPlan(256, 336 * MiB, 0, decoderBytes("gs://bucket/step")).maxOpen).toBeLessThan(memoryPlan(256, 336 * MiB).maxOpen);
+  });
+});
