@@ -350,8 +350,11 @@ const ENCODED_PIECE = 128 << 10;
  * compress() sees its whole input at once, but they decode to the same bytes. Input beyond `size`, or an end
  * short of it, fails in libzstd (the pledge). Encoded pieces are pushed to `out`, each a buffer of its own.
  */
+/** Encoding contexts kept for reuse, as decoding ones are (idleContexts). */
+const idleEncoders: binding.CCtx[] = [];
+
 export class FrameEncoder {
-  private context: binding.CCtx | undefined = new binding.CCtx();
+  private context: binding.CCtx | undefined = idleEncoders.pop() ?? new binding.CCtx();
   private buffer = new Uint8Array(ENCODED_PIECE);
   private filled = 0;
 
@@ -378,9 +381,14 @@ export class FrameEncoder {
     this.release();
   }
 
-  /** Frees the native context now rather than at garbage collection; idempotent. */
+  /** Gives the encoding context back (an encoder left before its end, too); idempotent. */
   release(): void {
+    const c = this.context;
     this.context = undefined;
+    if (c === undefined) return;
+    // Abandons a frame left half-encoded and the level and pledge: the next encoder sets its own.
+    c.reset(binding.ResetDirective.sessionAndParameters);
+    if (idleEncoders.length < IDLE_CONTEXTS) idleEncoders.push(c);
   }
 
   private run(src: Uint8Array, op: binding.EndDirective): void {
