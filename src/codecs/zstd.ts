@@ -340,6 +340,75 @@ export class ChunkDecoder {
   }
 }
 
+/** Output buffer of the streaming encoder: one block's worth, what ZSTD_compressStream2 flushes at a time. */
+const ENCODED_PIECE = 128 << 10;
+
+/**
+ * One zstd frame of exactly `size` bytes, encoded piece by piece (ZSTD_compressStream2) and never held whole.
+ * The size is pledged up front, so the frame header declares it as compress() writes it (same descriptor and
+ * window at the same level); past the first few MiB the blocks may differ from compress()'s by a few bytes, as
+ * compress() sees its whole input at once, but they decode to the same bytes. Input beyond `size`, or an end
+ * short of it, fails in libzstd (the pledge). Encoded pieces are pushed to `out`, each a buffer of its own.
+ */
+/** Encoding contexts kept for reuse, as decoding ones are (idleContexts). */
+const idleEncoders: binding.CCtx[] = [];
+
+export class FrameEncoder {
+  private context: binding.CCtx | undefined = idleEncoders.pop() ?? new binding.CCtx();
+  private buffer = new Uint8Array(ENCODED_PIECE);
+  private filled = 0;
+
+  constructor(
+    readonly size: number,
+    private readonly out: Uint8Array[],
+    level = 1,
+  ) {
+    const c = this.context as binding.CCtx;
+    c.setParameter(binding.CParameter.compressionLevel, level);
+    c.setPledgedSrcSize(size);
+  }
+
+  /** Encodes the next piece of the frame's content. */
+  push(piece: Uint8Array): void {
+    this.run(piece, binding.EndDirective.continue);
+  }
+
+  /** Ends the frame (its content must have come to exactly `size` bytes) and hands out what is left of it. */
+  end(): void {
+    this.run(new Uint8Array(0), binding.EndDirective.end);
+    if (this.filled > 0) this.out.push(this.buffer.subarray(0, this.filled));
+    this.filled = 0;
+    this.release();
+  }
+
+  /** Gives the encoding context back (an encoder left before its end, too); idempotent. */
+  release(): void {
+    const c = this.context;
+    this.context = undefined;
+    if (c === undefined) return;
+    // Abandons a frame left half-encoded and the level and pledge: the next encoder sets its own.
+    c.reset(binding.ResetDirective.sessionAndParameters);
+    if (idleEncoders.length < IDLE_CONTEXTS) idleEncoders.push(c);
+  }
+
+  private run(src: Uint8Array, op: binding.EndDirective): void {
+    const c = this.context;
+    if (c === undefined) throw new Error("FrameEncoder: used after its end");
+    let rest = src;
+    for (;;) {
+      const [remaining, produced, consumed] = c.compressStream2(this.buffer.subarray(this.filled), rest, op);
+      this.filled += produced;
+      rest = rest.subarray(consumed);
+      if (this.filled === this.buffer.length) {
+        this.out.push(this.buffer);
+        this.buffer = new Uint8Array(ENCODED_PIECE);
+        this.filled = 0;
+      }
+      if (op === binding.EndDirective.end ? remaining === 0 : rest.length === 0) return;
+    }
+  }
+}
+
 /** A whole chunk decoded as TensorStore reads it (ChunkDecoder): exactly one frame of exactly `size` bytes. */
 export function decodeChunkFrame(data: Uint8Array, size: number, path: string): Uint8Array {
   const out = new Uint8Array(size);

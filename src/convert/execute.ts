@@ -9,13 +9,15 @@ import { checkObjects, listTargets, type Verdict } from "./done.js";
 import { OwnerWatch, retreat } from "./ownership.js";
 import { dataLength, type ExecutionPlan, type PartRef, type PlannedObject } from "./plan-format.js";
 import { type Recorded, RecordLog } from "./records.js";
-import { checkFrameHeader, HANDLERS, type Run, STREAM_RESERVE } from "./transforms.js";
+import { CAST_WHOLE_MAX, checkFrameHeader, HANDLERS, type Run, STREAM_RESERVE } from "./transforms.js";
 
 export interface ExecuteOptions {
   /** Objects in flight at once. */
   readonly concurrency: number;
   /** Upper bound on bytes buffered in memory at once (reads, decodes, encodes). */
   readonly memoryBytes: number;
+  /** Largest chunk (decoded bytes) a cast does whole, larger ones streamed; CAST_WHOLE_MAX unless given (tests). */
+  readonly castWholeMax?: number;
   /** Called after each object with the bytes it accounts for. */
   readonly onObject?: (event: { target: string; bytes: number; skipped: boolean }) => void;
   /**
@@ -123,6 +125,7 @@ class Writer {
       buffers: [],
       // Never more than the whole budget: a write given less buffers less (GCS: smaller chunks).
       streamReserve: Math.min(options.memoryBytes, Math.max(STREAM_RESERVE, destination.writeBuffer ?? 0)),
+      castWholeMax: options.castWholeMax ?? CAST_WHOLE_MAX,
       meta: (o) => this.meta(o),
       castTo: (o) => this.plan.arrays[o.array as number]?.castTo,
     };
@@ -141,7 +144,7 @@ class Writer {
     return this.withBudget(job.weight, async () => {
       const out = await job.run();
       if ("stored" in out) this.written(o, out.bytes, out.stored);
-      else await this.put(o, out.data, out.bytes, job.weight);
+      else await this.put(o, out.data, out.bytes, job.buffer ?? job.weight);
     });
   }
 
@@ -217,9 +220,16 @@ class Writer {
     }
   }
 
-  private async put(o: PlannedObject, data: Uint8Array | AsyncIterable<Uint8Array>, bytes: number, bufferBytes?: number): Promise<void> {
+  /** `bytes` undefined: what the write stored (a stream of a length unknown until written). */
+  private async put(
+    o: PlannedObject,
+    data: Uint8Array | AsyncIterable<Uint8Array>,
+    bytes: number | undefined,
+    bufferBytes?: number,
+  ): Promise<void> {
     const options = bufferBytes === undefined ? {} : { bufferBytes };
-    this.written(o, bytes, await this.destination.write(joinKey(this.stepDir, o.target), data, options));
+    const result = await this.destination.write(joinKey(this.stepDir, o.target), data, options);
+    this.written(o, bytes ?? result.size, result);
   }
 
   private written(o: PlannedObject, bytes: number, result: Recorded): void {

@@ -77,6 +77,9 @@ beforeAll(async () => {
   for (const c of CAST_CASES) {
     await convertWith(c.location, join(out, "cast", c.id), { dtype: "bfloat16" });
     cases.push({ name: `cast:${c.id}`, root: join(out, "cast", c.id), mode: "trainer", cast: "bfloat16", ...source(c) });
+    // Every cast chunk streamed (the path of chunks over CAST_WHOLE_MAX), whatever its size.
+    await convertWith(c.location, join(out, "cast-streamed", c.id), { dtype: "bfloat16", castWholeMax: 0 });
+    cases.push({ name: `cast-streamed:${c.id}`, root: join(out, "cast-streamed", c.id), mode: "trainer", cast: "bfloat16", ...source(c) });
   }
   for (const e of EXPORTS) {
     const root = join(out, "exports", e.id);
@@ -141,6 +144,15 @@ describe(`AXLearn's Checkpointer.restore, validation EXACT${skipName}`, () => {
       expect(Object.values(r?.dtypes ?? {})).not.toContain("float64");
     },
   );
+
+  test.for(CAST_CASES)("restores --dtype bfloat16 of $label with every cast chunk streamed, bit-equal to jnp's cast", (c, ctx) => {
+    if (unavailable !== undefined) ctx.skip();
+    const r = results.get(`cast-streamed:${c.id}`);
+    expect(r?.problems).toEqual([]);
+    expect(r?.validation).toBe("EXACT");
+    expect(r?.matched).toBe(r?.arrays);
+    expect(r?.arrays).toBe(results.get(`cast:${c.id}`)?.arrays);
+  });
 });
 
 describe(`InferenceRunner's default builder (TensorStoreStateStorageBuilder, CONTAINS_STATE_UP_TO_DTYPE)${skipName}`, () => {

@@ -4,9 +4,10 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { compress, decompressBounded } from "../../src/codecs/zstd.js";
-import { HANDLERS, type Run } from "../../src/convert/transforms.js";
+import { compress, decodeChunkFrame, decompressBounded } from "../../src/codecs/zstd.js";
+import { castStream, HANDLERS, type Run } from "../../src/convert/transforms.js";
 import { verify } from "../../src/convert/verify.js";
+import { castToBfloat16 } from "../../src/zarr/cast.js";
 import { parseZarrMetadata } from "../../src/zarr/metadata.js";
 import { runCli } from "../helpers/cli.js";
 import {
@@ -142,5 +143,117 @@ describe("the cast chunk's encoding", () => {
     });
     const elements = 512 * 1024;
     expect(job.weight).toBe(1000 + elements * 4 + 2 * elements * 2);
+  });
+});
+
+describe("a chunk larger than the whole-cast limit is streamed", () => {
+  const f32 = (shape: number[], compressor: boolean) =>
+    parseZarrMetadata(
+      ".zarray",
+      Buffer.from(
+        JSON.stringify({
+          ...JSON.parse(axlearnZarray({ dtype: "<f4", shape, chunks: shape })),
+          compressor: compressor ? { id: "zstd", level: 1 } : null,
+        }),
+      ),
+      { path: "test" },
+    );
+  /** float32 elements with every rounding case (ties, NaN, infinities, subnormals) among ordinary values. */
+  const elementsOf = (n: number) => {
+    const bits = new Uint32Array(n);
+    const special = [0x3f808000, 0x3f818000, 0x7fc00001, 0xff800000, 0x7f800000, 0x00000001, 0x80000000, 0x7f7fffff];
+    for (let i = 0; i < n; i++)
+      bits[i] = i % 97 === 0 ? (special[(i / 97) % special.length] as number) : Math.floor(Math.sin(i) * 2 ** 31) >>> 0;
+    return new Uint8Array(bits.buffer);
+  };
+  async function* piecesOf(bytes: Uint8Array, size: number) {
+    for (let at = 0; at < bytes.length; at += size) yield bytes.subarray(at, at + size);
+  }
+  const collect = async (s: AsyncIterable<Uint8Array>) => {
+    const parts: Uint8Array[] = [];
+    for await (const p of s) parts.push(p);
+    return Buffer.concat(parts);
+  };
+
+  test("it decodes to the whole-chunk cast's bytes, one frame whose header is compress()'s, across odd piece boundaries", async () => {
+    const elements = elementsOf(3 << 18); // 3 MiB of float32
+    const whole = compress(castToBfloat16(elements, f32([3 << 18], true).dtype));
+    for (const compressed of [true, false]) {
+      const stored = compressed ? compress(elements) : elements;
+      const frame = await collect(castStream(piecesOf(stored, 1001), f32([3 << 18], compressed), elements.length, "test"));
+      expect(
+        Buffer.from(decodeChunkFrame(frame, 3 << 19, "test")).equals(Buffer.from(castToBfloat16(elements, f32([1], true).dtype))),
+      ).toBe(true);
+      expect(frame.subarray(0, 6).equals(Buffer.from(whole.subarray(0, 6)))).toBe(true);
+    }
+  });
+
+  test("a stored chunk that is not one frame of the chunk's size fails as a FormatError", async () => {
+    const elements = elementsOf(1 << 16);
+    const stored = compress(elements);
+    const meta = f32([1 << 16], true);
+    await expect(collect(castStream(piecesOf(stored.subarray(0, stored.length - 5), 4096), meta, elements.length, "k"))).rejects.toThrow(
+      /truncated zstd frame/,
+    );
+    await expect(collect(castStream(piecesOf(Buffer.concat([stored, stored]), 4096), meta, elements.length, "k"))).rejects.toThrow(
+      /bytes follow the zstd frame/,
+    );
+  });
+
+  test("its memory weight is a streamed copy's plus the coders' state, whatever the chunk's size, and it reads the chunk as a stream", async () => {
+    const weights = new Set<number>();
+    for (const n of [1 << 20, 1 << 24, 200 << 20]) {
+      const meta = f32([n], true);
+      const reads: string[] = [];
+      const source = {
+        readStream: (_k: string, _o: number, length: number) => {
+          reads.push(`stream ${length}`);
+          return piecesOf(compress(elementsOf(1 << 20)), 65536);
+        },
+        readRange: () => Promise.reject(new Error("read whole")),
+        url: "mem://",
+      };
+      const run = { source, meta: () => meta, castTo: () => "bfloat16", streamReserve: 4 << 20, castWholeMax: 1 << 19 } as unknown as Run;
+      const job = HANDLERS.cast(run, {
+        target: "gda/w/0",
+        data: { kind: "range", key: "k", offset: 0, length: 1234 },
+        transform: "cast",
+        array: 0,
+        size: null,
+      });
+      weights.add(job.weight);
+      if (n !== 1 << 20) continue;
+      const out = await job.run();
+      expect("data" in out && out.bytes).toBe(undefined);
+      const frame = await collect((out as { data: AsyncIterable<Uint8Array> }).data);
+      expect(reads).toEqual(["stream 1234"]);
+      expect(decodeChunkFrame(frame, 1 << 21, "test").length).toBe(1 << 21);
+    }
+    expect([...weights]).toEqual([(4 << 20) + (4 << 20)]);
+  });
+
+  test("a conversion streaming every cast chunk writes chunks that decode to the whole-chunk conversion's, and verify passes", async () => {
+    for (const fixture of [dtypes, nofill]) {
+      const whole = scratch(`cast-whole-${fixture.stepDir}`);
+      const root = scratch(`cast-streamed-${fixture.stepDir}`);
+      await convertWith(fixture.location, whole, { dtype: "bfloat16" });
+      await convertWith(fixture.location, root, { dtype: "bfloat16", castWholeMax: 0 });
+      const streamed = join(root, fixture.stepDir);
+      const mine = snapshot(join(streamed, "gda"));
+      const theirs = snapshot(join(whole, fixture.stepDir, "gda"));
+      expect([...mine.keys()].sort()).toEqual([...theirs.keys()].sort());
+      let frames = 0;
+      for (const [f, bytes] of theirs) {
+        const other = mine.get(f) as Buffer;
+        if (f.endsWith(".zarray") || bytes.length < 4 || bytes.readUInt32LE(0) !== 0xfd2fb528) expect(other.equals(bytes), f).toBe(true);
+        else {
+          frames++;
+          expect(Buffer.from(decompressBounded(other, 1 << 30, f)).equals(Buffer.from(decompressBounded(bytes, 1 << 30, f))), f).toBe(true);
+        }
+      }
+      expect(frames).toBeGreaterThan(0);
+      const r = await verify(fixture.location, streamed);
+      expect(r.checks.filter((c) => !c.ok)).toEqual([]);
+    }
   });
 });
