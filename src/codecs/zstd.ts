@@ -343,6 +343,9 @@ export class ChunkDecoder {
 /** Output buffer of the streaming encoder: one block's worth, what ZSTD_compressStream2 flushes at a time. */
 const ENCODED_PIECE = 128 << 10;
 
+/** Encoding contexts kept for reuse, as decoding ones are (idleContexts). */
+const idleEncoders: binding.CCtx[] = [];
+
 /**
  * One zstd frame of exactly `size` bytes, encoded piece by piece (ZSTD_compressStream2) and never held whole.
  * The size is pledged up front, so the frame header declares it as compress() writes it (same descriptor and
@@ -350,9 +353,6 @@ const ENCODED_PIECE = 128 << 10;
  * compress() sees its whole input at once, but they decode to the same bytes. Input beyond `size`, or an end
  * short of it, fails in libzstd (the pledge). Encoded pieces are pushed to `out`, each a buffer of its own.
  */
-/** Encoding contexts kept for reuse, as decoding ones are (idleContexts). */
-const idleEncoders: binding.CCtx[] = [];
-
 export class FrameEncoder {
   private context: binding.CCtx | undefined = idleEncoders.pop() ?? new binding.CCtx();
   private buffer = new Uint8Array(ENCODED_PIECE);
