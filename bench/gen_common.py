@@ -65,6 +65,22 @@ def dir_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
+def step_info(version: str, dims: dict, step: int, out: str, tmp: str, leaves, t0: float, t1: float, t2: float) -> dict:
+    """The record of a generated Orbax step: what it is, its arrays' raw and stored bytes, and how long it took."""
+    return {
+        "version": version,
+        "dims": dims,
+        "step": step,
+        "step_dir": os.path.relpath(step_dir(out, step), ROOT),
+        "arrays": len(leaves),
+        "raw_bytes": int(sum(x.nbytes for x in leaves)),
+        "stored_bytes": dir_size(step_dir(tmp, step)),
+        "values_seconds": round(t1 - t0, 1),
+        "save_seconds": round(t2 - t1, 1),
+        "seconds": round(t2 - t0, 1),
+    }
+
+
 def finish(tmp: str, out: str, info: dict) -> int:
     """Records `info` in TMP/generated.json, moves TMP to OUT and prints the record; returns the exit code."""
     with open(os.path.join(tmp, "generated.json"), "w") as f:

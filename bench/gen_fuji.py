@@ -148,18 +148,7 @@ def main(argv) -> int:
     common.save(tmp, STEP, tree)
     t2 = time.monotonic()
     leaves = jax.tree_util.tree_leaves(tree)
-    info = {
-        "version": VERSION,
-        "dims": DIMS,
-        "step": STEP,
-        "step_dir": os.path.relpath(common.step_dir(out, STEP), common.ROOT),
-        "arrays": len(leaves),
-        "raw_bytes": int(sum(x.nbytes for x in leaves)),
-        "stored_bytes": common.dir_size(common.step_dir(tmp, STEP)),
-        "values_seconds": round(t1 - t0, 1),
-        "save_seconds": round(t2 - t1, 1),
-        "seconds": round(t2 - t0, 1),
-    }
+    info = common.step_info(VERSION, DIMS, STEP, out, tmp, leaves, t0, t1, t2)
     del tree, leaves
     return common.finish(tmp, out, info)
 

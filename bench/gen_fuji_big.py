@@ -127,18 +127,7 @@ def main(argv) -> int:
         ocp.PyTreeCheckpointHandler.__init__ = real_init
     t2 = time.monotonic()
     leaves = jax.tree_util.tree_leaves(tree)
-    info = {
-        "version": version(),
-        "dims": DIMS,
-        "step": STEP,
-        "step_dir": os.path.relpath(common.step_dir(out, STEP), common.ROOT),
-        "arrays": len(leaves),
-        "raw_bytes": int(sum(x.nbytes for x in leaves)),
-        "stored_bytes": common.dir_size(common.step_dir(tmp, STEP)),
-        "values_seconds": round(t1 - t0, 1),
-        "save_seconds": round(t2 - t1, 1),
-        "seconds": round(t2 - t0, 1),
-    }
+    info = common.step_info(version(), DIMS, STEP, out, tmp, leaves, t0, t1, t2)
     del tree, leaves, flat
     return common.finish(tmp, out, info)
 
