@@ -39,8 +39,9 @@ async function freePort() {
  * (~190 small objects/s on this machine's disk, ~1,800/s with `root` on tmpfs, where the fsync is free); the
  * memory backend scans a list of the bucket's objects on every request (~230/s at a few thousand objects).
  * Both backends read every object of the bucket for each page of a listing: O(objects) per 1,000 keys.
+ * With `keep`, a filesystem root's objects are served as they are (a restarted emulator).
  */
-export async function startEmulator(root, { plain = false } = {}) {
+export async function startEmulator(root, { plain = false, keep = false } = {}) {
   const port = await freePort();
   const { certFile, keyFile } = testTls();
   const argv = ["-scheme", plain ? "both" : "https", "-cert-location", certFile, "-private-key-location", keyFile];
@@ -49,7 +50,7 @@ export async function startEmulator(root, { plain = false } = {}) {
   if (plainPort !== undefined) argv.push("-port-http", String(plainPort));
   if (root === undefined) argv.push("-backend", "memory");
   else {
-    rmSync(root, { recursive: true, force: true });
+    if (!keep) rmSync(root, { recursive: true, force: true });
     mkdirSync(root, { recursive: true });
     argv.push("-backend", "filesystem", "-filesystem-root", root);
   }
@@ -77,7 +78,7 @@ export async function startEmulator(root, { plain = false } = {}) {
   }
   for (let i = 0; i < 300; i++) {
     const ready = (await answersOk(`${url}/storage/v1/b`)) && (plainUrl === undefined || (await answersOk(`${plainUrl}/storage/v1/b`)));
-    if (ready) return { url, ...(plainUrl ? { plainUrl } : {}), stop };
+    if (ready) return { url, ...(plainUrl ? { plainUrl } : {}), stop, exited };
     await new Promise((r) => setTimeout(r, 100));
   }
   stop();
@@ -184,6 +185,7 @@ export async function startDelayProxy(plainUrl, ms) {
   return {
     url,
     stats: () => api(`${url}/__stats`),
+    log: () => api(`${url}/__log`),
     reset: () => api(`${url}/__reset`),
     stop,
   };

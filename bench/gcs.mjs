@@ -15,13 +15,14 @@
 //
 //   npm run bench:gcs                 # = npm run build && node bench/gcs.mjs
 //   node bench/gcs.mjs [--runs N] [--rows tls,latency,plain] [--clients orbax2reg,tensorstore] [--delay MS]
-//                      [--profile] [--no-verify]
+//                      [--profile] [--no-verify] [--trace]
 //
 // One emulator serves every run (the source is uploaded once); before each run the destination's objects are
 // deleted. --profile adds one `node --cpu-prof` orbax2reg run over TLS and one over plain HTTP and prints where
-// its main thread's time goes. Without nginx the TLS row is skipped, saying why.
+// its main thread's time goes. --trace saves every request of each latency run (its kind, URL, and when it came
+// and was answered) to bench/.generated/trace-<client>-<round>.json. Without nginx the TLS row is skipped, saying why.
 import { spawnSync } from "node:child_process";
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { relative, resolve } from "node:path";
 import { connect } from "node:tls";
@@ -43,10 +44,24 @@ import { BUSY_WARN, cpuBusy, cpuProfile, fmt, fujiStep, mb, must, profileSummary
 // nginx serves HTTPS with the tests' CA: this process and the CLI it runs trust it (NODE_EXTRA_CA_CERTS).
 await runTrustingTestCa();
 process.chdir(ROOT);
+const args = process.argv.slice(2);
+const flag = (name) => args.includes(name);
+const opt = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : dflt;
+};
 const PYTHON = ".venv/bin/python";
 const GEN = "bench/.generated";
 /** Per process: bench/.generated may be shared by several checkouts. */
-const FS_ROOT = resolve(GEN, `gcs-fs-${process.pid}`);
+/**
+ * On tmpfs where there is one: fake-gcs-server's filesystem backend writes every upload with fsync while holding
+ * its one lock (internal/backend/fs.go, CreateObject), so on a disk the uploads queue behind the disk (16 MiB
+ * written and fsynced took 133 ms here, 120 MB/s) and both clients measure it, not themselves. Each output is
+ * checked and deleted right after its run, so the folder holds the source and one output.
+ */
+const SHM = "/dev/shm";
+const FS_ROOT =
+  existsSync(SHM) && !flag("--on-disk") ? resolve(SHM, `orbax2reg-bench-gcs-${process.pid}`) : resolve(GEN, `gcs-fs-${process.pid}`);
 /** Run as a command, as users run it: its launcher sets the runtime (bin/orbax2reg.js). */
 const CLI = "bin/orbax2reg.js";
 /** orbax2reg / TensorStore over TLS and under latency (issue 36); plain HTTP is printed. */
@@ -54,16 +69,10 @@ const TARGETS = { wall: 0.8, cpu: 0.8, rss: 0.25 };
 /** Over TLS, orbax2reg's CPU per GB moved at most this many times the floor. */
 const FLOOR_TARGET = 3;
 
-const args = process.argv.slice(2);
-const flag = (name) => args.includes(name);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const RUNS = Number(opt("--runs", "3"));
 const DELAY = Number(opt("--delay", "30"));
 const ROWS = opt("--rows", "tls,latency,plain").split(",");
-const CLIENTS = opt("--clients", "orbax2reg,tensorstore").split(",");
+const CLIENTS = opt("--clients", "orbax2reg,tensorstore,ingest").split(",");
 if (!Number.isInteger(RUNS) || RUNS < 1 || !Number.isFinite(DELAY) || DELAY < 0) {
   console.error("--runs takes a positive integer, --delay a number of ms");
   process.exit(2);
@@ -112,17 +121,23 @@ say(
 );
 
 // Stopped, and its folder removed, on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
-const { plainUrl: PLAIN, stop: stopEmulator } = await startEmulator(FS_ROOT, { plain: true });
 const SRC = `ckpt/${STEP_NAME}`;
-await createBucket(PLAIN, "src");
-await createBucket(PLAIN, "dst");
 {
+  const loader = await startEmulator(FS_ROOT, { plain: true });
+  await createBucket(loader.plainUrl, "src");
+  await createBucket(loader.plainUrl, "dst");
   const t0 = performance.now();
-  for (const f of sourceFiles) await upload(PLAIN, "src", `${SRC}/${relative(STEP, f)}`, f);
+  for (const f of sourceFiles) await upload(loader.plainUrl, "src", `${SRC}/${relative(STEP, f)}`, f);
   say(
-    `  uploaded to gs://src/${SRC} on fake-gcs-server (filesystem backend under ${relative(ROOT, FS_ROOT)}) in ${fmt((performance.now() - t0) / 1000, 1)} s`,
+    `  uploaded to gs://src/${SRC} on fake-gcs-server (filesystem backend under ${FS_ROOT.startsWith(SHM) ? "tmpfs" : relative(ROOT, FS_ROOT)}) in ${fmt((performance.now() - t0) / 1000, 1)} s`,
   );
+  // The runs get an emulator of their own over the same folder: after taking the 1.4 GB source object, the one
+  // that took it spent a core on its own memory for the next half minute or more (the first run after the upload
+  // took 35-37 s under latency, for either client, the next ones 10-12 s).
+  loader.stop();
+  await loader.exited;
 }
+const { plainUrl: PLAIN, stop: stopEmulator } = await startEmulator(FS_ROOT, { plain: true, keep: true });
 const TLS = ROWS.includes("tls") ? await startTlsTerminator(PLAIN, NGINX) : undefined;
 const DELAYED = ROWS.includes("latency") ? await startDelayProxy(PLAIN, DELAY) : undefined;
 
@@ -148,6 +163,8 @@ const ENDPOINTS = {
   plain: { url: PLAIN, label: "plain HTTP, loopback", ts: TS(PLAIN) },
 };
 const ROUTES = [];
+/** The sizes of the objects orbax2reg wrote over `row` in the last round, for the ingest route. */
+const sizesFile = (row) => resolve(GEN, `ingest-sizes-${row}-${process.pid}.json`);
 for (const row of ROWS) {
   const e = ENDPOINTS[row];
   if (CLIENTS.includes("orbax2reg")) {
@@ -156,6 +173,15 @@ for (const row of ROWS) {
       client: "orbax2reg",
       dest: `o2r-${row}`,
       cmd: [CLI, ["convert", `gs://src/${SRC}`, `gs://dst/o2r-${row}`, "--json"], { ORBAX2REG_GCS_ENDPOINT: e.url }],
+    });
+  }
+  if (CLIENTS.includes("ingest") && CLIENTS.includes("orbax2reg")) {
+    // The emulator's ceiling: orbax2reg's output, as listed after its run in the same round, uploaded from memory.
+    ROUTES.push({
+      row,
+      client: "ingest",
+      dest: `in-${row}`,
+      cmd: [process.execPath, ["bench/ingest_route.mjs", e.url, "dst", `in-${row}`, sizesFile(row)], {}],
     });
   }
   if (CLIENTS.includes("tensorstore")) {
@@ -168,7 +194,15 @@ for (const row of ROWS) {
   }
 }
 const results = new Map(ROUTES.map((r) => [r.dest, []]));
-say(`Runs (interleaved, best of ${RUNS}; the destination's objects deleted before each run):`);
+/** Each output's chunks (CRC-32C by name under gda/), taken after its run, before it is deleted. */
+const outputs = new Map();
+const chunksOf = async (prefix) =>
+  new Map(
+    (await listObjects(PLAIN, "dst", prefix))
+      .filter((o) => o.name.includes("/gda/") && !o.name.endsWith("/.zarray"))
+      .map((o) => [o.name.slice(o.name.indexOf("/gda/")), o.crc32c]),
+  );
+say(`Runs (interleaved, best of ${RUNS}; each output checked, then deleted, after its run):`);
 for (let round = 1; round <= RUNS; round++) {
   for (const route of ROUTES) {
     await deletePrefix(PLAIN, "dst", `${route.dest}/`);
@@ -177,50 +211,57 @@ for (let round = 1; round <= RUNS; round++) {
     const r = must(await timed(...route.cmd), route.dest);
     r.background = background;
     r.load = os.loadavg()[0];
-    if (route.row === "latency") r.requests = await DELAYED.stats();
+    if (route.row === "latency") {
+      r.requests = await DELAYED.stats();
+      if (flag("--trace")) {
+        const file = resolve(GEN, `trace-${route.client}-${round}.json`);
+        writeFileSync(file, JSON.stringify(await DELAYED.log()));
+        say(`  (every request of this run, with when it came and was answered: ${relative(ROOT, file)})`);
+      }
+    }
     results.get(route.dest).push(r);
     const inside =
       route.client === "tensorstore"
         ? `${JSON.parse(r.stdout.trim().split("\n").pop()).keys} keys copied`
-        : `${JSON.parse(r.stdout).written} objects written`;
+        : route.client === "ingest"
+          ? `${JSON.parse(r.stdout).objects} objects uploaded from memory`
+          : `${JSON.parse(r.stdout).written} objects written`;
     const reqs = r.requests ? `; ${r.requests.requests} requests, at most ${r.requests.maxInFlight} in flight` : "";
     say(
       `  ${round}. ${route.row.padEnd(7)} ${route.client.padEnd(11)} ${fmt(r.seconds).padStart(7)} s  CPU ${fmt(r.cpu).padStart(6)} s  ` +
         `peak RSS ${fmt(r.rssKiB / 1024, 0).padStart(5)} MiB  (others ${fmt(100 * background, 0)} % CPU before); ${inside}${reqs}`,
     );
+    await checkOutput(route, round);
   }
 }
 say();
 
-// Every output carries the same chunk bytes (CRC-32C of every gda/ chunk object); orbax2reg's also verify.
+/** Records the output's chunks, verifies orbax2reg's once, keeps its object sizes for the ingest route, deletes it. */
+async function checkOutput(route, round) {
+  if (route.client !== "ingest") outputs.set(route.dest, await chunksOf(`${route.dest}/${STEP_NAME}/`));
+  if (route.client === "orbax2reg") {
+    writeFileSync(sizesFile(route.row), JSON.stringify((await listObjects(PLAIN, "dst", `${route.dest}/`)).map((o) => Number(o.size))));
+    if (round === 1 && !flag("--no-verify")) {
+      const t0 = performance.now();
+      const v = sh(process.execPath, [CLI, "verify", `gs://src/${SRC}`, `gs://dst/${route.dest}/${STEP_NAME}`, "--json"], {
+        env: { ...process.env, ORBAX2REG_GCS_ENDPOINT: PLAIN },
+      });
+      const j = v.status === 0 || v.status === 4 ? JSON.parse(v.stdout) : { passed: 0, failed: 1 };
+      say(`     verify of ${route.dest}: ${j.passed} passed, ${j.failed} failed (${fmt((performance.now() - t0) / 1000, 1)} s)`);
+      if (j.failed !== 0 || v.status !== 0) process.exitCode = 1;
+    }
+  }
+  await deletePrefix(PLAIN, "dst", `${route.dest}/`);
+}
+
+// Every output carries the same chunk bytes (CRC-32C of every gda/ chunk object); orbax2reg's also verified above.
 {
-  const chunks = async (prefix) =>
-    new Map(
-      (await listObjects(PLAIN, "dst", prefix))
-        .filter((o) => o.name.includes("/gda/") && !o.name.endsWith("/.zarray"))
-        .map((o) => [o.name.slice(o.name.indexOf("/gda/")), o.crc32c]),
-    );
-  const all = [];
-  for (const route of ROUTES) all.push([route.dest, await chunks(`${route.dest}/${STEP_NAME}/`)]);
+  const all = [...outputs];
   const [first] = all;
   const equal = (x, y) => x.size === y.size && [...x].every(([k, v]) => y.get(k) === v);
   const same = all.every(([, m]) => equal(first[1], m));
   say(`Same chunks: ${same ? "yes" : "NO"} (${all.map(([d, m]) => `${m.size} in ${d}`).join(", ")}; compared by CRC-32C)`);
   if (!same) process.exitCode = 1;
-  if (!flag("--no-verify")) {
-    const through = TLS ? TLS.url : PLAIN;
-    for (const route of ROUTES.filter((r) => r.client === "orbax2reg")) {
-      const t0 = performance.now();
-      const v = sh(process.execPath, [CLI, "verify", `gs://src/${SRC}`, `gs://dst/${route.dest}/${STEP_NAME}`, "--json"], {
-        env: { ...process.env, ORBAX2REG_GCS_ENDPOINT: through },
-      });
-      const j = v.status === 0 || v.status === 4 ? JSON.parse(v.stdout) : { passed: 0, failed: 1 };
-      say(
-        `verify of ${route.dest}, read through ${TLS ? "HTTPS" : "plain HTTP"}: ${j.passed} passed, ${j.failed} failed (${fmt((performance.now() - t0) / 1000, 1)} s)`,
-      );
-      if (j.failed !== 0 || v.status !== 0) process.exitCode = 1;
-    }
-  }
 }
 say();
 
@@ -268,6 +309,16 @@ for (const row of ROWS) {
     `| ${ENDPOINTS[row].label} | ${cell(`o2r-${row}`, o)}${req(o)} | ${cell(`ts-${row}`, t)}${req(t)} | ` +
       `${o && t ? ratio("wall", o.seconds / t.seconds) : "-"} | ${o && t ? ratio("cpu", o.cpu / t.cpu) : "-"} | ${o && t ? ratio("rss", peak(`o2r-${row}`) / peak(`ts-${row}`)) : "-"} | ` +
       `wall ${perRound(row, "seconds")}; CPU ${perRound(row, "cpu")} |`,
+  );
+}
+say();
+for (const row of ROWS) {
+  const c = results.has(`in-${row}`) && best(`in-${row}`);
+  if (!c) continue;
+  const of = (d) => (results.has(d) ? `${fmt(best(d).seconds / c.seconds)}x` : "-");
+  say(
+    `Emulator ceiling over ${ENDPOINTS[row].label}: orbax2reg's output (${fmt(mb(JSON.parse(c.stdout).bytes), 0)} MB in ${JSON.parse(c.stdout).objects} objects) uploaded from memory, 16 at once, ` +
+      `in ${fmt(c.seconds)} s (best of ${RUNS}); orbax2reg took ${of(`o2r-${row}`)} that, TensorStore ${of(`ts-${row}`)}.`,
   );
 }
 say();
@@ -320,6 +371,7 @@ if (flag("--profile")) {
 }
 
 await deletePrefix(PLAIN, "dst", "");
+for (const row of ROWS) rmSync(sizesFile(row), { force: true });
 TLS?.stop();
 DELAYED?.stop();
 stopEmulator(); // its folder is removed on exit (bench/fake-gcs.mjs)
