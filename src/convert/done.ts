@@ -41,15 +41,31 @@ export async function listStep(destination: Store, stepDir: string): Promise<Map
 /** Directories listed at once. */
 const LIST_CONCURRENCY = 8;
 
+/** A step of at most this many objects is listed whole: the first two pages of a GCS listing (1,000 each) tell. */
+const WHOLE_STEP_LISTING = 1_999;
+
 /**
  * The objects under the directories `objects` are written to (each array's), keyed like listStep: what a
- * writer of part of a step needs, however large the rest of the step is.
+ * writer of part of a step needs, however large the rest of the step is. A step of few objects (a fresh
+ * destination, or a small model) is listed whole, in one or two requests rather than one per array directory
+ * (about 50 for a fuji model: round trips of tens of ms before the first object and after the last); a larger
+ * one costs those two requests more.
  */
 export async function listTargets(
   destination: Store,
   stepDir: string,
   objects: readonly PlannedObject[],
 ): Promise<Map<string, ObjectInfo>> {
+  const whole = new Map<string, ObjectInfo>();
+  let listedMore = false;
+  for await (const o of destination.list(`${stepDir}/`)) {
+    if (whole.size === WHOLE_STEP_LISTING) {
+      listedMore = true;
+      break;
+    }
+    whole.set(o.key.slice(stepDir.length + 1), o);
+  }
+  if (!listedMore) return whole;
   const dirs = new Set<string>();
   for (const o of objects) dirs.add(o.target.slice(0, o.target.lastIndexOf("/") + 1));
   const existing = new Map<string, ObjectInfo>();

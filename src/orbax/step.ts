@@ -3,7 +3,7 @@ import { OcdbtDatabase } from "../ocdbt/database.js";
 import { parseIndex } from "../regular/index-file.js";
 import { INPUT, openStore } from "../store/open.js";
 import { type DirListing, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
-import { mapLimited } from "../util/budget.js";
+import { allInOrder, mapLimited } from "../util/budget.js";
 import { parseCheckpointMetadata, pytreeItems } from "./checkpoint-metadata.js";
 import { DirectorySource, type KvSource, OcdbtSource, UnionSource } from "./kv-source.js";
 import { relativeToStep, type StepProcesses, stepProcesses } from "./processes.js";
@@ -141,7 +141,7 @@ export async function openStep(location: string, options: OpenStepOptions = {}):
     case "emergency":
       return openEmergency(store, options.step);
     case "step": {
-      const step = await openStepDir(store, "", name);
+      const step = await openStepDir(store, "", name, top);
       // --step picks a step under a root; given with a step directory it can only agree with it. Not ignored:
       // a user who typed it expects that step converted.
       if (options.step !== undefined && step.step !== undefined && step.step !== options.step) {
@@ -288,21 +288,28 @@ async function commitStatus(store: Store, stepDir: string, name: string): Promis
   return { committed: false, marker: "none", reason: "no commit_success.txt in the step directory" };
 }
 
-async function openStepDir(store: Store, stepDir: string, name: string): Promise<OrbaxStep> {
-  const commit = await commitStatus(store, stepDir, name);
-  const listing = await store.listDir(stepDir);
+/**
+ * Opens the step in `stepDir` (`listing`: its listing, if already made). Reads that do not depend on each other
+ * go out together: against GCS each is a round trip of tens of ms, and they come before any array is copied.
+ */
+async function openStepDir(store: Store, stepDir: string, name: string, listed?: DirListing): Promise<OrbaxStep> {
+  const [commit, listing] = await allInOrder<[CommitStatus, DirListing]>([
+    commitStatus(store, stepDir, name),
+    listed ?? store.listDir(stepDir),
+  ]);
   const dirs = new Set(listing.dirs);
   const has = (item: string) => itemDirName(dirs, item) !== undefined;
   const metaKey = joinKey(stepDir, "_CHECKPOINT_METADATA");
-  let items: string[] = [];
-  if (listing.files.some((f) => f.key === metaKey)) {
-    items = pytreeItems(parseCheckpointMetadata(await store.read(metaKey), describe(store, metaKey))).filter(has);
-  }
-  if (items.length === 0) items = ["state", "default"].filter(has);
-  const item = items[0];
   const indexDir = itemDirName(dirs, "index");
   const indexKey = indexDir === undefined ? undefined : joinKey(stepDir, indexDir, "index");
-  const hasIndex = indexKey !== undefined && (await store.stat(indexKey)) !== undefined;
+  const [meta, hasIndex] = await allInOrder<[Uint8Array | undefined, boolean]>([
+    listing.files.some((f) => f.key === metaKey) ? store.read(metaKey) : undefined,
+    indexKey !== undefined && store.stat(indexKey).then((info) => info !== undefined),
+  ]);
+  let items: string[] = [];
+  if (meta !== undefined) items = pytreeItems(parseCheckpointMetadata(meta, describe(store, metaKey))).filter(has);
+  if (items.length === 0) items = ["state", "default"].filter(has);
+  const item = items[0];
   if (item === undefined) {
     const own = new Set(listing.files.map((f) => f.key.slice(f.key.lastIndexOf("/") + 1)));
     if (
@@ -379,25 +386,39 @@ async function openItem(store: Store, itemDir: string, ctx: ItemContext): Promis
   const listing = await store.listDir(itemDir);
   const files = new Set(listing.files.map((f) => f.key));
   const processDirs = listing.dirs.filter((d) => /^ocdbt\.process_/.test(d));
+  const metaKey = joinKey(itemDir, "_METADATA");
+  const stepDir = ctx.stepDir ?? itemDir;
 
-  let source: KvSource;
-  if (files.has(joinKey(itemDir, "manifest.ocdbt"))) {
-    source = new OcdbtSource(await OcdbtDatabase.open(store, itemDir));
-  } else if (processDirs.length > 0) {
+  // The database, _METADATA, the iterators' files and array_metadatas/ are read together (one round trip each).
+  const merged = files.has(joinKey(itemDir, "manifest.ocdbt"));
+  const [source, metaBytes, iteratorFiles, arrayMetadatas] = await allInOrder<[KvSource, Uint8Array | undefined, ObjectInfo[], string[]]>([
+    merged
+      ? OcdbtDatabase.open(store, itemDir).then((db): KvSource => new OcdbtSource(db))
+      : processDirs.length > 0
+        ? Promise.all(processDirs.map((d) => OcdbtDatabase.open(store, joinKey(itemDir, d)))).then(
+            (dbs): KvSource => new UnionSource(dbs, describe(store, itemDir)),
+          )
+        : new DirectorySource(store, itemDir),
+    files.has(metaKey) ? store.read(metaKey) : undefined,
+    (async () => {
+      const found: ObjectInfo[] = [];
+      for (const prefix of ctx.iteratorPrefixes ?? []) for await (const f of store.list(prefix)) found.push(f);
+      return found;
+    })(),
+    listing.dirs.includes("array_metadatas")
+      ? store.listDir(joinKey(itemDir, "array_metadatas")).then((l) => l.files.map((f) => f.key.slice(f.key.lastIndexOf("/") + 1)))
+      : [],
+  ]);
+  if (!merged && processDirs.length > 0) {
     warnings.push(
       `unmerged OCDBT item: no ${describe(store, joinKey(itemDir, "manifest.ocdbt"))}; reading the union of ${processDirs.length} per-process database(s) (Orbax's finalize never ran)`,
     );
-    const dbs = await Promise.all(processDirs.map((d) => OcdbtDatabase.open(store, joinKey(itemDir, d))));
-    source = new UnionSource(dbs, describe(store, itemDir));
-  } else {
-    source = new DirectorySource(store, itemDir);
   }
 
   let metadata: PyTreeMetadata | undefined;
   let leaves: Leaf[];
-  const metaKey = joinKey(itemDir, "_METADATA");
-  if (files.has(metaKey)) {
-    metadata = parsePyTreeMetadata(await store.read(metaKey), describe(store, metaKey));
+  if (metaBytes !== undefined) {
+    metadata = parsePyTreeMetadata(metaBytes, describe(store, metaKey));
     leaves = [...metadata.leaves];
   } else {
     warnings.push(`no ${describe(store, metaKey)}: array names come from the stored keys and paths from splitting them at "."`);
@@ -410,12 +431,6 @@ async function openItem(store: Store, itemDir: string, ctx: ItemContext): Promis
   }
   if (leaves.length === 0) throw new MetadataError("the item holds no arrays and no _METADATA", { path: describe(store, itemDir) });
 
-  const iteratorFiles: ObjectInfo[] = [];
-  for (const prefix of ctx.iteratorPrefixes ?? []) for await (const f of store.list(prefix)) iteratorFiles.push(f);
-  const stepDir = ctx.stepDir ?? itemDir;
-  const arrayMetadatas = listing.dirs.includes("array_metadatas")
-    ? (await store.listDir(joinKey(itemDir, "array_metadatas"))).files.map((f) => f.key.slice(f.key.lastIndexOf("/") + 1))
-    : [];
   const processes = stepProcesses(
     listing.dirs,
     arrayMetadatas,

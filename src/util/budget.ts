@@ -98,3 +98,13 @@ export async function forEachLimited<T>(items: readonly T[], limit: number, fn: 
   const failure = results.find((r) => r.status === "rejected");
   if (failure !== undefined) throw (failure as PromiseRejectedResult).reason;
 }
+
+/**
+ * Promise.all that waits for every one to settle and, if any failed, throws the first failure in the order
+ * given (not in time): reads made together fail as they would have one after another.
+ */
+export async function allInOrder<T extends readonly unknown[]>(values: { readonly [K in keyof T]: T[K] | Promise<T[K]> }): Promise<T> {
+  const settled = await Promise.allSettled(values as readonly unknown[]);
+  for (const s of settled) if (s.status === "rejected") throw s.reason;
+  return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as unknown as T;
+}

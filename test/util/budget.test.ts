@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { Budget, mapLimited } from "../../src/util/budget.js";
+import { allInOrder, Budget, mapLimited } from "../../src/util/budget.js";
 
 /** Whether `p` has resolved once pending callbacks have run. */
 async function resolved(p: Promise<unknown>): Promise<boolean> {
@@ -159,5 +159,25 @@ describe("mapLimited", () => {
     await expect(run).rejects.toThrow("item 1");
     await new Promise((r) => setTimeout(r, 10));
     expect(started).toEqual([0, 1, 2]);
+  });
+});
+
+describe("allInOrder", () => {
+  test("gives every value in the order given", async () => {
+    expect(await allInOrder<[number, string, boolean]>([Promise.resolve(1), "two", Promise.resolve(true)])).toEqual([1, "two", true]);
+  });
+
+  test("throws the first failure in the order given, not the first in time, once all have settled", async () => {
+    let lastSettled = false;
+    const late = new Promise<never>((_, fail) => setTimeout(() => fail(new Error("first given, last to fail")), 30));
+    const early = Promise.reject(new Error("second given, first to fail"));
+    const slow = new Promise<number>((done) =>
+      setTimeout(() => {
+        lastSettled = true;
+        done(3);
+      }, 60),
+    );
+    await expect(allInOrder<[never, never, number]>([late, early, slow])).rejects.toThrow("first given, last to fail");
+    expect(lastSettled).toBe(true);
   });
 });
