@@ -31,10 +31,20 @@ export interface CheckOptions {
   readonly part: PartRef;
 }
 
-/** The objects under the destination step directory, keyed by their key relative to it. */
-export async function listStep(destination: Store, stepDir: string): Promise<Map<string, ObjectInfo>> {
+/**
+ * The objects under the destination step directory, keyed by their key relative to it; undefined when there
+ * are more than `limit` (the listing stops at the first one past it).
+ */
+export async function listStep(
+  destination: Store,
+  stepDir: string,
+  limit = Number.POSITIVE_INFINITY,
+): Promise<Map<string, ObjectInfo> | undefined> {
   const existing = new Map<string, ObjectInfo>();
-  for await (const o of destination.list(`${stepDir}/`)) existing.set(o.key.slice(stepDir.length + 1), o);
+  for await (const o of destination.list(`${stepDir}/`)) {
+    if (existing.size === limit) return undefined;
+    existing.set(o.key.slice(stepDir.length + 1), o);
+  }
   return existing;
 }
 
@@ -56,16 +66,8 @@ export async function listTargets(
   stepDir: string,
   objects: readonly PlannedObject[],
 ): Promise<Map<string, ObjectInfo>> {
-  const whole = new Map<string, ObjectInfo>();
-  let listedMore = false;
-  for await (const o of destination.list(`${stepDir}/`)) {
-    if (whole.size === WHOLE_STEP_LISTING) {
-      listedMore = true;
-      break;
-    }
-    whole.set(o.key.slice(stepDir.length + 1), o);
-  }
-  if (!listedMore) return whole;
+  const whole = await listStep(destination, stepDir, WHOLE_STEP_LISTING);
+  if (whole !== undefined) return whole;
   const dirs = new Set<string>();
   for (const o of objects) dirs.add(o.target.slice(0, o.target.lastIndexOf("/") + 1));
   const existing = new Map<string, ObjectInfo>();

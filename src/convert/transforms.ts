@@ -3,6 +3,7 @@ import { ChunkDecoder, compress, FRAME_HEADER_MAX, FrameEncoder, readFrameHeader
 import { ChecksumError, FormatError } from "../errors.js";
 import { rangedOf, replayable, replayOf } from "../store/replay.js";
 import { describe, joinKey, type RangeCopy, type Store } from "../store/store.js";
+import { once } from "../util/streams.js";
 import { type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import { product, type ZarrArrayMeta } from "../zarr/metadata.js";
@@ -254,9 +255,7 @@ function castSource(run: Run, meta: ZarrArrayMeta, d: DataRef, size: number): ((
     // index is checked only by the whole path.
     if (inner) return undefined;
     const bytes = Buffer.from(d.base64, "base64");
-    return async function* () {
-      yield bytes;
-    };
+    return () => once(bytes);
   }
   return inner ? () => innerChunkOfShard(run.source, d) : () => run.source.readStream(d.key, d.offset, d.length);
 }

@@ -10,7 +10,7 @@ import { regularChunkKey } from "../regular/zarray.js";
 import { INPUT, openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
 import { Budget, forEachLimited } from "../util/budget.js";
-import { firstDifference } from "../util/streams.js";
+import { firstDifference, once } from "../util/streams.js";
 import { CAST_DTYPES, type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import type { DType } from "../zarr/dtype.js";
@@ -337,10 +337,6 @@ function storedFrame(
   if (value.length < SHARD_INDEX_BYTES) throw new FormatError(`shard of ${value.length} bytes has no room for its index`, { path });
   const range = { kind: "range", key: value.key, offset: value.offset, length: value.length } as const;
   return { bytes: innerChunkOfShard(source.store, range), length: value.length - SHARD_INDEX_BYTES };
-}
-
-async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
-  yield bytes;
 }
 
 /** Passes `pieces` through, each fed to `decoder` first (whose failure stops the stream). */

@@ -6,6 +6,7 @@
 import type { Readable } from "node:stream";
 import { type Dispatcher, EnvHttpProxyAgent } from "undici";
 import { CredentialsError, StorageIoError } from "../errors.js";
+import { once } from "../util/streams.js";
 import { TransientError, transientStatus } from "./retry.js";
 
 export interface Timeouts {
@@ -40,10 +41,6 @@ const MIN_UPLOAD_RATE = 256;
  * over TLS, 1.5x in views. The stall clock then moves with each view.
  */
 const BODY_PIECE = 1 << 20;
-
-async function* once(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
-  yield bytes;
-}
 
 /** A 401 within this long of a token refresh is final: the new token is refused too. */
 const REFRESH_GRACE_MS = 60_000;

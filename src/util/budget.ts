@@ -94,9 +94,7 @@ export async function forEachLimited<T>(items: readonly T[], limit: number, fn: 
       }
     }
   };
-  const results = await Promise.allSettled(Array.from({ length: Math.min(limit, items.length) }, worker));
-  const failure = results.find((r) => r.status === "rejected");
-  if (failure !== undefined) throw (failure as PromiseRejectedResult).reason;
+  await allInOrder<unknown[]>(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
 
 /**

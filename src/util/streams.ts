@@ -46,3 +46,8 @@ export async function firstDifference(a: AsyncIterable<Uint8Array>, b: AsyncIter
     await Promise.allSettled([endA ? undefined : ia.return?.(), endB ? undefined : ib.return?.()]);
   }
 }
+
+/** `bytes` as a stream of one piece. */
+export async function* once(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
+  yield bytes;
+}
