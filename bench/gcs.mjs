@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// GCS benchmark: the ~2 GB fuji-7B-v2-shaped step (bench/gen_fuji.py) in fake-gcs-server (filesystem backend,
-// loopback), converted gs:// -> gs:// by `orbax2reg convert` and, side by side, by TensorStore's C++ GCS client
+// GCS benchmark: the ~2 GB fuji-7B-v2-shaped step (bench/gen_fuji.py) in fake-gcs-server (filesystem backend on
+// tmpfs, loopback), converted gs:// -> gs:// by `orbax2reg convert` and, side by side, by TensorStore's C++ GCS client
 // copying the same chunks raw (bench/tensorstore_gcs_route.py), over three paths to the same emulator:
 //
 //   tls      HTTPS, TLS terminated by nginx in front of the emulator's plain-HTTP port (both clients speak TLS
@@ -14,11 +14,12 @@
 // machine's floor (AES-GCM both ways by `openssl speed`, CRC-32C once). See bench/README.md.
 //
 //   npm run bench:gcs                 # = npm run build && node bench/gcs.mjs
-//   node bench/gcs.mjs [--runs N] [--rows tls,latency,plain] [--clients orbax2reg,tensorstore] [--delay MS]
-//                      [--profile] [--no-verify] [--trace]
+//   node bench/gcs.mjs [--runs N] [--rows tls,latency,plain] [--clients orbax2reg,tensorstore,ingest] [--delay MS]
+//                      [--profile] [--no-verify] [--trace] [--on-disk]
 //
-// One emulator serves every run (the source is uploaded once); before each run the destination's objects are
-// deleted. --profile adds one `node --cpu-prof` orbax2reg run over TLS and one over plain HTTP and prints where
+// The source is uploaded once, by an emulator then stopped; a fresh one over the same folder serves every run.
+// Each output is compared, verified (orbax2reg's, first round) and deleted right after its run. The ingest
+// route (bench/ingest_route.mjs) uploads orbax2reg's output from memory: the emulator's own ceiling. --profile adds one `node --cpu-prof` orbax2reg run over TLS and one over plain HTTP and prints where
 // its main thread's time goes. --trace saves every request of each latency run (its kind, URL, and when it came
 // and was answered) to bench/.generated/trace-<client>-<round>.json. Without nginx the TLS row is skipped, saying why.
 import { spawnSync } from "node:child_process";

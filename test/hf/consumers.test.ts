@@ -125,23 +125,13 @@ describe(`an export of fuji-shaped models built and saved by AXLearn, read by sa
     }
   });
 
-  test("fused QKV (v1/v2) with a tied head: float32 logits agree with AXLearn's own forward pass to float32 rounding", (ctx) => {
+  test.for([
+    ["fused-tied", "fused QKV (v1/v2) with a tied head"],
+    ["grouped-untied", "grouped QKV with num_kv_heads (v3) and a separate lm_head"],
+    ["stacked-v1", "unstacked layers (StackedTransformerLayer's layer{i}/ subtrees), fused QKV, untied head"],
+  ] as const)("%s, %s: float32 logits agree with AXLearn's own forward pass to float32 rounding", ([variant], ctx) => {
     if (unavailable !== undefined) ctx.skip();
-    const c = check("fused-tied", "float32");
-    expect(c.by_check.logits).toEqual([]);
-    expect(c.f32_max_abs_diff).toBeLessThanOrEqual(c.f32_tolerance as number);
-  });
-
-  test("grouped QKV with num_kv_heads (v3) and a separate lm_head: float32 logits agree with AXLearn's to float32 rounding", (ctx) => {
-    if (unavailable !== undefined) ctx.skip();
-    const c = check("grouped-untied", "float32");
-    expect(c.by_check.logits).toEqual([]);
-    expect(c.f32_max_abs_diff).toBeLessThanOrEqual(c.f32_tolerance as number);
-  });
-
-  test("unstacked layers (StackedTransformerLayer's layer{i}/ subtrees), fused QKV, untied head: float32 logits agree to float32 rounding", (ctx) => {
-    if (unavailable !== undefined) ctx.skip();
-    const c = check("stacked-v1", "float32");
+    const c = check(variant, "float32");
     expect(c.by_check.logits).toEqual([]);
     expect(c.f32_max_abs_diff).toBeLessThanOrEqual(c.f32_tolerance as number);
   });

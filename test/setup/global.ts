@@ -51,8 +51,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
     await generateFixtures();
     await generateInterrupted();
     await generateManyChunks();
-    await generateAxlearnOrbax();
-    await generateAxlearnFuji();
+    await generateWithAxlearn("test/fixtures-gen/axlearn_orbax.py", AXLEARN_ORBAX_ROOT);
+    await generateWithAxlearn("test/fixtures-gen/axlearn_fuji.py", AXLEARN_FUJI_ROOT);
   } finally {
     await release();
   }
@@ -118,39 +118,21 @@ async function generateManyChunks(): Promise<void> {
 }
 
 /**
- * Runs test/fixtures-gen/axlearn_orbax.py (a two-process save by AXLearn's own OrbaxCheckpointer, with tf.data
- * iterators) with AXLearn's venv, once; without that venv the tests that read it skip.
+ * Runs an AXLearn fixture generator with AXLearn's venv into `out`, once (its own stamp: the script and the venv's
+ * requirements); without that venv the tests that read it skip. test/fixtures-gen/axlearn_orbax.py: a two-process
+ * save by AXLearn's own OrbaxCheckpointer, with tf.data iterators; axlearn_fuji.py: small fuji-shaped LMs built
+ * from AXLearn's own layers, saved by its OrbaxCheckpointer, with AXLearn's logits.
  */
-async function generateAxlearnOrbax(): Promise<void> {
+async function generateWithAxlearn(script: string, out: string): Promise<void> {
   if (!existsSync(AXLEARN_PYTHON)) return;
-  const script = "test/fixtures-gen/axlearn_orbax.py";
   const stamp = createHash("sha256")
     .update(readFileSync(script))
     .update(readFileSync("test/python/axlearn-requirements.txt"))
     .digest("hex");
-  const stampFile = `${AXLEARN_ORBAX_ROOT}/.stamp`;
+  const stampFile = `${out}/.stamp`;
   if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
-  rmSync(AXLEARN_ORBAX_ROOT, { recursive: true, force: true });
-  const status = await run(AXLEARN_PYTHON, [script, AXLEARN_ORBAX_ROOT], 300_000);
-  if (status !== 0) throw new Error(`${script} failed (exit ${status})`);
-  writeFileSync(stampFile, stamp);
-}
-
-/**
- * Runs test/fixtures-gen/axlearn_fuji.py (small fuji-shaped LMs built from AXLearn's own layers, saved by its
- * OrbaxCheckpointer, with AXLearn's logits) with AXLearn's venv, once; without that venv the tests that read it skip.
- */
-async function generateAxlearnFuji(): Promise<void> {
-  if (!existsSync(AXLEARN_PYTHON)) return;
-  const script = "test/fixtures-gen/axlearn_fuji.py";
-  const stamp = createHash("sha256")
-    .update(readFileSync(script))
-    .update(readFileSync("test/python/axlearn-requirements.txt"))
-    .digest("hex");
-  const stampFile = `${AXLEARN_FUJI_ROOT}/.stamp`;
-  if (existsSync(stampFile) && readFileSync(stampFile, "utf8") === stamp) return;
-  rmSync(AXLEARN_FUJI_ROOT, { recursive: true, force: true });
-  const status = await run(AXLEARN_PYTHON, [script, AXLEARN_FUJI_ROOT], 300_000);
+  rmSync(out, { recursive: true, force: true });
+  const status = await run(AXLEARN_PYTHON, [script, out], 300_000);
   if (status !== 0) throw new Error(`${script} failed (exit ${status})`);
   writeFileSync(stampFile, stamp);
 }
