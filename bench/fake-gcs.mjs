@@ -78,7 +78,7 @@ export async function startEmulator(root, { plain = false, keep = false } = {}) 
   }
   for (let i = 0; i < 300; i++) {
     const ready = (await answersOk(`${url}/storage/v1/b`)) && (plainUrl === undefined || (await answersOk(`${plainUrl}/storage/v1/b`)));
-    if (ready) return { url, ...(plainUrl ? { plainUrl } : {}), stop, exited };
+    if (ready) return { url, ...(plainUrl ? { plainUrl } : {}), stop, exited, pid: child.pid };
     await new Promise((r) => setTimeout(r, 100));
   }
   stop();
@@ -161,7 +161,7 @@ http {
   process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
   const url = `https://127.0.0.1:${port}`;
   for (let i = 0; i < 100; i++) {
-    if (await answersOk(`${url}/storage/v1/b`)) return { url, stop };
+    if (await answersOk(`${url}/storage/v1/b`)) return { url, stop, pid: child.pid };
     await new Promise((r) => setTimeout(r, 100));
   }
   stop();
@@ -188,6 +188,7 @@ export async function startDelayProxy(plainUrl, ms) {
     log: () => api(`${url}/__log`),
     reset: () => api(`${url}/__reset`),
     stop,
+    pid: child.pid,
   };
 }
 

@@ -11,7 +11,9 @@
 //
 // Interleaved (each round runs every route once), best of 3: wall time, CPU (user + sys) and peak RSS of each,
 // the ratios orbax2reg / TensorStore against the targets, and over TLS orbax2reg's CPU per GB moved against the
-// machine's floor (AES-GCM both ways by `openssl speed`, CRC-32C once). See bench/README.md.
+// machine's floor (AES-GCM both ways by `openssl speed`, CRC-32C once). Each run also prints the server side's CPU
+// in it (the emulator, and nginx or the delay proxy, from /proc): the same two CPUs serve both sides, so how busy
+// client and servers kept them says whether a run was bound by the machine. See bench/README.md.
 //
 //   npm run bench:gcs                 # = npm run build && node bench/gcs.mjs
 //   node bench/gcs.mjs [--runs N] [--rows tls,latency,plain] [--clients orbax2reg,tensorstore,ingest] [--delay MS]
@@ -19,8 +21,9 @@
 //
 // The source is uploaded once, by an emulator then stopped; a fresh one over the same folder serves every run.
 // Each output is compared, verified (orbax2reg's, first round) and deleted right after its run. The ingest
-// route (bench/ingest_route.mjs) uploads orbax2reg's output from memory: the emulator's own ceiling. --profile adds one `node --cpu-prof` orbax2reg run over TLS and one over plain HTTP and prints where
-// its main thread's time goes. --trace saves every request of each latency run (its kind, URL, and when it came
+// route (bench/ingest_route.mjs) uploads orbax2reg's output from memory: the emulator's own ceiling. --profile
+// adds one `node --cpu-prof` orbax2reg run over TLS and one over plain HTTP and prints where its main thread's
+// time goes. --trace saves every request of each latency run (its kind, URL, and when it came
 // and was answered) to bench/.generated/trace-<client>-<round>.json. Without nginx the TLS row is skipped, saying why.
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -40,7 +43,7 @@ import {
   startTlsTerminator,
   upload,
 } from "./fake-gcs.mjs";
-import { BUSY_WARN, cpuBusy, cpuProfile, fmt, fujiStep, mb, must, profileSummary, ROOT, say, sh, timed } from "./lib.mjs";
+import { BUSY_WARN, cpuBusy, cpuProfile, cpuSecondsOf, fmt, fujiStep, mb, must, profileSummary, ROOT, say, sh, timed } from "./lib.mjs";
 
 // nginx serves HTTPS with the tests' CA: this process and the CLI it runs trust it (NODE_EXTRA_CA_CERTS).
 await runTrustingTestCa();
@@ -138,7 +141,7 @@ const SRC = `ckpt/${STEP_NAME}`;
   loader.stop();
   await loader.exited;
 }
-const { plainUrl: PLAIN, stop: stopEmulator } = await startEmulator(FS_ROOT, { plain: true, keep: true });
+const { plainUrl: PLAIN, stop: stopEmulator, pid: EMULATOR_PID } = await startEmulator(FS_ROOT, { plain: true, keep: true });
 const TLS = ROWS.includes("tls") ? await startTlsTerminator(PLAIN, NGINX) : undefined;
 const DELAYED = ROWS.includes("latency") ? await startDelayProxy(PLAIN, DELAY) : undefined;
 
@@ -162,6 +165,18 @@ const ENDPOINTS = {
   tls: TLS && { url: TLS.url, label: "HTTPS (nginx terminating TLS)", ts: TS(TLS.url, { TENSORSTORE_CA_BUNDLE: testTls().caFile }) },
   latency: DELAYED && { url: DELAYED.url, label: `plain HTTP, every answer held ${DELAY} ms`, ts: TS(DELAYED.url) },
   plain: { url: PLAIN, label: "plain HTTP, loopback", ts: TS(PLAIN) },
+};
+/** The processes serving each row besides the client: [name, pid]. */
+const SERVERS = {
+  tls: [
+    ["emulator", EMULATOR_PID],
+    ["nginx", TLS?.pid],
+  ],
+  latency: [
+    ["emulator", EMULATOR_PID],
+    ["delay proxy", DELAYED?.pid],
+  ],
+  plain: [["emulator", EMULATOR_PID]],
 };
 const ROUTES = [];
 /** The sizes of the objects orbax2reg wrote over `row` in the last round, for the ingest route. */
@@ -209,7 +224,12 @@ for (let round = 1; round <= RUNS; round++) {
     await deletePrefix(PLAIN, "dst", `${route.dest}/`);
     const background = cpuBusy();
     await DELAYED?.reset();
+    const server = SERVERS[route.row];
+    const before = server.map(([, pid]) => cpuSecondsOf([pid]));
     const r = must(await timed(...route.cmd), route.dest);
+    // The server side's CPU in the run (the emulator, and nginx or the delay proxy in front of it): the same
+    // two CPUs serve both sides, so a client's wall time is bounded by what the servers take of them too.
+    r.server = server.map(([name, pid], i) => [name, cpuSecondsOf([pid]) - before[i]]);
     r.background = background;
     r.load = os.loadavg()[0];
     if (route.row === "latency") {
@@ -232,10 +252,17 @@ for (let round = 1; round <= RUNS; round++) {
       `  ${round}. ${route.row.padEnd(7)} ${route.client.padEnd(11)} ${fmt(r.seconds).padStart(7)} s  CPU ${fmt(r.cpu).padStart(6)} s  ` +
         `peak RSS ${fmt(r.rssKiB / 1024, 0).padStart(5)} MiB  (others ${fmt(100 * background, 0)} % CPU before); ${inside}${reqs}`,
     );
+    say(`     server side: ${r.server.map(([name, cpu]) => `${name} ${fmt(cpu)} s`).join(", ")} of CPU; ${machineLine(r)}`);
     await checkOutput(route, round);
   }
 }
 say();
+
+/** Client + servers' CPU against what the machine's CPUs could give in the run's wall time. */
+function machineLine(r) {
+  const total = r.cpu + r.server.reduce((a, [, c]) => a + c, 0);
+  return `client + servers ${fmt(total)} s, ${fmt((100 * total) / (os.cpus().length * r.seconds), 0)} % of the ${os.cpus().length} CPUs over the run`;
+}
 
 /** Records the output's chunks, verifies orbax2reg's once, keeps its object sizes for the ingest route, deletes it. */
 async function checkOutput(route, round) {
@@ -321,6 +348,16 @@ for (const row of ROWS) {
     `Emulator ceiling over ${ENDPOINTS[row].label}: orbax2reg's output (${fmt(mb(JSON.parse(c.stdout).bytes), 0)} MB in ${JSON.parse(c.stdout).objects} objects) uploaded from memory, 16 at once, ` +
       `in ${fmt(c.seconds)} s (best of ${RUNS}); orbax2reg took ${of(`o2r-${row}`)} that, TensorStore ${of(`ts-${row}`)}.`,
   );
+}
+for (const row of ROWS) {
+  const runs = ["o2r", "ts", "in"].map((c) => `${c}-${row}`).filter((d) => results.has(d));
+  if (runs.length === 0) continue;
+  const share = (d) => {
+    const r = best(d);
+    const servers = r.server.reduce((a, [, c]) => a + c, 0);
+    return `${r.server.map(([name, c]) => `${name} ${fmt(c, 1)}`).join(" + ")} s with ${d.startsWith("o2r") ? "orbax2reg" : d.startsWith("ts") ? "TensorStore" : "ingest"} (its own ${fmt(r.cpu, 1)} s; together ${fmt((100 * (servers + r.cpu)) / (os.cpus().length * r.seconds), 0)} % of the ${os.cpus().length} CPUs)`;
+  };
+  say(`Server side over ${ENDPOINTS[row].label}, best runs: ${runs.map(share).join("; ")}.`);
 }
 say();
 say(

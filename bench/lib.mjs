@@ -87,6 +87,24 @@ export function descendants(pid) {
   return out;
 }
 
+const CLK_TCK = Number(sh("getconf", ["CLK_TCK"]).stdout.trim()) || 100;
+
+/**
+ * User + system CPU seconds spent so far by the processes under each of `pids` (themselves and descendants,
+ * e.g. nginx's workers): a server's share of a run is the difference of two readings around it.
+ */
+export function cpuSecondsOf(pids) {
+  let ticks = 0;
+  for (const pid of pids.flatMap(descendants)) {
+    try {
+      // Fields after the command's closing parenthesis: state is the first, utime the 12th, stime the 13th.
+      const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ").pop().split(" ");
+      ticks += Number(f[11]) + Number(f[12]);
+    } catch {}
+  }
+  return ticks / CLK_TCK;
+}
+
 export function vmHwmKiB(pid) {
   try {
     return Number((readFileSync(`/proc/${pid}/status`, "utf8").match(/^VmHWM:\s*(\d+)/m) ?? [])[1] ?? 0);
