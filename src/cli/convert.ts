@@ -15,7 +15,7 @@ import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../defaults.js";
 import { EXIT_CHECK_FAILED, UsageError } from "../errors.js";
-import { chooseRootStep, type RootStep, TRACKER_FILE } from "../orbax/step.js";
+import { type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
 import { buildIdentity } from "../version.js";
 import type { CastDtype } from "../zarr/cast.js";
@@ -79,16 +79,6 @@ function planOptions(o: ConvertCliOptions): PlanPhaseOptions {
   };
 }
 
-/**
- * Without --step, a checkpoint root's step is chosen here, once, so that the output can say how (AXLearn's
- * tracker file or a listing); the phases then open that step by number, which lists nothing more.
- */
-async function chooseStep(source: string, o: ConvertCliOptions): Promise<{ options: ConvertCliOptions; chosen?: RootStep }> {
-  if (o.step !== undefined) return { options: o };
-  const chosen = await chooseRootStep(source);
-  return chosen === undefined ? { options: o } : { options: { ...o, step: chosen.step }, chosen };
-}
-
 /** The --json fields saying how a root's step was chosen (none when the source was a step). */
 function choiceFields(chosen: RootStep | undefined): { stepChosenBy?: string; stepChoiceNote?: string } {
   if (chosen === undefined) return {};
@@ -101,9 +91,8 @@ function choiceLine(chosen: RootStep): string {
   return `step ${chosen.step} (${chosen.name}): ${how}${chosen.note === undefined ? "" : `; ${chosen.note}`}`;
 }
 
-export async function runConvert(source: string, dest: string, given: ConvertCliOptions, out: Output): Promise<number> {
+export async function runConvert(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
   const started = Date.now();
-  const { options: o, chosen } = await chooseStep(source, given);
   const common = planOptions(o);
   let progress: ConvertProgress | undefined;
   const result = await convert(source, dest, {
@@ -115,6 +104,7 @@ export async function runConvert(source: string, dest: string, given: ConvertCli
     },
   });
   progress?.stop();
+  const chosen = result.chosen;
   const seconds = (Date.now() - started) / 1000;
   const summary = {
     ...planSummary(result.plan),
@@ -160,9 +150,8 @@ export async function runConvert(source: string, dest: string, given: ConvertCli
   return 0;
 }
 
-export async function runPlan(source: string, dest: string, given: ConvertCliOptions, out: Output): Promise<number> {
-  const { options: o, chosen } = await chooseStep(source, given);
-  const { plan, reused } = await planPhase(source, dest, planOptions(o));
+export async function runPlan(source: string, dest: string, o: ConvertCliOptions, out: Output): Promise<number> {
+  const { plan, reused, chosen } = await planPhase(source, dest, planOptions(o));
   const summary = { ...planSummary(plan), ...choiceFields(chosen), reused };
   if (o.json) out.stdout(JSON.stringify(summary, null, 2));
   else {

@@ -1,8 +1,10 @@
 import { ConflictError, MetadataError, UncommittedError, UsageError } from "../errors.js";
-import { openStep, requireCommitted, stepDirName } from "../orbax/step.js";
+import { openStep, type RootStep, requireCommitted, stepDirName } from "../orbax/step.js";
 import { INPUT, openStore, overlaps, resolveLocation } from "../store/open.js";
-import { describe, joinKey, type Store } from "../store/store.js";
+import { describe, joinKey, readIfPresent, type Store } from "../store/store.js";
+import { allInOrder } from "../util/budget.js";
 import type { CastDtype } from "../zarr/cast.js";
+import { listTargets } from "./done.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { checkPart, type FinalizeReport, finalize, partsOf, Shortfall } from "./finalize.js";
 import { claimStep, confirmOwner, readPart, readPlan, retreat } from "./ownership.js";
@@ -31,6 +33,8 @@ export interface PlanPhaseResult {
   readonly reused: boolean;
   /** That conversion was already committed. */
   readonly committed: boolean;
+  /** How the step was chosen, when the source was a checkpoint root and no step was given. */
+  readonly chosen?: RootStep;
 }
 
 /**
@@ -62,15 +66,17 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
   }
   // The canonical spelling (gs:// names without empty segments) is what the plan records and writers use.
   const destination = await openStore(destinationRoot);
+  // A step given by number is not a choice to report.
+  const chosen = source.chosen === undefined || source.chosen.chosenBy === "given" ? {} : { chosen: source.chosen };
   return settling(destination, async () => {
     const draft = await buildPlan(source, destination.url.replace(/\/+$/, ""), options);
     const plan = draft.plan;
     await assertNoOverlap(describe(source.store, source.stepDir), describe(destination, plan.destination.stepDir));
-    if (options.dryRun) return { plan, reused: false, committed: false };
+    if (options.dryRun) return { plan, reused: false, committed: false, ...chosen };
     const claim = await claimStep(destination, draft, options.force);
     return claim.kind === "new"
-      ? { plan, reused: false, committed: false }
-      : { plan: claim.plan, reused: true, committed: claim.committed };
+      ? { plan, reused: false, committed: false, ...chosen }
+      : { plan: claim.plan, reused: true, committed: claim.committed, ...chosen };
   });
 }
 
@@ -96,10 +102,11 @@ async function settling<T>(destination: Store, work: () => Promise<T>): Promise<
 async function loadHead(destinationRoot: string | Store, step: number): Promise<{ head: PlanHead; destination: Store; source: Store }> {
   const destination = typeof destinationRoot === "string" ? await openStore(destinationRoot) : destinationRoot;
   const key = joinKey(stepDirName(step), PLAN_KEY);
-  if ((await destination.stat(key)) === undefined) {
+  const bytes = await readIfPresent(destination, key);
+  if (bytes === undefined) {
     throw new MetadataError("no plan for this step: run `orbax2reg plan` first", { path: describe(destination, key) });
   }
-  const head = parsePlan(new TextDecoder().decode(await destination.read(key)), describe(destination, key));
+  const head = parsePlan(new TextDecoder().decode(bytes), describe(destination, key));
   const source = await openStore(head.source.root, INPUT);
   await assertNoOverlap(describe(source, head.source.stepDir), describe(destination, stepDirName(step)));
   return { head, destination, source };
@@ -208,11 +215,16 @@ async function executePart(
 ): Promise<ExecuteReport> {
   const ref: PartRef = { group: part.group, part: part.part };
   const report = await executeObjects(part, objects, source, destination, { ...options, trusted, part: ref });
-  await confirmOwner(destination, part).catch(async (e) => {
-    if (e instanceof ConflictError) await retreat(destination, part.destination.stepDir, [...trusted.keys()]);
+  await stillOwner(destination, part, trusted);
+  return report;
+}
+
+/** After writing a part: resolves if its plan is still on record, else removes what was written and rejects. */
+function stillOwner(destination: Store, part: PlanPart, wrote: ReadonlyMap<string, Recorded>): Promise<void> {
+  return confirmOwner(destination, part).catch(async (e) => {
+    if (e instanceof ConflictError) await retreat(destination, part.destination.stepDir, [...wrote.keys()]);
     throw e;
   });
-  return report;
 }
 
 /** Phase 3: checks completeness, copies iterator files and writes the index last (see finalize for `beforeCommit`). */
@@ -235,6 +247,8 @@ export interface ConvertResult {
   readonly alreadyConverted: boolean;
   readonly execute: ExecuteReport | undefined;
   readonly finalize: FinalizeReport | undefined;
+  /** How the step was chosen, when the source was a checkpoint root and no step was given. */
+  readonly chosen?: RootStep;
 }
 
 /**
@@ -247,9 +261,10 @@ export async function convert(
   destinationRoot: string,
   options: PlanPhaseOptions & ExecuteOptions & { readonly onPlan?: (plan: Plan) => void },
 ): Promise<ConvertResult> {
-  const { plan, reused, committed } = await planPhase(sourceLocation, destinationRoot, options);
+  const { plan, reused, committed, chosen } = await planPhase(sourceLocation, destinationRoot, options);
+  const how = chosen === undefined ? {} : { chosen };
   options.onPlan?.(plan);
-  if (options.dryRun) return { plan, reused, alreadyConverted: false, execute: undefined, finalize: undefined };
+  if (options.dryRun) return { plan, reused, alreadyConverted: false, execute: undefined, finalize: undefined, ...how };
   const destination = await openStore(destinationRoot);
   const source = await openStore(plan.source.root, INPUT);
   return settling(destination, async () => {
@@ -260,11 +275,16 @@ export async function convert(
     for (const ref of partsOf(plan)) {
       const part = await readPart(destination, plan, ref);
       const trusted = new Map<string, Recorded>();
-      add(execute, await executePart(part, part.objects, source, destination, options, trusted));
-      await checkPart(part, source, destination, trusted, shortfall);
+      add(execute, await executeObjects(part, part.objects, source, destination, { ...options, trusted, part: ref }));
+      // The look at who holds the step and the check's listing go out together.
+      const [, existing] = await allInOrder([
+        stillOwner(destination, part, trusted),
+        listTargets(destination, part.destination.stepDir, part.objects),
+      ]);
+      await checkPart(part, source, destination, trusted, shortfall, existing);
     }
     execute.seconds = (Date.now() - started) / 1000;
     const done = await finalize(plan, source, destination, { checked: shortfall });
-    return { plan, reused, alreadyConverted: committed && execute.written === 0 && !done.indexWritten, execute, finalize: done };
+    return { plan, reused, alreadyConverted: committed && execute.written === 0 && !done.indexWritten, execute, finalize: done, ...how };
   });
 }

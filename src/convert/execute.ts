@@ -64,6 +64,8 @@ export async function executeObjects(
 ): Promise<ExecuteReport> {
   const started = Date.now();
   const writer = new Writer(plan, source, destination, options, objects.length);
+  // The first look at who holds the step goes out with the listing, not after it: the first object reuses it.
+  writer.lookAtOwner();
   const todo: PlannedObject[] = [];
   // Only the directories this run writes to, and only its part's records: a part's cost is its own.
   const existing = await listTargets(destination, plan.destination.stepDir, objects);
@@ -199,6 +201,11 @@ class Writer {
     }
     await closed;
     return this.report;
+  }
+
+  /** Starts a look at who holds the step, for the first object to find done (a failure is its to report). */
+  lookAtOwner(): void {
+    this.owner.check().catch(() => undefined);
   }
 
   /** Runs `work` (the caller holds a slot) once `weight` bytes of the memory budget are free. */

@@ -1,5 +1,6 @@
 import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
-import { deleteSeen, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { deleteSeen, describe, joinKey, type ObjectInfo, readIfPresent, type Store } from "../store/store.js";
+import { allInOrder } from "../util/budget.js";
 import { checkEach, type Defect, listTargets } from "./done.js";
 import { assertOwner, readPart } from "./ownership.js";
 import { type PartRef, type Plan, type PlanPart, partRanges, plannedTargets } from "./plan-format.js";
@@ -36,8 +37,9 @@ export interface FinalizeOptions {
 export async function finalize(plan: Plan, source: Store, destination: Store, options: FinalizeOptions = {}): Promise<FinalizeReport> {
   const stepDir = plan.destination.stepDir;
   const indexKey = joinKey(stepDir, "index");
-  await assertOwner(destination, plan);
-  const current = (await destination.stat(indexKey)) === undefined ? undefined : new TextDecoder().decode(await destination.read(indexKey));
+  // Together: two round trips at once, failing as they would one after the other.
+  const [, index] = await allInOrder([assertOwner(destination, plan), readIfPresent(destination, indexKey)]);
+  const current = index === undefined ? undefined : new TextDecoder().decode(index);
   if (current !== undefined && current !== plan.index) {
     throw new ConflictError("the destination step holds an index this plan did not write; --force replaces it", {
       path: describe(destination, indexKey),
@@ -93,9 +95,16 @@ export async function finalize(plan: Plan, source: Store, destination: Store, op
  * Checks one part of the plan against what is stored (listing only the directories its objects are in) and
  * adds what is not done to `shortfall`. `mine`: objects this process wrote or checked (not read back).
  */
-export async function checkPart(part: PlanPart, source: Store, destination: Store, mine: Records, shortfall: Shortfall): Promise<void> {
+export async function checkPart(
+  part: PlanPart,
+  source: Store,
+  destination: Store,
+  mine: Records,
+  shortfall: Shortfall,
+  listed?: ReadonlyMap<string, ObjectInfo>,
+): Promise<void> {
   const stepDir = part.destination.stepDir;
-  const existing = await listTargets(destination, stepDir, part.objects);
+  const existing = listed ?? (await listTargets(destination, stepDir, part.objects));
   const ref: PartRef = { group: part.group, part: part.part };
   await checkEach(part, part.objects, source, destination, existing, { concurrency: CHECK_CONCURRENCY, mine, part: ref }, (i, v) => {
     if ("defect" in v) shortfall.add(part.group, (part.objects[i] as { target: string }).target, v.defect);

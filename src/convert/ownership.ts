@@ -1,5 +1,5 @@
 import { ConflictError, MetadataError, Orbax2RegError } from "../errors.js";
-import { deleteSeen, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { deleteSeen, describe, joinKey, type ObjectInfo, readIfPresent, type Store } from "../store/store.js";
 import type { PlanDraft } from "./plan.js";
 import {
   MAX_PLAN_HEAD_BYTES,
@@ -36,8 +36,9 @@ const decoder = new TextDecoder();
 /** The head of the plan on record for the step, or undefined; a plan this orbax2reg cannot read is another conversion's. */
 export async function planOnRecord(destination: Store, stepDir: string): Promise<PlanHead | undefined> {
   const key = joinKey(stepDir, PLAN_KEY);
-  if ((await destination.stat(key)) === undefined) return undefined;
-  const text = decoder.decode(await destination.read(key));
+  const bytes = await readIfPresent(destination, key);
+  if (bytes === undefined) return undefined;
+  const text = decoder.decode(bytes);
   try {
     return parsePlan(text, describe(destination, key));
   } catch (e) {
@@ -65,23 +66,25 @@ export async function planIdentityOnRecord(destination: Store, stepDir: string):
 /** Part `ref` of the plan whose head is `head`: reads only that part. */
 export async function readPart(destination: Store, head: PlanHead, ref: PartRef): Promise<PlanPart> {
   const key = joinKey(head.destination.stepDir, planPartKey(head.id, ref.group, ref.part));
-  if ((await destination.stat(key)) === undefined) {
+  const bytes = await readIfPresent(destination, key);
+  if (bytes === undefined) {
     throw new MetadataError(`plan ${head.id} has no part ${ref.part} of group ${ref.group}; run \`orbax2reg plan\` again`, {
       path: describe(destination, key),
     });
   }
-  return parsePart(head, ref, decoder.decode(await destination.read(key)), describe(destination, key));
+  return parsePart(head, ref, decoder.decode(bytes), describe(destination, key));
 }
 
 /** The plan whose head is `head`, but its objects (those are read a part at a time: readPart). */
 export async function readPlan(destination: Store, head: PlanHead): Promise<Plan> {
   const key = joinKey(head.destination.stepDir, commitPartKey(head.id));
-  if ((await destination.stat(key)) === undefined) {
+  const bytes = await readIfPresent(destination, key);
+  if (bytes === undefined) {
     throw new MetadataError(`plan ${head.id} has no commit part (its writer was stopped); run \`orbax2reg plan\` again`, {
       path: describe(destination, key),
     });
   }
-  return parseCommitPart(head, decoder.decode(await destination.read(key)), describe(destination, key));
+  return parseCommitPart(head, decoder.decode(bytes), describe(destination, key));
 }
 
 /**

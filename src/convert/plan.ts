@@ -425,7 +425,7 @@ export async function expectedIndexText(
   // A cast array's entry names the dtype it is written as, as AXLearn's index of a state of that dtype does.
   const cast = new Map(arrays.flatMap((a) => (a.castTo === undefined ? [] : [[a.path, a.castTo] as const])));
   if (source.indexKey !== undefined) {
-    const text = decoder.decode(await source.store.read(source.indexKey));
+    const text = decoder.decode(source.indexBytes ?? (await source.store.read(source.indexKey)));
     const path = describe(source.store, source.indexKey);
     const parsed = parseIndex(text, path);
     if (parsed.step !== step)

@@ -33,8 +33,11 @@ export type Records = ReadonlyMap<string, Recorded>;
 const MIN_INTERVAL_MS = 100;
 const MAX_INTERVAL_MS = 10_000;
 
-/** Segments read at once. */
-const READ_CONCURRENCY = 8;
+/**
+ * Segments read at once: small objects, and each a round trip of its own on GCS. A conversion of minutes writes
+ * a dozen or so per part (the interval grows with the time elapsed), read back in one go.
+ */
+const READ_CONCURRENCY = 16;
 
 interface Segment {
   readonly plan: string;

@@ -2,7 +2,7 @@ import { MetadataError, NotFoundError, UncommittedError, UsageError } from "../e
 import { OcdbtDatabase } from "../ocdbt/database.js";
 import { parseIndex } from "../regular/index-file.js";
 import { INPUT, openStore } from "../store/open.js";
-import { type DirListing, describe, joinKey, type ObjectInfo, type Store } from "../store/store.js";
+import { type DirListing, describe, joinKey, type ObjectInfo, readIfPresent, type Store } from "../store/store.js";
 import { allInOrder, mapLimited } from "../util/budget.js";
 import { parseCheckpointMetadata, pytreeItems } from "./checkpoint-metadata.js";
 import { DirectorySource, type KvSource, OcdbtSource, UnionSource } from "./kv-source.js";
@@ -43,6 +43,8 @@ export interface OrbaxStep {
   readonly itemDir: string;
   /** Key of AXLearn's index JSON, when the layout has one. */
   readonly indexKey: string | undefined;
+  /** That index's bytes, when they were read as the step was opened (the plan takes them from here). */
+  readonly indexBytes?: Uint8Array;
   readonly metadata: PyTreeMetadata | undefined;
   readonly leaves: readonly Leaf[];
   readonly source: KvSource;
@@ -134,9 +136,12 @@ export async function openStep(location: string, options: OpenStepOptions = {}):
   if (emergency) {
     return openEmergency(await openStore(emergency[1] as string, INPUT), parseStepName(emergency[2] as string));
   }
-  const store = await openStore(trimmed, INPUT);
+  return openStepIn(await openStore(trimmed, INPUT), trimmed.slice(trimmed.lastIndexOf("/") + 1), options);
+}
+
+/** openStep for the location at the top of `store`, whose last path segment is `name`. */
+export async function openStepIn(store: Store, name: string, options: OpenStepOptions = {}): Promise<OrbaxStep> {
   const top = await store.listDir("");
-  const name = trimmed.slice(trimmed.lastIndexOf("/") + 1);
   switch (kindOf(top)) {
     case "emergency":
       return openEmergency(store, options.step);
@@ -187,15 +192,10 @@ function kindOf(top: DirListing): "emergency" | "step" | "item" | "root" | undef
 }
 
 /**
- * When `location` is a checkpoint root (step_* directories), the step openStep would open there and how it
- * was chosen; undefined for a step directory, an item or an emergency checkpointer's root. Costs what
+ * When the top of `store` is a checkpoint root (step_* directories), the step openStep would open there and how
+ * it was chosen; undefined for a step directory, an item or an emergency checkpointer's root. Costs what
  * openStep's choice costs: a listing of the root, the tracker file and a commit marker or a few.
  */
-export async function chooseRootStep(location: string, step?: number): Promise<RootStep | undefined> {
-  return chooseStepIn(await openStore(location.replace(/\/+$/, ""), INPUT), step);
-}
-
-/** chooseRootStep for the root at the top of `store`. */
 export async function chooseStepIn(store: Store, step?: number): Promise<RootStep | undefined> {
   const top = await store.listDir("");
   return kindOf(top) === "root" ? chooseStep(store, "", top.dirs, step) : undefined;
@@ -265,14 +265,9 @@ async function chooseStep(store: Store, root: string, dirs: readonly string[], s
 
 /** The step AXLearn's tracker file names (Python's `int()` of its text), or why it names none; undefined when absent. */
 async function readTracker(store: Store, root: string): Promise<{ step?: number; note?: string } | undefined> {
-  const key = joinKey(root, TRACKER_FILE);
-  let text: string;
-  try {
-    text = new TextDecoder().decode(await store.read(key));
-  } catch (e) {
-    if (e instanceof NotFoundError) return undefined;
-    throw e;
-  }
+  const bytes = await readIfPresent(store, joinKey(root, TRACKER_FILE));
+  if (bytes === undefined) return undefined;
+  const text = new TextDecoder().decode(bytes);
   const m = /^\s*\+?(\d+)\s*$/.exec(text);
   const step = m ? Number(m[1]) : Number.NaN;
   if (!Number.isSafeInteger(step)) return { note: `${TRACKER_FILE} does not hold a step number (${JSON.stringify(text.slice(0, 40))})` };
@@ -280,9 +275,18 @@ async function readTracker(store: Store, root: string): Promise<{ step?: number;
 }
 
 async function commitStatus(store: Store, stepDir: string, name: string): Promise<CommitStatus> {
+  if (name.includes(TMP_MARK)) return commitStatusListed(store, name, false);
+  return commitStatusListed(store, name, (await store.stat(joinKey(stepDir, COMMIT_MARKER))) !== undefined);
+}
+
+/** Orbax's commit marker file in a step directory (orbax-checkpoint 0.12.3 and later; older local saves rename). */
+const COMMIT_MARKER = "commit_success.txt";
+
+/** A step directory's commit status, given its name and whether its commit marker is there. */
+function commitStatusListed(store: Store, name: string, marked: boolean): CommitStatus {
   if (name.includes(TMP_MARK))
     return { committed: false, marker: "none", reason: "temporary directory name (save in progress or abandoned)" };
-  if (await store.stat(joinKey(stepDir, "commit_success.txt"))) return { committed: true, marker: "commit_success.txt" };
+  if (marked) return { committed: true, marker: "commit_success.txt" };
   // Before orbax 0.12.3, a local save commits by renaming the temporary directory; GCS has no rename.
   if (store.renamesAtomically === true) return { committed: true, marker: "final-name" };
   return { committed: false, marker: "none", reason: "no commit_success.txt in the step directory" };
@@ -293,18 +297,23 @@ async function commitStatus(store: Store, stepDir: string, name: string): Promis
  * go out together: against GCS each is a round trip of tens of ms, and they come before any array is copied.
  */
 async function openStepDir(store: Store, stepDir: string, name: string, listed?: DirListing): Promise<OrbaxStep> {
-  const [commit, listing] = await allInOrder<[CommitStatus, DirListing]>([
-    commitStatus(store, stepDir, name),
-    listed ?? store.listDir(stepDir),
-  ]);
+  const listing = listed ?? (await store.listDir(stepDir));
+  // The commit marker is a file of the step directory: its listing says whether it is there.
+  const marked = listing.files.some((f) => f.key === joinKey(stepDir, COMMIT_MARKER));
+  const commit = commitStatusListed(store, name, marked);
   const dirs = new Set(listing.dirs);
   const has = (item: string) => itemDirName(dirs, item) !== undefined;
   const metaKey = joinKey(stepDir, "_CHECKPOINT_METADATA");
   const indexDir = itemDirName(dirs, "index");
   const indexKey = indexDir === undefined ? undefined : joinKey(stepDir, indexDir, "index");
-  const [meta, hasIndex] = await allInOrder<[Uint8Array | undefined, boolean]>([
+  // AXLearn's state item is listed together with the metadata that names it (used if it does).
+  const stateDir = itemDirName(dirs, "state");
+  const stateListing = stateDir === undefined ? undefined : store.listDir(joinKey(stepDir, stateDir));
+  stateListing?.catch(() => undefined); // awaited below only if the state item is the one opened
+  // AXLearn's index is read whole (a few KB per hundred arrays), not stat'ed: the plan needs its text anyway.
+  const [meta, indexBytes] = await allInOrder<[Uint8Array | undefined, Uint8Array | undefined]>([
     listing.files.some((f) => f.key === metaKey) ? store.read(metaKey) : undefined,
-    indexKey !== undefined && store.stat(indexKey).then((info) => info !== undefined),
+    indexKey === undefined ? undefined : readIfPresent(store, indexKey),
   ]);
   let items: string[] = [];
   if (meta !== undefined) items = pytreeItems(parseCheckpointMetadata(meta, describe(store, metaKey))).filter(has);
@@ -326,19 +335,23 @@ async function openStepDir(store: Store, stepDir: string, name: string, listed?:
     // StandardCheckpointer writes the PyTree item's files directly into the step directory.
     return openItem(store, stepDir, { layout: "pytree", step: parseStepName(name) ?? parseTemporaryStepName(name), commit });
   }
-  const axlearn = item === "state" && hasIndex;
+  const axlearn = item === "state" && indexBytes !== undefined;
   // A directory whose name gives no step (copied elsewhere, say): AXLearn's index starts with it.
   let step = parseStepName(name) ?? parseTemporaryStepName(name);
   if (step === undefined && axlearn && indexKey !== undefined) {
-    step = parseIndex(new TextDecoder().decode(await store.read(indexKey)), describe(store, indexKey)).step;
+    step = parseIndex(new TextDecoder().decode(indexBytes), describe(store, indexKey)).step;
   }
-  return openItem(store, joinKey(stepDir, itemDirName(dirs, item) as string), {
+  const opened = itemDirName(dirs, item) as string;
+  return openItem(store, joinKey(stepDir, opened), {
     layout: axlearn ? "axlearn" : "composite",
     step,
     commit,
     stepDir,
+    ...(opened === stateDir && stateListing !== undefined ? { listing: stateListing } : {}),
     indexKey: axlearn ? indexKey : undefined,
-    iteratorPrefixes: axlearn ? [`${joinKey(stepDir, "tfds")}/`, `${joinKey(stepDir, "python")}/`] : [],
+    ...(axlearn ? { indexBytes } : {}),
+    // Only the iterator directories the step's listing shows: no request for the others.
+    iteratorPrefixes: axlearn ? ["tfds", "python"].filter((d) => dirs.has(d)).map((d) => `${joinKey(stepDir, d)}/`) : [],
   });
 }
 
@@ -378,12 +391,22 @@ interface ItemContext {
   commit: CommitStatus;
   stepDir?: string;
   indexKey?: string | undefined;
+  indexBytes?: Uint8Array | undefined;
   iteratorPrefixes?: string[];
+  /** The item directory's listing, if already asked for. */
+  listing?: Promise<DirListing>;
+}
+
+/** Every object under `prefix`, in the listing's order. */
+async function listAll(store: Store, prefix: string): Promise<ObjectInfo[]> {
+  const found: ObjectInfo[] = [];
+  for await (const f of store.list(prefix)) found.push(f);
+  return found;
 }
 
 async function openItem(store: Store, itemDir: string, ctx: ItemContext): Promise<OrbaxStep> {
   const warnings: string[] = [];
-  const listing = await store.listDir(itemDir);
+  const listing = await (ctx.listing ?? store.listDir(itemDir));
   const files = new Set(listing.files.map((f) => f.key));
   const processDirs = listing.dirs.filter((d) => /^ocdbt\.process_/.test(d));
   const metaKey = joinKey(itemDir, "_METADATA");
@@ -400,11 +423,7 @@ async function openItem(store: Store, itemDir: string, ctx: ItemContext): Promis
           )
         : new DirectorySource(store, itemDir),
     files.has(metaKey) ? store.read(metaKey) : undefined,
-    (async () => {
-      const found: ObjectInfo[] = [];
-      for (const prefix of ctx.iteratorPrefixes ?? []) for await (const f of store.list(prefix)) found.push(f);
-      return found;
-    })(),
+    allInOrder((ctx.iteratorPrefixes ?? []).map((prefix) => listAll(store, prefix))).then((lists) => lists.flat()),
     listing.dirs.includes("array_metadatas")
       ? store.listDir(joinKey(itemDir, "array_metadatas")).then((l) => l.files.map((f) => f.key.slice(f.key.lastIndexOf("/") + 1)))
       : [],
@@ -445,6 +464,7 @@ async function openItem(store: Store, itemDir: string, ctx: ItemContext): Promis
     commit: ctx.commit,
     itemDir,
     indexKey: ctx.indexKey,
+    ...(ctx.indexBytes === undefined ? {} : { indexBytes: ctx.indexBytes }),
     metadata,
     leaves,
     source,

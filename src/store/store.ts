@@ -1,4 +1,4 @@
-import { UsageError } from "../errors.js";
+import { NotFoundError, UsageError } from "../errors.js";
 
 export interface ObjectInfo {
   /** Key relative to the store's root, `/`-separated. */
@@ -164,6 +164,16 @@ export async function deleteSeen(store: Store, info: ObjectInfo): Promise<boolea
   if (store.versioned !== undefined && info.version !== undefined) return store.versioned.delete(info.key, info.version);
   await store.delete(info.key);
   return true;
+}
+
+/** The whole object, or undefined when there is none: one request, where a stat then a read would take two. */
+export async function readIfPresent(store: Store, key: string): Promise<Uint8Array | undefined> {
+  try {
+    return await store.read(key);
+  } catch (e) {
+    if (e instanceof NotFoundError) return undefined;
+    throw e;
+  }
 }
 
 /** `store.url` joined with `key`, for error messages. */

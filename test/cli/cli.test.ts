@@ -122,6 +122,16 @@ describe("orbax2reg convert of a checkpoint root", () => {
   });
 });
 
+describe("orbax2reg convert of a checkpoint root with --step", () => {
+  test("says nothing of a choice (none in --json): the step was given", async () => {
+    const root = rootWithSteps(TINY, ["step_00000100"]);
+    const r = await runCli(["convert", root, tempDir("dest"), "--step", "100", "--json"]);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ step: 100, committed: true });
+    expect(JSON.parse(r.stdout)).not.toHaveProperty("stepChosenBy");
+  });
+});
+
 describe("--step given with a step directory", () => {
   test("another step than the directory's is refused, naming both (not silently ignored), exit 2", async () => {
     const r = await runCli(["convert", TINY, tempDir("dest"), "--step", "200"]);

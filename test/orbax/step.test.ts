@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { NotFoundError, UncommittedError } from "../../src/errors.js";
 import { arraySha256, listArrays, readArray, type StoredArray } from "../../src/orbax/arrays.js";
-import { chooseStepIn, listSteps, openStep, requireCommitted, stepDirName, TRACKER_FILE } from "../../src/orbax/step.js";
+import { chooseStepIn, listSteps, openStep, openStepIn, requireCommitted, stepDirName, TRACKER_FILE } from "../../src/orbax/step.js";
 import { CountingStore } from "../../src/store/counting.js";
 import { LocalStore } from "../../src/store/local.js";
 import { newBucket, uploadDir } from "../helpers/gcs.js";
@@ -38,6 +38,15 @@ describe("an AXLearn OrbaxCheckpointer step", () => {
     expect(step.commit).toEqual({ committed: true, marker: "commit_success.txt" });
     expect(step.indexKey).toBe("index/index");
     expect(step.itemDir).toBe("state");
+  });
+
+  test("is opened from its listing: nothing is stat'ed, and iterator directories it does not have are not listed", async () => {
+    const store = new CountingStore(new LocalStore(TINY));
+    const step = await openStepIn(store, "step_00000100");
+    expect(step.commit).toEqual({ committed: true, marker: "commit_success.txt" });
+    expect(store.counts.stats).toBe(0); // index/index is read whole (the plan needs it), not stat'ed
+    expect(step.indexBytes?.length).toBeGreaterThan(0);
+    expect(store.counts.lists).toBe(3); // the step, its state item and state/array_metadatas/
   });
 
   test("lists its leaves in _METADATA (jax flatten) order with names and paths from the key tuple", async () => {

@@ -10,7 +10,7 @@ import { beforeAll, describe, expect, test } from "vitest";
 import { FormatError, NotFoundError, UsageError } from "../../src/errors.js";
 import { GcsStore } from "../../src/store/gcs.js";
 import { LocalStore } from "../../src/store/local.js";
-import { describe as describeKey, type Store } from "../../src/store/store.js";
+import { describe as describeKey, readIfPresent, type Store } from "../../src/store/store.js";
 import { emulatorStorage, newBucket } from "../helpers/gcs.js";
 import { newTestbenchBucket, testbenchMissing, testbenchStorage } from "../helpers/testbench.js";
 
@@ -115,6 +115,13 @@ describe.each(KINDS)("Store contract: $name", (kind) => {
     await expect(s.read("nope")).rejects.toThrow(describeKey(s, "nope"));
     await expect(s.readRange("nope", 0, 1)).rejects.toThrow(NotFoundError);
     expect(await s.stat("nope")).toBeUndefined();
+  });
+
+  test("readIfPresent gives an object's bytes, and nothing for a missing one", async () => {
+    const s = kind.fresh();
+    await s.write("here/x", new TextEncoder().encode("bytes"));
+    expect(new TextDecoder().decode(await readIfPresent(s, "here/x"))).toBe("bytes");
+    expect(await readIfPresent(s, "here/nope")).toBeUndefined();
   });
 
   test("stat gives the size of an object and nothing for a directory", async () => {

@@ -1,10 +1,10 @@
 import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "../../convert/work-dir.js";
-import { NotFoundError, UsageError } from "../../errors.js";
+import { UsageError } from "../../errors.js";
 import { listSteps, parseStepName, stepDirName } from "../../orbax/step.js";
 import type { GcsOptions } from "../../store/gcs.js";
 import { INPUT } from "../../store/open.js";
 import { transientStatus } from "../../store/retry.js";
-import { joinKey, type Store } from "../../store/store.js";
+import { joinKey, readIfPresent, type Store } from "../../store/store.js";
 import { mapLimited } from "../../util/budget.js";
 import { type ExecutionRef, type ExecutionSummary, type Executions, isLive, rootLabel } from "../api/executions.js";
 import type { JobExecutionStatus, JobExecutions } from "../api/run-executions.js";
@@ -319,12 +319,8 @@ export async function progressRecords(store: Store, stepDir: string): Promise<Pr
 
 /** The object parsed as JSON; undefined when it is absent or not JSON. One request: read, not stat then read. */
 async function readJson<T>(store: Store, key: string): Promise<T | undefined> {
-  try {
-    return parseJson<T>(new TextDecoder().decode(await store.read(key)));
-  } catch (e) {
-    if (e instanceof NotFoundError) return undefined;
-    throw e;
-  }
+  const bytes = await readIfPresent(store, key);
+  return bytes === undefined ? undefined : parseJson<T>(new TextDecoder().decode(bytes));
 }
 
 function parseJson<T>(text: string | undefined): T | undefined {
