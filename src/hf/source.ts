@@ -25,8 +25,11 @@ export interface SourceArray {
   /** The leaf's path, `/`-joined (`model/decoder/emb/token_emb/weight`). */
   readonly path: string;
   readonly meta: ZarrArrayMeta;
-  /** Decoded bytes of the chunk at grid `index`, in pieces (each the caller's to keep). */
-  chunk(index: readonly number[]): AsyncIterable<Uint8Array>;
+  /**
+   * Decoded bytes of the chunk at grid `index`, in pieces (each the caller's to keep); its compressed bytes read
+   * `window` at a time (readWindow's when not given).
+   */
+  chunk(index: readonly number[], window?: number): AsyncIterable<Uint8Array>;
   describeChunk(index: readonly number[]): string;
 }
 
@@ -51,6 +54,8 @@ export interface ExportSource {
  */
 export const READ_WINDOW = 256 << 10;
 export const GCS_READ_WINDOW = 1 << 20;
+/** The largest window over GCS, when few decoders are open (export.ts, exportWindow). */
+export const MAX_GCS_READ_WINDOW = 4 << 20;
 
 /** The read window for a source at `location`. */
 export function readWindow(location: string): number {
@@ -58,9 +63,8 @@ export function readWindow(location: string): number {
 }
 
 /** `length` bytes at `offset` of `key`, a window at a time, the next window fetched while this one decodes. */
-async function* windows(store: Store, key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+async function* windows(store: Store, key: string, offset: number, length: number, window: number): AsyncIterable<Uint8Array> {
   let at = 0;
-  const window = readWindow(store.url);
   const fetch = (from: number) => store.readRange(key, offset + from, Math.min(window, length - from));
   let next = length > 0 ? fetch(0) : undefined;
   while (next !== undefined) {
@@ -116,6 +120,7 @@ function orbaxChunk(
   meta: ZarrArrayMeta,
   value: ValueLocation | undefined,
   path: string,
+  window: number,
 ): AsyncIterable<Uint8Array> {
   const size = chunkBytes(meta);
   const enc = meta.encoding;
@@ -128,7 +133,7 @@ function orbaxChunk(
   if (value.kind === "file") {
     const range = { kind: "range" as const, key: value.key, offset: value.offset, length: value.length };
     if ((enc.kind === "v2" || enc.kind === "v3") && enc.compressor === "zstd")
-      return decoded(windows(store, value.key, value.offset, value.length), size, path);
+      return decoded(windows(store, value.key, value.offset, value.length, window), size, path);
     if (
       enc.kind === "v3-sharded" &&
       enc.compressor === "zstd" &&
@@ -162,7 +167,8 @@ async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSourc
       path: a.leaf.path,
       meta,
       describeChunk,
-      chunk: (index) => orbaxChunk(step, store, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index)),
+      chunk: (index, window = readWindow(store.url)) =>
+        orbaxChunk(step, store, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index), window),
     });
   }
   return {
@@ -213,18 +219,24 @@ async function openRegular(store: Store, dir: string, location: string): Promise
       path,
       meta,
       describeChunk,
-      chunk: (index) => {
+      chunk: (index, window = readWindow(store.url)) => {
         const key = joinKey(base, keyOf(index));
         const length = sizes.get(keyOf(index));
         const value: ValueLocation | undefined = length === undefined ? undefined : { kind: "file", key, offset: 0, length };
-        return regularChunk(store, meta, value, describeChunk(index));
+        return regularChunk(store, meta, value, describeChunk(index), window);
       },
     });
   }
   return { kind: "regular", location, step, arrays, otherLeaves, fingerprint: hash.digest("hex") };
 }
 
-function regularChunk(store: Store, meta: ZarrArrayMeta, value: ValueLocation | undefined, path: string): AsyncIterable<Uint8Array> {
+function regularChunk(
+  store: Store,
+  meta: ZarrArrayMeta,
+  value: ValueLocation | undefined,
+  path: string,
+  window: number,
+): AsyncIterable<Uint8Array> {
   const size = chunkBytes(meta);
   if (value === undefined || value.kind !== "file") {
     if (meta.fill === null) throw new NotFoundError("chunk is missing and the array has no fill value", { path });
@@ -233,7 +245,7 @@ function regularChunk(store: Store, meta: ZarrArrayMeta, value: ValueLocation | 
     })();
   }
   const enc = meta.encoding;
-  if (enc.kind === "v2" && enc.compressor === "zstd") return decoded(windows(store, value.key, 0, value.length), size, path);
+  if (enc.kind === "v2" && enc.compressor === "zstd") return decoded(windows(store, value.key, 0, value.length, window), size, path);
   return (async function* () {
     yield decodeChunk(meta, await store.read(value.key), path);
   })();

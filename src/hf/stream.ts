@@ -129,6 +129,8 @@ export class ChunkCursor {
   constructor(
     private readonly array: SourceArray,
     private readonly index: readonly number[],
+    /** Compressed bytes read at a time (the source's default when not given). */
+    private readonly window?: number,
   ) {}
 
   private get itemSize(): number {
@@ -142,7 +144,7 @@ export class ChunkCursor {
       this.pending = undefined;
       return p;
     }
-    this.it ??= this.array.chunk(this.index)[Symbol.asyncIterator]();
+    this.it ??= this.array.chunk(this.index, this.window)[Symbol.asyncIterator]();
     for (;;) {
       const r = await this.it.next();
       if (r.done) return undefined;
@@ -229,12 +231,16 @@ export class Cursors {
   /** The most decoders seen open at once (after a chunk's feed, before the cap is kept). */
   peakOpen = 0;
 
-  constructor(readonly maxOpen = Number.POSITIVE_INFINITY) {}
+  constructor(
+    readonly maxOpen = Number.POSITIVE_INFINITY,
+    /** Each decoder's read window (exportWindow); the source's default when not given. */
+    readonly window?: number,
+  ) {}
 
   get(array: SourceArray, index: readonly number[]): ChunkCursor {
     const key = `${array.path}|${index.join(",")}`;
     let c = this.open.get(key);
-    if (c === undefined) c = new ChunkCursor(array, index);
+    if (c === undefined) c = new ChunkCursor(array, index, this.window);
     // Most recently used last.
     this.open.delete(key);
     this.open.set(key, c);

@@ -1,7 +1,7 @@
 import { isPermanent, MetadataError, NotFoundError } from "../errors.js";
 import { INPUT, openStore } from "../store/open.js";
 import { describe, type Store } from "../store/store.js";
-import { DEFAULT_EXPORT_MEMORY, decoderBytes, memoryPlan, openDecoders } from "./export.js";
+import { DEFAULT_EXPORT_MEMORY, decoderBytes, exportWindow, memoryPlan, openDecoders } from "./export.js";
 import { planExport } from "./llama.js";
 import { headerLength, type ParsedHeader, parseHeader, type SafetensorsDtype } from "./safetensors.js";
 import { INDEX_NAME } from "./shards.js";
@@ -72,8 +72,10 @@ export async function verifyExport(
   };
   let total = 0;
   // The export's own default memory: decoders capped as it caps them.
-  const memory = memoryPlan(openDecoders(plan.tensors), DEFAULT_EXPORT_MEMORY, 0, decoderBytes(source.location));
-  const cursors = new Cursors(memory.maxOpen);
+  const decoders = openDecoders(plan.tensors);
+  const window = exportWindow(source.location, decoders, DEFAULT_EXPORT_MEMORY);
+  const memory = memoryPlan(decoders, DEFAULT_EXPORT_MEMORY, 0, decoderBytes(window));
+  const cursors = new Cursors(memory.maxOpen, window);
   // A band of the source and the same bytes read back from the export: each half of the bands' share.
   const band = Math.max(1 << 20, Math.min(VERIFY_BAND, Math.floor(memory.maxBand / 2)));
   // The tensors the index lists, with their entry in their file's header; the others fail here.

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { DECODER_BYTES, memoryPlan } from "../../src/hf/export.js";
+import { DECODER_BYTES, decoderBytes, exportWindow, memoryPlan } from "../../src/hf/export.js";
 
 const MiB = 2 ** 20;
 
@@ -30,9 +30,25 @@ describe("how export-hf shares --memory between chunk decoders and output bands"
 });
 
 describe("what one open decoder costs", () => {
-  test("reading from gs:// (1 MiB windows, one ahead) counts more per decoder than from a local disk, so fewer stay open in the same --memory", async () => {
-    const { decoderBytes } = await import("../../src/hf/export.js");
-    expect(decoderBytes("gs://bucket/step")).toBeGreaterThan(decoderBytes("/data/step"));
-    expect(memoryPlan(256, 336 * MiB, 0, decoderBytes("gs://bucket/step")).maxOpen).toBeLessThan(memoryPlan(256, 336 * MiB).maxOpen);
+  test("reading from gs:// (1 MiB windows, one ahead) counts more per decoder than from a local disk, so fewer stay open in the same --memory", () => {
+    const gcs = decoderBytes(exportWindow("gs://bucket/step", 256, 336 * MiB));
+    expect(gcs).toBeGreaterThan(decoderBytes(exportWindow("/data/step", 256, 336 * MiB)));
+    expect(memoryPlan(256, 336 * MiB, 0, gcs).maxOpen).toBeLessThan(memoryPlan(256, 336 * MiB).maxOpen);
+  });
+});
+
+describe("how much each read of a chunk takes (each read is a round trip on GCS)", () => {
+  test("from gs:// with few decoders open: 4 MiB windows, their decoders within a quarter of --memory", () => {
+    expect(exportWindow("gs://bucket/step", 8, 336 * MiB)).toBe(4 * MiB);
+    expect(8 * decoderBytes(4 * MiB)).toBeLessThanOrEqual(84 * MiB);
+  });
+
+  test("from gs:// the window shrinks as more decoders are open, down to 1 MiB for fuji's fsdp=256 meshes", () => {
+    expect(exportWindow("gs://bucket/step", 16, 336 * MiB)).toBe(2 * MiB);
+    expect(exportWindow("gs://bucket/step", 256, 336 * MiB)).toBe(MiB);
+  });
+
+  test("from a local disk: 256 KiB, however few decoders are open", () => {
+    expect(exportWindow("/data/step", 1, 336 * MiB)).toBe(256 * 1024);
   });
 });
