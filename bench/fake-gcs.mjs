@@ -68,14 +68,20 @@ export async function startEmulator(root, { plain = false, keep = false } = {}) 
     if (root !== undefined) rmSync(root, { recursive: true, force: true });
   });
   // Killed, the benchmark stops the emulator and waits for it (at most 5 s), then exits through the above with
-  // the shell's code for that signal.
-  for (const signal of ["SIGINT", "SIGTERM"]) {
-    process.once(signal, async () => {
+  // the shell's code for that signal. Once this emulator has exited, the handlers go with it: a later emulator's
+  // own must be the ones that wait (bench/gcs.mjs stops the one that took the source and starts another).
+  const handlers = ["SIGINT", "SIGTERM"].map((signal) => {
+    const handler = async () => {
       stop();
       await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
       process.exit(128 + os.constants.signals[signal]);
-    });
-  }
+    };
+    process.once(signal, handler);
+    return [signal, handler];
+  });
+  child.once("exit", () => {
+    for (const [signal, handler] of handlers) process.off(signal, handler);
+  });
   for (let i = 0; i < 300; i++) {
     const ready = (await answersOk(`${url}/storage/v1/b`)) && (plainUrl === undefined || (await answersOk(`${plainUrl}/storage/v1/b`)));
     if (ready) return { url, ...(plainUrl ? { plainUrl } : {}), stop, exited, pid: child.pid };

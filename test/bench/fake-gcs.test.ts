@@ -50,3 +50,30 @@ describe("the benchmarks' fake-gcs-server", () => {
     await expect(fetch(`${r.url}/storage/v1/b`)).rejects.toThrow();
   });
 });
+
+describe("an emulator stopped before the benchmark ends", () => {
+  test("takes its signal handlers with it: only the running one's remain, so a signal waits for that one", async () => {
+    const script = `
+const { startEmulator } = await import("./bench/fake-gcs.mjs");
+const first = await startEmulator(process.argv[1]);
+first.stop();
+await first.exited;
+await new Promise((r) => setImmediate(r));
+const stopped = process.listenerCount("SIGTERM");
+const second = await startEmulator(process.argv[1], { keep: true });
+console.log(JSON.stringify({ stopped, running: process.listenerCount("SIGTERM") }));
+second.stop();
+`;
+    const root = join(scratch("fake-gcs-restart"), "fs");
+    const out = await new Promise<string>((resolve, reject) => {
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script, root], { stdio: ["ignore", "pipe", "inherit"] });
+      let text = "";
+      child.stdout.on("data", (b: Buffer) => {
+        text += b.toString();
+      });
+      child.once("error", reject);
+      child.once("exit", () => resolve(text));
+    });
+    expect(JSON.parse(out)).toEqual({ stopped: 0, running: 1 });
+  });
+});
