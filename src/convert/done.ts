@@ -18,8 +18,9 @@ export interface CheckOptions {
   /** Objects checked at once (each may read its stored bytes back, and its source's). */
   readonly concurrency: number;
   /**
-   * Objects this process wrote or checked itself (target -> what it stored): not read back from a local
-   * disk (GCS's own checksum costs nothing to compare).
+   * Objects this process wrote or checked itself (target -> what it stored), each recorded durably before the
+   * check: not read back from a local disk (GCS's own checksum costs nothing to compare), and their records not
+   * read back either.
    */
   readonly mine?: Records;
   /**
@@ -114,13 +115,24 @@ export async function checkEach(
   each: (index: number, verdict: Verdict) => void,
 ): Promise<void> {
   const stepDir = plan.destination.stepDir;
-  // None of them stored yet (a fresh group, even in a step others have filled): no records to read.
-  const stored = objects.some((o) => existing.has(o.target));
+  const mine = options.mine;
+  // Records are read only for stored objects this process did not write or check itself: none stored yet (a
+  // fresh group, even in a step others have filled), or all of them its own (a part it has just written, whose
+  // records it wrote before this check), and there is nothing to read.
+  const stored = objects.some((o) => existing.has(o.target) && !mine?.has(o.target));
   const records = stored ? await readRecords(destination, stepDir, plan.id, options.part) : new Map<string, Recorded>();
   for (let start = 0; start < objects.length; start += CHECK_SLICE) {
     const slice = objects.slice(start, start + CHECK_SLICE);
     const verdicts = await mapLimited(slice, options.concurrency, (o) =>
-      checkObject(source, destination, o, joinKey(stepDir, o.target), existing.get(o.target), records.get(o.target), options),
+      checkObject(
+        source,
+        destination,
+        o,
+        joinKey(stepDir, o.target),
+        existing.get(o.target),
+        records.get(o.target) ?? mine?.get(o.target),
+        options,
+      ),
     );
     for (const [i, v] of verdicts.entries()) each(start + i, v);
   }
