@@ -92,8 +92,9 @@ export async function finalize(plan: Plan, source: Store, destination: Store, op
 }
 
 /**
- * Checks one part of the plan against what is stored (listing only the directories its objects are in) and
- * adds what is not done to `shortfall`. `mine`: objects this process wrote or checked (not read back).
+ * Checks one part of the plan against what is stored (listTargets: the step whole when small, else only the
+ * directories its objects are in; `listed` when the caller has made that listing) and adds what is not done to
+ * `shortfall`. `mine`: objects this process wrote or checked (not read back, nor their records).
  */
 export async function checkPart(
   part: PlanPart,

@@ -101,6 +101,15 @@ function* filled(fill: Uint8Array, size: number): Iterable<Uint8Array> {
   for (let at = 0; at < size; at += piece.length) yield piece.subarray(0, Math.min(piece.length, size - at)).slice();
 }
 
+/** A chunk no store holds: the array's fill value, or a NotFoundError when it has none. */
+function missingChunk(meta: ZarrArrayMeta, size: number, path: string): AsyncIterable<Uint8Array> {
+  const fill = meta.fill;
+  if (fill === null) throw new NotFoundError("chunk is missing and the array has no fill value", { path });
+  return (async function* () {
+    yield* filled(fill, size);
+  })();
+}
+
 function chunkBytes(meta: ZarrArrayMeta): number {
   return product(meta.chunkShape) * meta.dtype.itemSize;
 }
@@ -124,12 +133,7 @@ function orbaxChunk(
 ): AsyncIterable<Uint8Array> {
   const size = chunkBytes(meta);
   const enc = meta.encoding;
-  if (value === undefined) {
-    if (meta.fill === null) throw new NotFoundError("chunk is missing and the array has no fill value", { path });
-    return (async function* () {
-      yield* filled(meta.fill as Uint8Array, size);
-    })();
-  }
+  if (value === undefined) return missingChunk(meta, size, path);
   if (value.kind === "file") {
     const range = { kind: "range" as const, key: value.key, offset: value.offset, length: value.length };
     if ((enc.kind === "v2" || enc.kind === "v3") && enc.compressor === "zstd")
@@ -238,12 +242,7 @@ function regularChunk(
   window: number,
 ): AsyncIterable<Uint8Array> {
   const size = chunkBytes(meta);
-  if (value === undefined || value.kind !== "file") {
-    if (meta.fill === null) throw new NotFoundError("chunk is missing and the array has no fill value", { path });
-    return (async function* () {
-      yield* filled(meta.fill as Uint8Array, size);
-    })();
-  }
+  if (value === undefined || value.kind !== "file") return missingChunk(meta, size, path);
   const enc = meta.encoding;
   if (enc.kind === "v2" && enc.compressor === "zstd") return decoded(windows(store, value.key, 0, value.length, window), size, path);
   return (async function* () {
