@@ -14,7 +14,7 @@
 import { existsSync, rmSync } from "node:fs";
 import os from "node:os";
 import { relative, resolve } from "node:path";
-import { createBucket, runTrustingTestCa, startDelayProxy, startEmulator, upload } from "./fake-gcs.mjs";
+import { emulatorHolding, runTrustingTestCa, startDelayProxy } from "./fake-gcs.mjs";
 import { fmt, fujiStep, must, ROOT, say, sh, timed } from "./lib.mjs";
 
 await runTrustingTestCa();
@@ -40,15 +40,11 @@ say();
 say(`Machine: ${os.cpus().length} CPUs, node ${process.version}`);
 const { info, dir: STEP, name: STEP_NAME, files } = fujiStep(".venv/bin/python");
 const SRC = `ckpt/${STEP_NAME}`;
-{
-  const loader = await startEmulator(FS_ROOT, { plain: true });
-  await createBucket(loader.plainUrl, "src");
-  for (const f of files) await upload(loader.plainUrl, "src", `${SRC}/${relative(STEP, f)}`, f);
-  // A fresh emulator for the runs: the one that took the 1.4 GB source object stays busy with it for a while.
-  loader.stop();
-  await loader.exited;
-}
-const emulator = await startEmulator(FS_ROOT, { plain: true, keep: true });
+const { emulator } = await emulatorHolding(
+  FS_ROOT,
+  "src",
+  files.map((f) => [f, `${SRC}/${relative(STEP, f)}`]),
+);
 const delayed = await startDelayProxy(emulator.plainUrl, DELAY);
 say(`Source: ${info.step_dir} (${info.arrays} arrays) uploaded to gs://src/${SRC}`);
 say();

@@ -32,16 +32,14 @@ import { relative, resolve } from "node:path";
 import { connect } from "node:tls";
 import { testTls } from "../test/helpers/tls.mjs";
 import {
-  createBucket,
   deletePrefix,
+  emulatorHolding,
   FAKE_GCS,
   listObjects,
   nginxPath,
   runTrustingTestCa,
   startDelayProxy,
-  startEmulator,
   startTlsTerminator,
-  upload,
 } from "./fake-gcs.mjs";
 import { BUSY_WARN, cpuBusy, cpuProfile, cpuSecondsOf, fmt, fujiStep, mb, must, profileSummary, ROOT, say, sh, timed } from "./lib.mjs";
 
@@ -126,22 +124,16 @@ say(
 
 // Stopped, and its folder removed, on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).
 const SRC = `ckpt/${STEP_NAME}`;
-{
-  const loader = await startEmulator(FS_ROOT, { plain: true });
-  await createBucket(loader.plainUrl, "src");
-  await createBucket(loader.plainUrl, "dst");
-  const t0 = performance.now();
-  for (const f of sourceFiles) await upload(loader.plainUrl, "src", `${SRC}/${relative(STEP, f)}`, f);
-  say(
-    `  uploaded to gs://src/${SRC} on fake-gcs-server (filesystem backend under ${FS_ROOT.startsWith(SHM) ? "tmpfs" : relative(ROOT, FS_ROOT)}) in ${fmt((performance.now() - t0) / 1000, 1)} s`,
-  );
-  // The runs get an emulator of their own over the same folder: after taking the 1.4 GB source object, the one
-  // that took it spent a core on its own memory for the next half minute or more (the first run after the upload
-  // took 35-37 s under latency, for either client, the next ones 10-12 s).
-  loader.stop();
-  await loader.exited;
-}
-const { plainUrl: PLAIN, stop: stopEmulator, pid: EMULATOR_PID } = await startEmulator(FS_ROOT, { plain: true, keep: true });
+const { emulator, seconds: uploadSeconds } = await emulatorHolding(
+  FS_ROOT,
+  "src",
+  sourceFiles.map((f) => [f, `${SRC}/${relative(STEP, f)}`]),
+  ["dst"],
+);
+say(
+  `  uploaded to gs://src/${SRC} on fake-gcs-server (filesystem backend under ${FS_ROOT.startsWith(SHM) ? "tmpfs" : relative(ROOT, FS_ROOT)}) in ${fmt(uploadSeconds, 1)} s; the runs get a fresh emulator`,
+);
+const { plainUrl: PLAIN, stop: stopEmulator, pid: EMULATOR_PID } = emulator;
 const TLS = ROWS.includes("tls") ? await startTlsTerminator(PLAIN, NGINX) : undefined;
 const DELAYED = ROWS.includes("latency") ? await startDelayProxy(PLAIN, DELAY) : undefined;
 
