@@ -154,6 +154,14 @@ http {
       proxy_set_header Host $http_host;
       proxy_request_buffering off;
       proxy_buffering off;
+      # Unbuffered, nginx passes on what one read from the emulator got, at most proxy_buffer_size (one 4 KiB
+      # page by default): every download reached the client as 4 KiB TLS records, a quarter of TLS's largest,
+      # which a server sending bulk data does not use (nginx's own ssl_buffer_size is 16k "for big responses").
+      # 64k lets nginx write full 16 KiB records; the proxy_buffers lines only satisfy nginx's checks of it.
+      proxy_buffer_size 64k;
+      proxy_buffers 4 64k;
+      proxy_busy_buffers_size 64k;
+      client_body_buffer_size 64k;
       proxy_read_timeout 300s;
       proxy_send_timeout 300s;
       proxy_redirect http:// https://;

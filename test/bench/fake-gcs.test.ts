@@ -1,8 +1,12 @@
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import https from "node:https";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
+// @ts-expect-error: a benchmark's helper, plain JavaScript
+import { createBucket, nginxPath, startEmulator, startTlsTerminator, upload } from "../../bench/fake-gcs.mjs";
 import { removeScratch, scratch } from "../helpers/convert.js";
+import { clientTls } from "../helpers/tls.mjs";
 
 // bench/fake-gcs.mjs's emulator, started by a stand-in benchmark that writes an object and then waits (or
 // fails): however the benchmark ends, the emulator stops and its filesystem backend's folder is removed.
@@ -75,5 +79,36 @@ second.stop();
       child.once("exit", () => resolve(text));
     });
     expect(JSON.parse(out)).toEqual({ stopped: 0, running: 1 });
+  });
+});
+
+const NGINX = nginxPath();
+
+describe.skipIf(NGINX === undefined)("the benchmark's TLS terminator (nginx in front of the emulator)", () => {
+  test("passes a download on in records larger than one 4 KiB page, as a server sending bulk data does", async () => {
+    const root = join(scratch("fake-gcs-tls"), "fs");
+    const emulator = await startEmulator(root, { plain: true });
+    const tls = await startTlsTerminator(emulator.plainUrl, NGINX);
+    try {
+      await createBucket(emulator.plainUrl, "bench");
+      await upload(emulator.plainUrl, "bench", "o", new Uint8Array(4 << 20));
+      // Node's TLS socket hands each record's plaintext on as it is decrypted: a 'data' piece is at most one record.
+      const pieces = await new Promise<number[]>((resolve, reject) => {
+        https
+          .get(`${tls.url}/storage/v1/b/bench/o/o?alt=media`, { ...clientTls(), agent: false }, (res) => {
+            const sizes: number[] = [];
+            res.on("data", (b: Buffer) => sizes.push(b.length));
+            res.on("end", () => resolve(sizes));
+            res.on("error", reject);
+          })
+          .on("error", reject);
+      });
+      expect(pieces.reduce((a, b) => a + b, 0)).toBe(4 << 20);
+      expect(Math.max(...pieces)).toBeGreaterThan(4096);
+    } finally {
+      tls.stop();
+      emulator.stop();
+      await emulator.exited;
+    }
   });
 });
