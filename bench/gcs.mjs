@@ -16,12 +16,13 @@
 // client and servers kept them says whether a run was bound by the machine. See bench/README.md.
 //
 //   npm run bench:gcs                 # = npm run build && node bench/gcs.mjs
-//   node bench/gcs.mjs [--runs N] [--rows tls,latency,plain] [--clients orbax2reg,tensorstore,ingest] [--delay MS]
+//   node bench/gcs.mjs [--runs N] [--rows tls,latency,plain] [--clients orbax2reg,tensorstore,ingest,pipe] [--delay MS]
 //                      [--profile] [--no-verify] [--trace] [--on-disk]
 //
 // The source is uploaded once, by an emulator then stopped; a fresh one over the same folder serves every run.
 // Each output is compared, verified (orbax2reg's, first round) and deleted right after its run. The ingest
-// route (bench/ingest_route.mjs) uploads orbax2reg's output from memory: the emulator's own ceiling. --profile
+// route (bench/ingest_route.mjs) uploads orbax2reg's output from memory: the emulator's own ceiling. The pipe
+// route (bench/pipe_route.mjs) copies the same sizes through undici alone: what Node's transport costs. --profile
 // adds one `node --cpu-prof` orbax2reg run over TLS and one over plain HTTP and prints where its main thread's
 // time goes. --trace saves every request of each latency run (its kind, URL, and when it came
 // and was answered) to bench/.generated/trace-<client>-<round>.json. Without nginx the TLS row is skipped, saying why.
@@ -74,7 +75,7 @@ const FLOOR_TARGET = 3;
 const RUNS = Number(opt("--runs", "3"));
 const DELAY = Number(opt("--delay", "30"));
 const ROWS = opt("--rows", "tls,latency,plain").split(",");
-const CLIENTS = opt("--clients", "orbax2reg,tensorstore,ingest").split(",");
+const CLIENTS = opt("--clients", "orbax2reg,tensorstore,ingest,pipe").split(",");
 if (!Number.isInteger(RUNS) || RUNS < 1 || !Number.isFinite(DELAY) || DELAY < 0) {
   console.error("--runs takes a positive integer, --delay a number of ms");
   process.exit(2);
@@ -192,6 +193,15 @@ for (const row of ROWS) {
       cmd: [process.execPath, ["bench/ingest_route.mjs", e.url, "dst", `in-${row}`, sizesFile(row)], {}],
     });
   }
+  if (CLIENTS.includes("pipe") && CLIENTS.includes("orbax2reg")) {
+    // Node's transport alone: orbax2reg's output sizes, each a ranged download of the source streamed into an upload.
+    ROUTES.push({
+      row,
+      client: "pipe",
+      dest: `pipe-${row}`,
+      cmd: [process.execPath, ["bench/pipe_route.mjs", e.url, "src", SRC, "dst", `pipe-${row}`, sizesFile(row)], {}],
+    });
+  }
   if (CLIENTS.includes("tensorstore")) {
     ROUTES.push({
       row,
@@ -238,7 +248,9 @@ for (let round = 1; round <= RUNS; round++) {
         ? `${JSON.parse(r.stdout.trim().split("\n").pop()).keys} keys copied`
         : route.client === "ingest"
           ? `${JSON.parse(r.stdout).objects} objects uploaded from memory`
-          : `${JSON.parse(r.stdout).written} objects written`;
+          : route.client === "pipe"
+            ? `${JSON.parse(r.stdout).objects} ranges piped`
+            : `${JSON.parse(r.stdout).written} objects written`;
     const reqs = r.requests ? `; ${r.requests.requests} requests, at most ${r.requests.maxInFlight} in flight` : "";
     say(
       `  ${round}. ${route.row.padEnd(7)} ${route.client.padEnd(11)} ${fmt(r.seconds).padStart(7)} s  CPU ${fmt(r.cpu).padStart(6)} s  ` +
@@ -258,7 +270,7 @@ function machineLine(r) {
 
 /** Records the output's chunks, verifies orbax2reg's once, keeps its object sizes for the ingest route, deletes it. */
 async function checkOutput(route, round) {
-  if (route.client !== "ingest") outputs.set(route.dest, await chunksOf(`${route.dest}/${STEP_NAME}/`));
+  if (route.client !== "ingest" && route.client !== "pipe") outputs.set(route.dest, await chunksOf(`${route.dest}/${STEP_NAME}/`));
   if (route.client === "orbax2reg") {
     writeFileSync(sizesFile(route.row), JSON.stringify((await listObjects(PLAIN, "dst", `${route.dest}/`)).map((o) => Number(o.size))));
     if (round === 1 && !flag("--no-verify")) {
@@ -322,7 +334,7 @@ for (const row of ROWS) {
     if (!both) return "-";
     const held = row !== "plain";
     const ok = x <= TARGETS[k];
-    if (held && !ok) missed.push(`${row} ${k}`);
+    if (held && !ok) missed.push({ what: `${row} ${k}`, row, k, x });
     return `${fmt(x)}x${held ? ` ${ok ? "(met)" : "(**missed**)"}` : ""}`;
   };
   say(
@@ -342,12 +354,21 @@ for (const row of ROWS) {
   );
 }
 for (const row of ROWS) {
-  const runs = ["o2r", "ts", "in"].map((c) => `${c}-${row}`).filter((d) => results.has(d));
+  const p = results.has(`pipe-${row}`) && best(`pipe-${row}`);
+  if (!p) continue;
+  const cpuOf = (d) => (results.has(d) ? `${fmt(best(d).cpu / p.cpu)}x` : "-");
+  say(
+    `Node's transport alone over ${ENDPOINTS[row].label} (bench/pipe_route.mjs: the same sizes, each a ranged download streamed into an upload through undici, no conversion, no checks): ` +
+      `${fmt(p.seconds)} s, ${fmt(p.cpu)} s CPU (best of ${RUNS}); orbax2reg's CPU ${cpuOf(`o2r-${row}`)} that, TensorStore's ${cpuOf(`ts-${row}`)}.`,
+  );
+}
+for (const row of ROWS) {
+  const runs = ["o2r", "ts", "in", "pipe"].map((c) => `${c}-${row}`).filter((d) => results.has(d));
   if (runs.length === 0) continue;
   const share = (d) => {
     const r = best(d);
     const servers = r.server.reduce((a, [, c]) => a + c, 0);
-    return `${r.server.map(([name, c]) => `${name} ${fmt(c, 1)}`).join(" + ")} s with ${d.startsWith("o2r") ? "orbax2reg" : d.startsWith("ts") ? "TensorStore" : "ingest"} (its own ${fmt(r.cpu, 1)} s; together ${fmt((100 * (servers + r.cpu)) / (os.cpus().length * r.seconds), 0)} % of the ${os.cpus().length} CPUs)`;
+    return `${r.server.map(([name, c]) => `${name} ${fmt(c, 1)}`).join(" + ")} s with ${d.startsWith("o2r") ? "orbax2reg" : d.startsWith("ts") ? "TensorStore" : d.startsWith("pipe") ? "the transport alone" : "ingest"} (its own ${fmt(r.cpu, 1)} s; together ${fmt((100 * (servers + r.cpu)) / (os.cpus().length * r.seconds), 0)} % of the ${os.cpus().length} CPUs)`;
   };
   say(`Server side over ${ENDPOINTS[row].label}, best runs: ${runs.map(share).join("; ")}.`);
 }
@@ -360,7 +381,7 @@ if (floor && results.has("o2r-tls")) {
   const o = best("o2r-tls");
   const t = results.has("ts-tls") ? best("ts-tls") : undefined;
   const x = perGB(o) / floor.seconds(1e9);
-  if (x > FLOOR_TARGET) missed.push("TLS CPU per GB");
+  if (x > FLOOR_TARGET) missed.push({ what: "TLS CPU per GB", row: "tls", k: "perGB", x });
   say(
     `CPU per GB moved over TLS: orbax2reg ${fmt(perGB(o), 2)} s${t ? `, TensorStore ${fmt(perGB(t), 2)} s` : ""}; floor ${fmt(floor.seconds(1e9), 2)} s ` +
       `(AES-GCM in and out, CRC-32C once): orbax2reg at ${fmt(x, 1)}x the floor, target at most ${FLOOR_TARGET}x (${x <= FLOOR_TARGET ? "met" : "**missed**"}).`,
@@ -382,7 +403,44 @@ if (DELAYED) {
   }
 }
 say();
-if (missed.length > 0) say(`Missed: ${missed.join(", ")}.`);
+// Issue 36: "If a target cannot be met that way [undici's and Node's own knobs, no hand-written HTTP or TLS], say so
+// with the profile: the target moves, the design does not." The pipe route is that statement, measured in every
+// run: where the transport alone misses a target too, no client on undici and Node's TLS meets it here, and the
+// target moves to the transport's own figure, with MOVED_MARGIN for what a conversion does besides moving bytes
+// (plan, records, checked uploads).
+const MOVED_MARGIN = 1.1;
+const still = [];
+for (const m of missed) {
+  const p = results.has(`pipe-${m.row}`) ? best(`pipe-${m.row}`) : undefined;
+  const t = results.has(`ts-${m.row}`) ? best(`ts-${m.row}`) : undefined;
+  const o = best(`o2r-${m.row}`);
+  const k = m.k === "wall" ? "seconds" : "cpu";
+  const unit = m.k === "perGB" ? "x the floor" : "x TensorStore's";
+  const limit = m.k === "perGB" ? FLOOR_TARGET : TARGETS[m.k];
+  // The transport's own figure in the target's terms (peak RSS has none: the transport holds no plan).
+  const transport =
+    p === undefined || m.k === "rss" ? undefined : m.k === "perGB" ? p.cpu / (SOURCE_BYTES / 1e9) / floor.seconds(1e9) : t && p[k] / t[k];
+  if (transport === undefined) {
+    still.push(m.what);
+    continue;
+  }
+  if (transport <= limit) {
+    still.push(m.what);
+    say(`${m.what}: orbax2reg ${fmt(m.x)}${unit}, the transport alone ${fmt(transport)}${unit}: within its reach, not moved (**missed**).`);
+    continue;
+  }
+  const overTransport = o[k] / p[k];
+  const ok = overTransport <= MOVED_MARGIN;
+  if (!ok) still.push(`${m.what} (moved)`);
+  say(
+    `${m.what}: orbax2reg ${fmt(m.x)}${unit}, the transport alone ${fmt(transport)}${unit}, past the target (${fmt(limit, 1)}${unit}) too: ` +
+      `moved to at most ${fmt(MOVED_MARGIN, 1)}x the transport's own ${m.k === "wall" ? "wall time" : "CPU"}; orbax2reg at ${fmt(overTransport)}x it (${ok ? "met" : "**missed**"}).`,
+  );
+}
+if (missed.length > 0)
+  say(
+    `Missed: ${still.length > 0 ? still.join(", ") : "none once moved"} (issue 36's own targets missed: ${missed.map((m) => m.what).join(", ")}).`,
+  );
 
 if (flag("--profile")) {
   for (const row of ["tls", "plain"].filter((r) => ROWS.includes(r))) {
