@@ -55,12 +55,11 @@ export async function planOnRecord(destination: Store, stepDir: string): Promise
  * unreadable one says nothing (both undefined).
  */
 export async function planIdentityOnRecord(destination: Store, stepDir: string): Promise<PlanIdentity | undefined> {
-  const key = joinKey(stepDir, PLAN_KEY);
-  const info = await destination.stat(key);
-  if (info === undefined) return undefined;
-  if (info.size > MAX_PLAN_HEAD_BYTES) return { id: undefined, source: undefined };
-  // Ranged to the size seen, so a head replaced meanwhile by a larger object is still read bounded (and fails to parse).
-  return planIdentity(decoder.decode(await destination.readRange(key, 0, info.size)));
+  // One request, not a stat then a read: a writer looks every 500 ms, and object starts wait for the look.
+  const head = await destination.readHead(joinKey(stepDir, PLAN_KEY), MAX_PLAN_HEAD_BYTES);
+  if (head === undefined) return undefined;
+  if (head.size > MAX_PLAN_HEAD_BYTES) return { id: undefined, source: undefined };
+  return planIdentity(decoder.decode(head.bytes));
 }
 
 /** Part `ref` of the plan whose head is `head`: reads only that part. */

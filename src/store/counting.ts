@@ -94,6 +94,14 @@ export class CountingStore implements Store {
     return out;
   }
 
+  async readHead(key: string, max: number): Promise<{ bytes: Uint8Array; size: number } | undefined> {
+    this.counts.rangeReads++;
+    if (this.options.log) this.ranges.push({ key, offset: 0, length: max });
+    const head = await this.inner.readHead(key, max);
+    this.counts.bytesRead += head?.bytes.length ?? 0;
+    return head;
+  }
+
   readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
     this.counts.rangeReads++;
     this.counts.bytesRead += length;

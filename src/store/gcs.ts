@@ -61,6 +61,13 @@ export interface GcsOptions {
   readonly chunkBytes?: number;
 }
 
+/** The whole object's size as a download's answer gives it: a 206's Content-Range total, a 200's length (NaN if absent). */
+function objectSize(answer: Answer): number {
+  return answer.status === 206
+    ? Number(/\/(\d+)$/.exec(answer.headers.get("content-range") ?? "")?.[1] ?? Number.NaN)
+    : Number(answer.headers.get("content-length") ?? Number.NaN);
+}
+
 /** Objects under gs://bucket/prefix, through the JSON API (https://cloud.google.com/storage/docs/json_api/v1/objects). */
 export class GcsStore implements Store {
   private readonly api: JsonApi;
@@ -118,6 +125,43 @@ export class GcsStore implements Store {
     });
   }
 
+  async readHead(key: string, max: number): Promise<{ bytes: Uint8Array; size: number } | undefined> {
+    if (!Number.isSafeInteger(max) || max < 1) throw new RangeError(`readHead takes a positive length, got ${max}`);
+    const path = describe(this, key);
+    const req: GcsRequest = {
+      method: "GET",
+      to: { object: this.name(key) },
+      query: { alt: "media" },
+      // A range past the end is cut to the object's end; an empty object has no first byte to range over (416).
+      headers: { range: `bytes=0-${max - 1}` },
+      accept: [200, 206, 404, 416],
+      path,
+    };
+    return this.api.request("ranged download", req, async (a) => {
+      if (a.status === 404) return void (await a.discard());
+      if (a.status === 416) {
+        await a.discard();
+        return { bytes: new Uint8Array(0), size: 0 };
+      }
+      const announced = objectSize(a);
+      // At most `max` bytes kept, whatever the server sends (a 200 ignored the range: the rest is not read).
+      const out = new Uint8Array(Math.min(max, Number.isFinite(announced) ? announced : max));
+      let got = 0;
+      let ended = true;
+      for await (const piece of a.body()) {
+        const n = Math.min(piece.length, out.length - got);
+        out.set(piece.subarray(0, n), got);
+        got += n;
+        if (got === out.length && n < piece.length) {
+          ended = false;
+          break;
+        }
+      }
+      const size = Number.isFinite(announced) ? announced : ended ? got : Number.POSITIVE_INFINITY;
+      return { bytes: out.subarray(0, got), size };
+    });
+  }
+
   async readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
     const name = this.name(key);
     if (length === 0) return new Uint8Array(0);
@@ -152,10 +196,7 @@ export class GcsStore implements Store {
       path,
     });
     if (answer.status === 416) return void (await answer.discard());
-    const size =
-      answer.status === 200
-        ? Number(answer.headers.get("content-length") ?? Number.NaN)
-        : Number(/\/(\d+)$/.exec(answer.headers.get("content-range") ?? "")?.[1] ?? Number.NaN);
+    const size = objectSize(answer);
     if (size < offset + length) return void (await answer.discard());
     return { answer, skip: answer.status === 200 ? offset : 0 };
   }

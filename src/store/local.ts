@@ -84,6 +84,18 @@ async function syncFile(path: string, data: boolean): Promise<void> {
   }
 }
 
+/** Fills `out` from `position` of the file, stopping early at its end: the bytes read. */
+async function readInto(handle: FileHandle, out: Uint8Array, position: number): Promise<number> {
+  let done = 0;
+  while (done < out.length) {
+    // fs reads take an int32 length; read large ranges in pieces.
+    const { bytesRead } = await handle.read(out, done, Math.min(out.length - done, READ_PIECE), position + done);
+    if (bytesRead === 0) break;
+    done += bytesRead;
+  }
+  return done;
+}
+
 async function writeAll(out: FileHandle, bytes: Uint8Array): Promise<void> {
   for (let done = 0; done < bytes.length; ) done += (await out.write(bytes, done, bytes.length - done)).bytesWritten;
 }
@@ -136,12 +148,39 @@ export class LocalStore implements Store {
     return this.readPiece(key, offset, length, offset, length);
   }
 
+  async readHead(key: string, max: number): Promise<{ bytes: Uint8Array; size: number } | undefined> {
+    try {
+      return await this.withFile(key, async (handle, info) => {
+        if (!info.isFile()) return undefined; // a directory is no object (as stat says)
+        const out = new Uint8Array(Math.min(info.size, max));
+        // Truncated meanwhile: what is there.
+        return { bytes: out.subarray(0, await readInto(handle, out, 0)), size: info.size };
+      });
+    } catch (e) {
+      if (e instanceof NotFoundError) return undefined;
+      throw e;
+    }
+  }
+
   /**
    * `length` bytes at `offset`, a piece of the range [`whole`, `whole + wholeLength`) the caller wants (checked
    * against the object's size first: a corrupted length must not become a huge buffer, and a stream fails
    * before its first piece), through a descriptor held only meanwhile, into a buffer of its own.
    */
   private readPiece(key: string, offset: number, length: number, whole: number, wholeLength: number): Promise<Uint8Array> {
+    return this.withFile(key, async (handle, info) => {
+      if (whole + wholeLength > info.size) {
+        throw shortRead(describe(this, key), whole, wholeLength, info.size);
+      }
+      const out = new Uint8Array(length);
+      const done = await readInto(handle, out, offset);
+      if (done < length) throw shortRead(describe(this, key), whole, wholeLength, offset + done);
+      return out;
+    });
+  }
+
+  /** `work` on the object's file, opened for reading and stat'ed, under a READS slot; its errors as the store's. */
+  private withFile<T>(key: string, work: (handle: FileHandle, info: Stats) => Promise<T>): Promise<T> {
     const path = this.file(key);
     return holding(READS, 1, async () => {
       let handle: FileHandle;
@@ -151,21 +190,7 @@ export class LocalStore implements Store {
         throw this.translate(e, key);
       }
       try {
-        const size = (await handle.stat()).size;
-        if (whole + wholeLength > size) {
-          throw shortRead(describe(this, key), whole, wholeLength, size);
-        }
-        const out = new Uint8Array(length);
-        let done = 0;
-        while (done < length) {
-          // fs reads take an int32 length; read large ranges in pieces.
-          const { bytesRead } = await handle.read(out, done, Math.min(length - done, READ_PIECE), offset + done);
-          if (bytesRead === 0) {
-            throw shortRead(describe(this, key), whole, wholeLength, offset + done);
-          }
-          done += bytesRead;
-        }
-        return out;
+        return await work(handle, await handle.stat());
       } catch (e) {
         throw this.translate(e, key);
       } finally {

@@ -50,6 +50,12 @@ export interface Store {
   /** Exactly `length` bytes from `offset`; FormatError if the object is shorter, NotFoundError if absent. */
   readRange(key: string, offset: number, length: number): Promise<Uint8Array>;
   /**
+   * The object's first `max` bytes (all of it when shorter) and its whole size, in one request; undefined if
+   * absent. Reads a small object whose size is not to be trusted (a plan's head, checked every 500 ms while a
+   * conversion writes) in bounded memory, without a stat first.
+   */
+  readHead(key: string, max: number): Promise<{ bytes: Uint8Array; size: number } | undefined>;
+  /**
    * The same bytes as readRange, as a stream of pieces, so a large range never sits in memory whole.
    * Ends with a FormatError if the object is shorter than `offset + length`. Each piece is the reader's: the
    * store never writes into it again (an upload's socket may still hold one while the next is read).

@@ -2,6 +2,7 @@ import { describe, expect, test } from "vitest";
 import { planIdentityOnRecord } from "../../src/convert/ownership.js";
 import { MAX_PLAN_HEAD_BYTES, planIdentity } from "../../src/convert/plan-format.js";
 import { PLAN_KEY } from "../../src/convert/work-dir.js";
+import { CountingStore } from "../../src/store/counting.js";
 import { LocalStore } from "../../src/store/local.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -40,6 +41,14 @@ describe("planIdentityOnRecord", () => {
     const store = new LocalStore(tempDir("identity-head"));
     await store.write(`step_00000100/${PLAN_KEY}`, enc({ id: "ab12", source }));
     expect((await planIdentityOnRecord(store, "step_00000100"))?.id).toBe("ab12");
+  });
+
+  test("is one request: no stat before the read (a writer looks every 500 ms, and object starts wait for it)", async () => {
+    const store = new CountingStore(new LocalStore(tempDir("identity-one")));
+    await store.write(`step_00000100/${PLAN_KEY}`, enc({ id: "ab12", source }));
+    const before = { ...store.counts };
+    expect((await planIdentityOnRecord(store, "step_00000100"))?.id).toBe("ab12");
+    expect(store.counts.stats - before.stats + store.counts.reads - before.reads + store.counts.rangeReads - before.rangeReads).toBe(1);
   });
 
   test("says nothing of a head larger than MAX_PLAN_HEAD_BYTES (no plan head since version 3 is that large)", async () => {

@@ -51,11 +51,12 @@ afterEach(async () => {
 describe("transient faults are retried, for every kind of request", () => {
   const faults: FaultKind[] = ["503", "429", "reset", "reset-mid-body", "truncate", "stall", "stall-headers"];
   for (const fault of faults) {
-    test(`${fault}: whole, ranged and streamed downloads, uploads, stats and listings all succeed, one retry each`, async () => {
+    test(`${fault}: whole, ranged, head and streamed downloads, uploads, stats and listings all succeed, one retry each`, async () => {
       const s = store(isStall(fault) ? FAST : PATIENT);
       const cases: [string, (m: string, u: string) => boolean, () => Promise<void>][] = [
         ["read", isDownload, async () => expect(Buffer.from(await s.read("obj"))).toEqual(Buffer.from(bytes))],
         ["readRange", isDownload, async () => expect([...(await s.readRange("obj", 1000, 3))]).toEqual([...bytes.subarray(1000, 1003)])],
+        ["readHead", isDownload, async () => expect((await s.readHead("obj", 3))?.bytes).toEqual(bytes.subarray(0, 3))],
         [
           "readStream",
           isDownload,

@@ -124,6 +124,28 @@ describe.each(KINDS)("Store contract: $name", (kind) => {
     expect(await readIfPresent(s, "here/nope")).toBeUndefined();
   });
 
+  test("readHead gives at most the bytes asked for and the object's whole size; nothing for a missing one", async () => {
+    const s = kind.fresh();
+    const text = (b: Uint8Array | undefined) => new TextDecoder().decode(b);
+    await s.write("h/x", new TextEncoder().encode("0123456789"));
+    const first = await s.readHead("h/x", 4);
+    expect([text(first?.bytes), first?.size]).toEqual(["0123", 10]);
+    const whole = await s.readHead("h/x", 1000);
+    expect([text(whole?.bytes), whole?.size]).toEqual(["0123456789", 10]);
+    expect(await s.readHead("h/nope", 8)).toBeUndefined();
+    expect(await s.readHead("h", 8)).toBeUndefined(); // a directory is no object
+  });
+
+  // storage-testbench answers an empty object's multipart upload (200) with an object resource that does not
+  // match the empty body sent, so the upload's check of what was stored retries it until the deadline;
+  // fake-gcs-server stores it.
+  test.skipIf(kind.name.includes("storage-testbench"))("readHead of an empty object gives no bytes and size 0", async () => {
+    const s = kind.fresh();
+    await s.write("h/empty", new Uint8Array(0));
+    const empty = await s.readHead("h/empty", 8);
+    expect([empty?.bytes.length, empty?.size]).toEqual([0, 0]);
+  });
+
   test("stat gives the size of an object and nothing for a directory", async () => {
     const s = kind.fresh();
     await s.write("d/x", new Uint8Array(5));
