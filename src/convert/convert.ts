@@ -1,5 +1,5 @@
 import { ConflictError, MetadataError, UncommittedError, UsageError } from "../errors.js";
-import { openStep, type RootStep, requireCommitted, stepDirName } from "../orbax/step.js";
+import { isStepNumber, openStep, type RootStep, requireCommitted, stepDirName } from "../orbax/step.js";
 import { INPUT, openStore, overlaps, resolveLocation } from "../store/open.js";
 import { describe, joinKey, readIfPresent, type Store } from "../store/store.js";
 import { allInOrder } from "../util/budget.js";
@@ -7,7 +7,7 @@ import type { CastDtype } from "../zarr/cast.js";
 import { listTargets } from "./done.js";
 import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObjects } from "./execute.js";
 import { checkPart, type FinalizeReport, finalize, partsOf, Shortfall } from "./finalize.js";
-import { claimStep, confirmOwner, readPart, readPlan, retreat } from "./ownership.js";
+import { claimStep, confirmOwner, lookAtIndex, readPart, readPlan, retreat } from "./ownership.js";
 import { buildPlan } from "./plan.js";
 import { type PartRef, type Plan, type PlanHead, type PlannedObject, type PlanPart, parsePlan, partRanges } from "./plan-format.js";
 import type { Recorded } from "./records.js";
@@ -35,6 +35,8 @@ export interface PlanPhaseResult {
   readonly committed: boolean;
   /** How the step was chosen, when the source was a checkpoint root and no step was given. */
   readonly chosen?: RootStep;
+  /** The plan's only part as this phase wrote it (a fresh plan of one part): convert runs it without reading it back. */
+  readonly onlyPart?: PlanPart;
 }
 
 /**
@@ -69,13 +71,16 @@ export async function planPhase(sourceLocation: string, destinationRoot: string,
   // A step given by number is not a choice to report.
   const chosen = source.chosen === undefined || source.chosen.chosenBy === "given" ? {} : { chosen: source.chosen };
   return settling(destination, async () => {
-    const draft = await buildPlan(source, destination.url.replace(/\/+$/, ""), options);
+    // The destination's commit marker is looked at while the plan reads the source's tree.
+    const step = source.step ?? options.step;
+    const ahead = options.dryRun || options.force || !isStepNumber(step) ? undefined : lookAtIndex(destination, stepDirName(step));
+    const [draft, looked] = await allInOrder([buildPlan(source, destination.url.replace(/\/+$/, ""), options), ahead]);
     const plan = draft.plan;
     await assertNoOverlap(describe(source.store, source.stepDir), describe(destination, plan.destination.stepDir));
     if (options.dryRun) return { plan, reused: false, committed: false, ...chosen };
-    const claim = await claimStep(destination, draft, options.force);
+    const claim = await claimStep(destination, draft, options.force, looked);
     return claim.kind === "new"
-      ? { plan, reused: false, committed: false, ...chosen }
+      ? { plan, reused: false, committed: false, ...chosen, ...(claim.onlyPart === undefined ? {} : { onlyPart: claim.onlyPart }) }
       : { plan: claim.plan, reused: true, committed: claim.committed, ...chosen };
   });
 }
@@ -261,7 +266,7 @@ export async function convert(
   destinationRoot: string,
   options: PlanPhaseOptions & ExecuteOptions & { readonly onPlan?: (plan: Plan) => void },
 ): Promise<ConvertResult> {
-  const { plan, reused, committed, chosen } = await planPhase(sourceLocation, destinationRoot, options);
+  const { plan, reused, committed, chosen, onlyPart } = await planPhase(sourceLocation, destinationRoot, options);
   const how = chosen === undefined ? {} : { chosen };
   options.onPlan?.(plan);
   if (options.dryRun) return { plan, reused, alreadyConverted: false, execute: undefined, finalize: undefined, ...how };
@@ -273,7 +278,10 @@ export async function convert(
     const execute: ExecuteReport = { objects: 0, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
     const shortfall = new Shortfall();
     for (const ref of partsOf(plan)) {
-      const part = await readPart(destination, plan, ref);
+      const part =
+        onlyPart !== undefined && onlyPart.group === ref.group && onlyPart.part === ref.part
+          ? onlyPart
+          : await readPart(destination, plan, ref);
       const trusted = new Map<string, Recorded>();
       add(execute, await executeObjects(part, part.objects, source, destination, { ...options, trusted, part: ref }));
       // The look at who holds the step and the check's listing go out together.

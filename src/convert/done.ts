@@ -53,7 +53,7 @@ export async function listStep(
 const LIST_CONCURRENCY = 8;
 
 /** A step of at most this many objects is listed whole: the first two pages of a GCS listing (1,000 each) tell. */
-const WHOLE_STEP_LISTING = 1_999;
+export const WHOLE_STEP_LISTING = 1_999;
 
 /**
  * The objects under the directories `objects` are written to (each array's), keyed like listStep: what a

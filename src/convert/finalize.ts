@@ -1,7 +1,7 @@
 import { ChecksumError, ConflictError, NotFoundError } from "../errors.js";
 import { deleteSeen, describe, joinKey, type ObjectInfo, readIfPresent, type Store } from "../store/store.js";
 import { allInOrder } from "../util/budget.js";
-import { checkEach, type Defect, listTargets } from "./done.js";
+import { checkEach, type Defect, listTargets, WHOLE_STEP_LISTING } from "./done.js";
 import { assertOwner, readPart } from "./ownership.js";
 import { type PartRef, type Plan, type PlanPart, partRanges, plannedTargets } from "./plan-format.js";
 import type { Records } from "./records.js";
@@ -37,8 +37,15 @@ export interface FinalizeOptions {
 export async function finalize(plan: Plan, source: Store, destination: Store, options: FinalizeOptions = {}): Promise<FinalizeReport> {
   const stepDir = plan.destination.stepDir;
   const indexKey = joinKey(stepDir, "index");
-  // Together: two round trips at once, failing as they would one after the other.
-  const [, index] = await allInOrder([assertOwner(destination, plan), readIfPresent(destination, indexKey)]);
+  // Together: round trips at once, failing as they would one after the other. The step's listing goes with
+  // them when the parts are already checked and the step is small (a page or two: a refusal is not held up by
+  // a long listing); it only reads, and nothing is removed before the checks below.
+  const early = options.checked !== undefined && plan.totals.objects <= WHOLE_STEP_LISTING;
+  const [, index, scanned] = await allInOrder([
+    assertOwner(destination, plan),
+    readIfPresent(destination, indexKey),
+    early ? scanStep(plan, destination) : undefined,
+  ]);
   const current = index === undefined ? undefined : new TextDecoder().decode(index);
   if (current !== undefined && current !== plan.index) {
     throw new ConflictError("the destination step holds an index this plan did not write; --force replaces it", {
@@ -57,18 +64,7 @@ export async function finalize(plan: Plan, source: Store, destination: Store, op
   }
   if (shortfall.count > 0) throw shortfall.error(`${destination.url}/${stepDir}`);
 
-  // One streaming pass over the step: what is under gda/ and planned by no array of this plan was written
-  // under a plan this one replaced (told apart by the arrays' grids, not by a set of every planned target).
-  const planned = plannedTargets(plan.arrays);
-  const fileTargets = new Set(plan.files.map((f) => f.target));
-  const present = new Map<string, number>();
-  const leftovers: ObjectInfo[] = [];
-  for await (const o of destination.list(`${stepDir}/`)) {
-    const key = o.key.slice(stepDir.length + 1);
-    if (key.startsWith("gda/")) {
-      if (!planned(key)) leftovers.push(o);
-    } else if (fileTargets.has(key)) present.set(key, o.size);
-  }
+  const { present, leftovers } = scanned ?? (await scanStep(plan, destination));
   // Each at the version listed (deleteSeen): a retried delete, or one after the object was written anew, never
   // removes a newer version.
   for (const o of leftovers) await deleteSeen(destination, o);
@@ -89,6 +85,26 @@ export async function finalize(plan: Plan, source: Store, destination: Store, op
   await destination.write(indexKey, new TextEncoder().encode(plan.index));
   await destination.makeDurable?.(indexKey); // the objects are already: only the index and its name
   return { ...report, indexWritten: true };
+}
+
+/**
+ * One streaming pass over the step: what is under gda/ and planned by no array of this plan was written under
+ * a plan this one replaced (told apart by the arrays' grids, not by a set of every planned target); and the
+ * sizes of the plan's files present.
+ */
+async function scanStep(plan: Plan, destination: Store): Promise<{ present: Map<string, number>; leftovers: ObjectInfo[] }> {
+  const stepDir = plan.destination.stepDir;
+  const planned = plannedTargets(plan.arrays);
+  const fileTargets = new Set(plan.files.map((f) => f.target));
+  const present = new Map<string, number>();
+  const leftovers: ObjectInfo[] = [];
+  for await (const o of destination.list(`${stepDir}/`)) {
+    const key = o.key.slice(stepDir.length + 1);
+    if (key.startsWith("gda/")) {
+      if (!planned(key)) leftovers.push(o);
+    } else if (fileTargets.has(key)) present.set(key, o.size);
+  }
+  return { present, leftovers };
 }
 
 /**

@@ -25,8 +25,8 @@ import { CLAIM_KEY, commitPartKey, PLAN_KEY, planPartKey, planPartsDir } from ".
  */
 
 export type Claim =
-  /** Our plan is now on record: a fresh conversion. */
-  | { readonly kind: "new"; readonly plan: Plan }
+  /** Our plan is now on record: a fresh conversion; `onlyPart`: its only part as written, when it has one. */
+  | { readonly kind: "new"; readonly plan: Plan; readonly onlyPart?: PlanPart }
   /** The same conversion (same source and options) was already on record: resume it, under its id. */
   | { readonly kind: "resumed"; readonly plan: Plan; readonly committed: boolean };
 
@@ -104,18 +104,14 @@ async function resumePlan(destination: Store, previous: PlanHead, draft: PlanDra
  * held by another conversion (another source or other options), live or committed, and a committed step
  * with no plan (written by something else), unless `force`: then the step is taken over (takeOver).
  */
-export async function claimStep(destination: Store, draft: PlanDraft, force: boolean): Promise<Claim> {
+export async function claimStep(destination: Store, draft: PlanDraft, force: boolean, looked?: IndexLook): Promise<Claim> {
   const plan = draft.plan;
   const stepDir = plan.destination.stepDir;
-  if (force) {
-    await takeOver(destination, draft);
-    return { kind: "new", plan };
-  }
+  if (force) return { kind: "new", plan, ...onlyPart(destination, plan, await takeOver(destination, draft)) };
   const indexKey = joinKey(stepDir, "index");
-  const committed = (await destination.stat(indexKey)) !== undefined;
+  const committed = (await indexSeen(destination, indexKey, looked)) !== undefined;
   if (!committed && (await destination.createExclusive(joinKey(stepDir, PLAN_KEY), encoder.encode(JSON.stringify(planHead(plan)))))) {
-    await draft.writeParts(destination, plan.id);
-    return { kind: "new", plan };
+    return { kind: "new", plan, ...onlyPart(destination, plan, await draft.writeParts(destination, plan.id)) };
   }
   const previous = await planOnRecord(destination, stepDir);
   if (previous !== undefined && previous.source.fingerprint === plan.source.fingerprint) {
@@ -136,12 +132,35 @@ export async function claimStep(destination: Store, draft: PlanDraft, force: boo
 }
 
 /**
+ * A look at a destination step's `index` taken ahead, while the source's tree is read (one round trip less
+ * before the first chunk): what it gave, or how it failed, which then fails the claim where its own look would.
+ * Taken before the claim as it would have been a moment later: the claim's exclusive create, not the look,
+ * decides between writers.
+ */
+export type IndexLook = { readonly key: string } & ({ readonly info: ObjectInfo | undefined } | { readonly error: unknown });
+
+/** Looks at `stepDir`'s index now; never rejects (claimStep rethrows a failure). */
+export function lookAtIndex(destination: Store, stepDir: string): Promise<IndexLook> {
+  const key = joinKey(stepDir, "index");
+  return destination.stat(key).then(
+    (info) => ({ key, info }),
+    (error: unknown) => ({ key, error }),
+  );
+}
+
+async function indexSeen(destination: Store, key: string, looked: IndexLook | undefined): Promise<ObjectInfo | undefined> {
+  if (looked?.key !== key) return destination.stat(key);
+  if ("error" in looked) throw looked.error;
+  return looked.info;
+}
+
+/**
  * `--force`: puts `plan` on record first (from then on the previous owner's finalize refuses), removes the
  * index (the step is uncommitted at once), then everything else of the step but our plan and the trigger's
  * claim (a forced re-conversion must not let a late duplicate event start yet another one). Temporary
  * files of writes still in flight are left to them; list never shows them.
  */
-export async function takeOver(destination: Store, draft: PlanDraft): Promise<void> {
+export async function takeOver(destination: Store, draft: PlanDraft): Promise<string | undefined> {
   const plan = draft.plan;
   const stepDir = plan.destination.stepDir;
   const planKey = joinKey(stepDir, PLAN_KEY);
@@ -155,13 +174,22 @@ export async function takeOver(destination: Store, draft: PlanDraft): Promise<vo
     if (await deleteSeen(destination, index)) break;
     index = await destination.stat(joinKey(stepDir, "index"));
   }
-  await draft.writeParts(destination, plan.id);
+  const only = await draft.writeParts(destination, plan.id);
   const keep = new Set([planKey, joinKey(stepDir, CLAIM_KEY)]);
   const ours = `${joinKey(stepDir, planPartsDir(plan.id))}/`;
   const listed: ObjectInfo[] = [];
   for await (const o of destination.list(`${stepDir}/`)) if (!keep.has(o.key) && !o.key.startsWith(ours)) listed.push(o);
   for (const o of listed) await deleteSeen(destination, o);
   await destination.removeAbandoned?.(`${stepDir}/`);
+  return only;
+}
+
+/** The plan's only part from the text its writer kept, parsed as readPart would have read it back. */
+function onlyPart(destination: Store, plan: Plan, text: string | undefined): { onlyPart?: PlanPart } {
+  if (text === undefined) return {};
+  const ref = { group: 0, part: 0 };
+  const key = joinKey(plan.destination.stepDir, planPartKey(plan.id, ref.group, ref.part));
+  return { onlyPart: parsePart(plan, ref, text, describe(destination, key)) };
 }
 
 /** Refuses unless `plan` is the plan on record for its step: someone took the destination over. */

@@ -4,7 +4,7 @@ import type { ValueLocation } from "../ocdbt/database.js";
 import { listArrays, type StoredArray } from "../orbax/arrays.js";
 import { missingIterators } from "../orbax/processes.js";
 import type { Leaf } from "../orbax/pytree-metadata.js";
-import { type OrbaxStep, stepDirName } from "../orbax/step.js";
+import { isStepNumber, type OrbaxStep, stepDirName } from "../orbax/step.js";
 import { arrayEntry, type IndexEntry, indexText, parseIndex } from "../regular/index-file.js";
 import { regularChunkKey, zarrayText } from "../regular/zarray.js";
 import { checkKey, describe, joinKey, type Store } from "../store/store.js";
@@ -70,9 +70,10 @@ export interface PlanDraft {
   /**
    * Plans the objects again from the source, array by array, into each group's parts (sorted within a part
    * by data location), writing each part as it fills; then the commit part, last. `id`: the plan id to write
-   * under (the draft's own, or the identical plan's on record).
+   * under (the draft's own, or the identical plan's on record). Gives the text of the plan's only part when
+   * it has one (a small step's), which a conversion in this process then need not read back.
    */
-  writeParts(destination: Store, id: string): Promise<void>;
+  writeParts(destination: Store, id: string): Promise<string | undefined>;
 }
 
 /**
@@ -86,7 +87,7 @@ export async function buildPlan(source: OrbaxStep, destinationRoot: string, opti
     throw new UsageError(`--groups must be a positive integer, got ${options.groups}`);
   const step = source.step ?? options.step;
   if (step === undefined) throw new UsageError("the source does not name its step (not a step_XXXXXXXX directory); pass --step");
-  if (step < 0 || step >= 1e8) throw new UsageError(`step ${step} is outside AXLearn's 0..99999999`);
+  if (!isStepNumber(step)) throw new UsageError(`step ${step} is outside AXLearn's 0..99999999`);
   const stepDir = stepDirName(step);
   const keep = (leaf: Leaf) => !options.paramsOnly || keptByParamsOnly(leaf.path);
 
@@ -190,8 +191,12 @@ async function writePlanParts(
   units: readonly (readonly UnitRange[])[],
   sizes: readonly Float64Array[],
   planned: () => AsyncIterable<PlannedObject[]>,
-): Promise<void> {
+): Promise<string | undefined> {
   const stepDir = plan.destination.stepDir;
+  // A plan of one part gives that part's text back (when under STREAM_PART_BYTES): a conversion in this
+  // process runs it from memory instead of reading it back, a round trip before the first chunk.
+  const onePart = plan.groups.reduce((n, g) => n + g.parts, 0) === 1;
+  let only: string | undefined;
   // Each array's units, in order, with their group.
   const byArray = new Map<number, { start: number; end: number; group: number }[]>();
   units.forEach((g, group) => {
@@ -209,11 +214,12 @@ async function writePlanParts(
     const objects = f.objects.sort(byDataLocation);
     const ref = { group, part: f.part++ };
     f.objects = [];
-    await writeText(
-      destination,
-      joinKey(stepDir, planPartKey(plan.id, ref.group, ref.part)),
-      partPieces(plan.id, ref, plan.arrays, objects),
-    );
+    const key = joinKey(stepDir, planPartKey(plan.id, ref.group, ref.part));
+    const pieces = partPieces(plan.id, ref, plan.arrays, objects);
+    if (!onePart) return writeText(destination, key, pieces);
+    const text = [...pieces].join("");
+    await writeText(destination, key, [text]);
+    if (Buffer.byteLength(text) < STREAM_PART_BYTES) only = text;
   };
   const changed = () => new MetadataError("the source changed while it was planned; plan again", { path: plan.source.root });
   let array = 0;
@@ -233,6 +239,7 @@ async function writePlanParts(
   if (array !== sizes.length) throw changed();
   for (let g = 0; g < filling.length; g++) await flush(g);
   await destination.write(joinKey(stepDir, commitPartKey(plan.id)), new TextEncoder().encode(commitText(plan, plan.id)));
+  return only;
 }
 
 /** A part's text this large or more is streamed to the store, not encoded into one buffer. */
