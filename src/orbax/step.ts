@@ -94,12 +94,12 @@ export const TRACKER_FILE = "latest_checkpointed_step.txt";
 /** Commit markers checked at once when a root is listed (each is a request on GCS). */
 const COMMIT_CHECKS_AT_ONCE = 32;
 
-/** `step_%08d`: the step directory name AXLearn writes, for Orbax and regular checkpoints alike. */
 /** Whether `step` is a step AXLearn's regular format can name (its directory takes 8 digits). */
 export function isStepNumber(step: number | undefined): step is number {
   return step !== undefined && Number.isSafeInteger(step) && step >= 0 && step < 1e8;
 }
 
+/** `step_%08d`: the step directory name AXLearn writes, for Orbax and regular checkpoints alike. */
 export function stepDirName(step: number): string {
   return `step_${String(step).padStart(8, "0")}`;
 }
