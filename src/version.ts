@@ -19,7 +19,7 @@ export interface BuildIdentity {
 let cached: BuildIdentity | undefined;
 
 /** The package's root: the first folder up from this module holding a package.json (the same from src/ and dist/src/). */
-function packageRoot(): string {
+export function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   while (!existsSync(join(dir, "package.json"))) {
     const up = dirname(dir);

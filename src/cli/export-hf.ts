@@ -1,6 +1,7 @@
 import { EXIT_CHECK_FAILED } from "../errors.js";
 import { DEFAULT_EXPORT_MEMORY, exportHf } from "../hf/export.js";
 import { verifyExport } from "../hf/verify.js";
+import type { TokenizerChoice } from "../hf/vocabularies.js";
 import { retryStats } from "../store/retry.js";
 import { buildIdentity } from "../version.js";
 import { formatBytes } from "./format.js";
@@ -16,6 +17,7 @@ export interface ExportHfCliOptions {
   rmsNormEps?: number;
   maxPositionEmbeddings?: number;
   force?: boolean;
+  tokenizer?: TokenizerChoice;
   json?: boolean;
   progress?: boolean;
 }
@@ -32,6 +34,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     ...(o.maxPositionEmbeddings === undefined ? {} : { maxPositionEmbeddings: o.maxPositionEmbeddings }),
     memoryBytes: o.memory ?? DEFAULT_EXPORT_MEMORY,
     force: o.force ?? false,
+    ...(o.tokenizer === undefined ? {} : { tokenizer: o.tokenizer }),
     onPlan: (plan) => {
       progress = new ConvertProgress(
         { bytes: plan.bytes, objectsPerArray: new Map(plan.names.map((n) => [n, 1])) },
@@ -63,7 +66,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     shards: result.shards,
     config: c,
     configSources: result.built.sources,
-    tokenizer: result.built.tokenizer,
+    tokenizer: result.tokenizer,
     skipped: result.skipped,
     alreadyExported: result.alreadyExported,
     resumed: result.resumed,
@@ -90,6 +93,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
   out.stdout(`rope_theta ${c.rope_theta}: ${src.rope_theta}`);
   out.stdout(`rms_norm_eps ${c.rms_norm_eps}: ${src.rms_norm_eps}`);
   out.stdout(`max_position_embeddings ${c.max_position_embeddings}: ${src.max_position_embeddings}`);
+  out.stdout(`tokenizer: ${result.tokenizer.line}`);
   // Leaves outside model/ (optimizer state, prng_key) are skipped silently; --json lists them.
   if (result.alreadyExported) {
     out.stdout(`already exported: ${result.destination} holds this export (${result.shards.length} shard(s) checked, nothing written)`);
@@ -100,7 +104,6 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     `exported ${result.tensors} tensors, ${formatBytes(result.totalSize)} ${result.dtype} in ${result.shards.length} shard(s) in ${seconds.toFixed(1)} s; ` +
       `${written} shard(s) written, ${result.shards.length - written} already there${result.resumed ? " (resumed)" : ""}`,
   );
-  out.stdout(`tokenizer: copy ${result.built.tokenizer}`);
   out.stdout(`committed ${result.destination.replace(/\/+$/, "")}/model.safetensors.index.json`);
   return 0;
 }

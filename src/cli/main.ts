@@ -116,6 +116,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       "ropeTheta",
       "rmsNormEps",
       "maxPositionEmbeddings",
+      "tokenizer",
       { name: "force", description: "replace another export committed at the destination" },
       {
         name: "json",
@@ -124,7 +125,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       "progress",
     ],
     helpAfter:
-      "\nA rerun after an interruption keeps the shards already written. The tokenizer is not in the checkpoint: the output names the one to copy.\n\nExamples:\n  orbax2reg export-hf gs://bucket/run/checkpoints/step_00001000 ./hf\n  orbax2reg export-hf ./ckpt/step_00001000 gs://bucket/hf --fuji-version v3 --max-shard-size 2GB --json",
+      "\nA rerun after an interruption keeps the shards already written. The tokenizer files (tokenizer.json, tokenizer_config.json) are written for fuji's own vocabularies, or from --tokenizer; config.json carries AXLearn's bos/eos/pad ids.\n\nExamples:\n  orbax2reg export-hf gs://bucket/run/checkpoints/step_00001000 ./hf\n  orbax2reg export-hf ./ckpt/step_00001000 gs://bucket/hf --fuji-version v3 --max-shard-size 2GB --json",
     run: async (out, o, source, dest) =>
       (await import("./export-hf.js")).runExportHf(
         source,
@@ -133,6 +134,7 @@ export const COMMANDS: readonly CommandSpec[] = [
           ...o,
           ...(o.hfDtype === undefined ? {} : { dtype: o.hfDtype }),
           ...(o.hfMemory === undefined ? {} : { memory: o.hfMemory }),
+          tokenizer: o.tokenizer === undefined || o.tokenizer === "none" ? o.tokenizer : { file: o.tokenizer },
         },
         out,
       ),

@@ -141,6 +141,11 @@ export const OPTIONS = {
     description: "config max_position_embeddings (default: the fuji version's sequence length, 2048/4096/8192)",
     parse: positive,
   },
+  tokenizer: {
+    flags: "--tokenizer <file>",
+    description:
+      "the export's tokenizer: a sentencepiece .model or a tokenizer.json (local or gs://), or none (default: AXLearn's vocabulary for fuji's 32k and 128k embeddings)",
+  },
   // inspect, ocdbt ls
   checksums: { flags: "--checksums", description: "decode every array and add the sha256 of its raw little-endian C-order bytes" },
   keyPrefix: { flags: "--prefix <p>", description: "only keys starting with this prefix" },

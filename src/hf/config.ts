@@ -1,5 +1,6 @@
 import { UsageError } from "../errors.js";
 import type { Dims } from "./llama.js";
+import type { SpecialIds } from "./tokenizer.js";
 
 /**
  * config.json and generation_config.json of LlamaForCausalLM: what the shapes say, and, for what they cannot
@@ -12,20 +13,15 @@ export interface FujiDefaults {
   readonly ropeTheta: number;
   readonly maxPositionEmbeddings: number;
   readonly rmsNormEps: number;
-  /** The tokenizer to copy beside the export: not ours to make. */
-  readonly tokenizer: string;
 }
 
 const EPS = 1e-5;
-const SPM_32K = "AXLearn's sentencepiece bpe_32k_c4.model (axlearn/data/tokenizers/sentencepiece; c4_trainer.py _SENTENCEPIECE_MODEL_NAME)";
-const SPM_128K =
-  "AXLearn's sentencepiece bpe_128k_c4.model (axlearn/data/tokenizers/sentencepiece; c4_trainer.py _SENTENCEPIECE_MODEL_NAME)";
 
 /** fuji.py: ROPE_THETA {V1: 1e4, V2: 1e4, V3: 5e5}, MAX_SEQUENCE_LENGTH {V1: 2048, V2: 4096, V3: 8192}. */
 export const FUJI: Readonly<Record<FujiVersion, FujiDefaults>> = {
-  v1: { ropeTheta: 1e4, maxPositionEmbeddings: 2048, rmsNormEps: EPS, tokenizer: SPM_32K },
-  v2: { ropeTheta: 1e4, maxPositionEmbeddings: 4096, rmsNormEps: EPS, tokenizer: SPM_32K },
-  v3: { ropeTheta: 5e5, maxPositionEmbeddings: 8192, rmsNormEps: EPS, tokenizer: SPM_128K },
+  v1: { ropeTheta: 1e4, maxPositionEmbeddings: 2048, rmsNormEps: EPS },
+  v2: { ropeTheta: 1e4, maxPositionEmbeddings: 4096, rmsNormEps: EPS },
+  v3: { ropeTheta: 5e5, maxPositionEmbeddings: 8192, rmsNormEps: EPS },
 };
 
 export interface ConfigFlags {
@@ -43,7 +39,6 @@ export interface BuiltConfig {
   /** Where each value of config.json came from. */
   readonly sources: Record<string, string>;
   readonly generation: Record<string, unknown>;
-  readonly tokenizer: string;
 }
 
 /**
@@ -58,7 +53,11 @@ export function guessVersion(dims: Dims): { version: FujiVersion; source: string
     : { version: "v2", source: `fused QKV: v2 assumed, vocabulary ${dims.vocab} is no fuji one's` };
 }
 
-export function buildConfig(dims: Dims, flags: ConfigFlags): BuiltConfig {
+/**
+ * config.json and generation_config.json for `dims`; `ids` are the special tokens' ids (vocabularies.ts: the
+ * tokenizer's, else fuji's for the vocabulary), so that `generate` stops at AXLearn's end of sequence.
+ */
+export function buildConfig(dims: Dims, flags: ConfigFlags, ids: SpecialIds): BuiltConfig {
   const guessed = guessVersion(dims);
   const version = flags.fujiVersion ?? guessed.version;
   const versionSource = flags.fujiVersion === undefined ? guessed.source : "--fuji-version";
@@ -81,6 +80,8 @@ export function buildConfig(dims: Dims, flags: ConfigFlags): BuiltConfig {
     architectures: ["LlamaForCausalLM"],
     attention_bias: false,
     attention_dropout: 0.0,
+    bos_token_id: ids.bos,
+    eos_token_id: ids.eos,
     head_dim: dims.headDim,
     hidden_act: "silu",
     hidden_size: dims.hidden,
@@ -92,6 +93,7 @@ export function buildConfig(dims: Dims, flags: ConfigFlags): BuiltConfig {
     num_attention_heads: dims.heads,
     num_hidden_layers: dims.layers,
     num_key_value_heads: dims.kvHeads,
+    pad_token_id: ids.pad,
     pretraining_tp: 1,
     rms_norm_eps: eps,
     rope_scaling: null,
@@ -101,7 +103,11 @@ export function buildConfig(dims: Dims, flags: ConfigFlags): BuiltConfig {
     use_cache: true,
     vocab_size: dims.vocab,
   };
+  const idSource = "the tokenizer (vocabularies.ts: fuji starts each document with EOS, input_lm.py)";
   const sources: Record<string, string> = {
+    bos_token_id: idSource,
+    eos_token_id: idSource,
+    pad_token_id: idSource,
     head_dim: `${shapes} (o_proj [.., hidden, heads, head_dim])`,
     hidden_act: "fuji's SwiGLU (activation_fn nn.silu on linear1_0)",
     hidden_size: `${shapes} (token_emb [vocab, hidden])`,
@@ -119,8 +125,8 @@ export function buildConfig(dims: Dims, flags: ConfigFlags): BuiltConfig {
     torch_dtype: "--dtype",
     vocab_size: `${shapes} (token_emb)`,
   };
-  // Token ids depend on the tokenizer, which is not in the checkpoint: left to it.
-  return { version, versionSource, config, sources, generation: { _from_model_config: true }, tokenizer: d.tokenizer };
+  const generation = { _from_model_config: true, bos_token_id: ids.bos, eos_token_id: ids.eos, pad_token_id: ids.pad };
+  return { version, versionSource, config, sources, generation };
 }
 
 /** JSON as transformers writes config files: indent 2, keys sorted, newline at the end. */

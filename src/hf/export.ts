@@ -10,6 +10,7 @@ import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
 import { type ExportSource, MAX_GCS_READ_WINDOW, openExportSource, READ_WINDOW, readWindow } from "./source.js";
 import { Cursors, outputBytes, produceInOrder } from "./stream.js";
+import { chooseTokenizer, type TokenizerChoice } from "./vocabularies.js";
 
 /**
  * `orbax2reg export-hf`: a fuji step as a Hugging Face Llama checkpoint. Refuses a tree that is not a fuji
@@ -29,6 +30,8 @@ export interface ExportOptions extends Omit<ConfigFlags, "dtype"> {
   /** Bytes of output tensors held at once (all workers together). */
   readonly memoryBytes: number;
   readonly force?: boolean;
+  /** --tokenizer: a file, none, or (undefined) the vocabulary's own. */
+  readonly tokenizer?: TokenizerChoice;
   readonly onPlan?: (plan: ExportSummaryPlan) => void;
   readonly onTensor?: (name: string, bytes: number) => void;
 }
@@ -51,6 +54,8 @@ export interface ExportResult {
   readonly destination: string;
   readonly dims: Dims;
   readonly built: BuiltConfig;
+  /** The tokenizer line (what it is, or what is missing and how to add it) and the files written for it. */
+  readonly tokenizer: { readonly line: string; readonly files: readonly string[] };
   readonly dtype: "bfloat16" | "float32";
   readonly shards: readonly { name: string; tensors: number; bytes: number; written: boolean }[];
   readonly tensors: number;
@@ -166,7 +171,9 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
   const source = await openExportSource(sourceLocation);
   const plan = planExport(source.arrays, source.otherLeaves);
   const dtype = options.dtype ?? "bfloat16";
-  const built = buildConfig(plan.dims, { ...options, dtype });
+  // Chosen (and a given file read and checked) before anything is written: its ids go into config.json.
+  const tokenizer = await chooseTokenizer(options.tokenizer, plan.dims.vocab);
+  const built = buildConfig(plan.dims, { ...options, dtype }, tokenizer.ids);
   const st: SafetensorsDtype = dtype === "bfloat16" ? "BF16" : "F32";
   const sizes = plan.tensors.map((t) => outputBytes(t, st));
   // Tensors of one pass stay in one shard (made together, they are written together).
@@ -193,13 +200,14 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
   const files: ExportFile[] = [
     { name: "config.json", bytes: text.encode(configText(built.config)) },
     { name: "generation_config.json", bytes: text.encode(configText(built.generation)) },
+    ...(tokenizer.tokenizer?.files(built.config.max_position_embeddings as number) ?? []),
   ];
   const record = makeRecord(
     { source: { kind: source.kind, step: source.step ?? null, fingerprint: source.fingerprint }, dtype, config: built.config },
     shards,
     files,
   );
-  return { source, plan, dtype, st, built, shards, totalSize, weightMap, files, record };
+  return { source, plan, dtype, st, built, tokenizer, shards, totalSize, weightMap, files, record };
 }
 
 export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
@@ -229,6 +237,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     destination: dest.url,
     dims: p.plan.dims,
     built: p.built,
+    tokenizer: { line: p.tokenizer.line, files: p.tokenizer.tokenizer?.files(0).map((f) => f.name) ?? [] },
     dtype: p.dtype,
     shards: p.shards.map((s) => ({ name: s.name, tensors: s.tensors.length, bytes: s.fileBytes, written: written.has(s.name) })),
     tensors: p.plan.tensors.length,

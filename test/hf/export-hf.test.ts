@@ -101,7 +101,17 @@ describe.skipIf(missingPython !== undefined)("export-hf of a real Orbax step (be
       vocab_size: 512,
       tie_word_embeddings: true,
     });
-    expect(JSON.parse(readFileSync(join(dest, "generation_config.json"), "utf8"))).toEqual({ _from_model_config: true });
+    // No fuji vocabulary has 512 rows: fuji's sentencepiece ids (decoder.py), and no tokenizer files.
+    expect(JSON.parse(readFileSync(join(dest, "generation_config.json"), "utf8"))).toEqual({
+      _from_model_config: true,
+      bos_token_id: 1,
+      eos_token_id: 1,
+      pad_token_id: 0,
+    });
+    expect(report.tokenizer).toMatchObject({
+      line: expect.stringMatching(/^none: a vocabulary of 512 is no fuji tokenizer's; add one with --tokenizer FILE/),
+      files: [],
+    });
     // The index was written after every shard (the commit marker).
     const mtime = (f: string) => statSync(join(dest, f)).mtimeMs;
     expect(mtime("model.safetensors.index.json")).toBeGreaterThanOrEqual(mtime("model-00001-of-00001.safetensors"));
