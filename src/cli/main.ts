@@ -140,6 +140,20 @@ export const COMMANDS: readonly CommandSpec[] = [
       ),
   }),
   command({
+    name: "example",
+    summary: "print the path of an example step the package carries",
+    description:
+      "Print the path of an example step the package carries, to try the commands on: orbax (a small AXLearn-shaped Orbax step, the Quickstart's) or fuji (a tiny fuji v2-shaped model with fuji's 32k vocabulary, saved by AXLearn's OrbaxCheckpointer, for export-hf). Wherever the package is installed (npm's --prefix too).",
+    arguments: [["name", "orbax or fuji"]],
+    options: [],
+    helpAfter: "\nExamples:\n  orbax2reg inspect $(orbax2reg example orbax)\n  orbax2reg export-hf $(orbax2reg example fuji) ./hf",
+    run: async (out, _o, name) => {
+      const { examplePath } = await import("./example.js");
+      out.stdout(examplePath(name));
+      return 0;
+    },
+  }),
+  command({
     name: "plan",
     summary: "phase 1 of convert: write the plan",
     description: "Phase 1 of convert: write the plan under <dest-root>/step_XXXXXXXX/.orbax2reg/ and print its groups.",

@@ -78,8 +78,8 @@ for (const doc of DOCS) {
   const needsAxlearn = (b: Transcript) => b.steps.some((s) => /(^|\s)python\s/.test(s.command));
   // The container's examples run in test/deploy/image.test.ts, against the image it builds.
   const container = (b: Transcript) => b.steps.some((s) => /^(docker|podman) /.test(s.command));
-  // A transformers transcript loads what an earlier (AXLearn venv) example exported: it needs both venvs.
-  const hfReady = existsSync(HF_PYTHON) && existsSync(AXLEARN_PYTHON);
+  // A transformers transcript loads what an earlier example exported from the package's own fuji example.
+  const hfReady = existsSync(HF_PYTHON);
   const runnable = blocks.filter((b) => !container(b) && (needsHf(b) ? hfReady : existsSync(AXLEARN_PYTHON) || !needsAxlearn(b)));
   describe(`${doc}'s examples`, () => {
     test(`its ${runnable.length} transcripts print what the docs show`, async () => {
@@ -91,7 +91,7 @@ for (const doc of DOCS) {
       () => {},
     );
     test.skipIf(hfReady || !blocks.some(needsHf))(
-      "its transformers examples (skipped: .venv-hf or .venv-axlearn is absent; scripts/install.sh makes them)",
+      "its transformers examples (skipped: .venv-hf is absent; scripts/install.sh makes it)",
       () => {},
     );
   });
