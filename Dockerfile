@@ -62,6 +62,8 @@ COPY --from=build --chown=root:root /app/package.json /app/build-info.json ./
 COPY --from=build --chown=root:root /app/node_modules ./node_modules
 COPY --from=build --chown=root:root /app/dist ./dist
 COPY --from=build --chown=root:root /app/bin ./bin
+# AXLearn's sentencepiece vocabularies, which export-hf writes as the export's tokenizer (assets/tokenizers/).
+COPY --chown=root:root assets ./assets
 USER node
 # The CLI, by absolute path so that `--workdir` can name the user's mounted folder for local paths; with no
 # arguments, its help. The jobs replace both (jobs.tf: command `node --max-semi-space-size=1`, args
