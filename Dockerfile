@@ -30,6 +30,7 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY jobs ./jobs
 COPY bin ./bin
+COPY assets ./assets
 COPY scripts/image-deps.mjs scripts/build-info.mjs ./scripts/
 # build-info.json only if the context has one (the pattern may match nothing).
 COPY package.json build-info.jso[n] ./
@@ -63,7 +64,7 @@ COPY --from=build --chown=root:root /app/node_modules ./node_modules
 COPY --from=build --chown=root:root /app/dist ./dist
 COPY --from=build --chown=root:root /app/bin ./bin
 # AXLearn's sentencepiece vocabularies, which export-hf writes as the export's tokenizer (assets/tokenizers/).
-COPY --chown=root:root assets ./assets
+COPY --from=build --chown=root:root /app/assets ./assets
 USER node
 # The CLI, by absolute path so that `--workdir` can name the user's mounted folder for local paths; with no
 # arguments, its help. The jobs replace both (jobs.tf: command `node --max-semi-space-size=1`, args

@@ -49,7 +49,7 @@ describe("the job image", () => {
     expect(Number(image?.[1])).toBeGreaterThanOrEqual(22);
   });
 
-  test("keeps only production dependencies and compiled code", () => {
+  test("keeps only production dependencies, compiled code and the data it reads (export-hf's vocabularies)", () => {
     expect(build?.some((l) => /npm prune --omit=dev/.test(l))).toBe(true);
     // Every source of every COPY (its words between the options and the destination).
     const copied = runtime
@@ -60,7 +60,7 @@ describe("the job image", () => {
           .slice(1, -1)
           .filter((w) => !w.startsWith("--")),
       );
-    expect(copied).toEqual(["/app/package.json", "/app/build-info.json", "/app/node_modules", "/app/dist", "/app/bin"]);
+    expect(copied).toEqual(["/app/package.json", "/app/build-info.json", "/app/node_modules", "/app/dist", "/app/bin", "/app/assets"]);
   });
 
   test("builds the native addon from source against the base image's own Node headers, downloading nothing", () => {

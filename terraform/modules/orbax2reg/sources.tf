@@ -15,7 +15,7 @@ locals {
   # the tree has one: a release's source archive does, naming its commit for `orbax2reg --version`) and the Dockerfile.
   image_source_files = sort(concat(
     ["Dockerfile", "package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json", "scripts/image-deps.mjs", "scripts/build-info.mjs"],
-    tolist(fileset(local.repository_root, "{src,jobs,bin}/**")),
+    tolist(fileset(local.repository_root, "{src,jobs,bin,assets}/**")),
     fileexists("${local.repository_root}/build-info.json") ? ["build-info.json"] : [],
   ))
   image_source_id = sha256(join("", concat(
