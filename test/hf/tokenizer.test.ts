@@ -6,6 +6,7 @@ import { FormatError, UsageError } from "../../src/errors.js";
 import { type Piece, parseSentencePieceModel, type SentencePieceModel } from "../../src/hf/sentencepiece.js";
 import { bpeMerges, fromTokenizerJson, tokenizerJsonFromSentencePiece } from "../../src/hf/tokenizer.js";
 import { chooseTokenizer, shippedTokenizer } from "../../src/hf/vocabularies.js";
+import { emulatorStorage, newBucket } from "../helpers/gcs.js";
 
 const model = (pieces: [string, number, Piece["type"]][], over: Partial<SentencePieceModel> = {}): SentencePieceModel => ({
   pieces: pieces.map(([piece, score, type]) => ({ piece, score, type })),
@@ -174,5 +175,15 @@ describe("which tokenizer an export gets", () => {
   test("--tokenizer FILE takes a sentencepiece model by its bytes, whatever its name", async () => {
     const c = await chooseTokenizer({ file: shippedTokenizer("bpe_32k_c4.model") }, 32768);
     expect(c.tokenizer?.files(4096).map((f) => f.name)).toEqual(["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]);
+  });
+
+  test("--tokenizer takes a gs:// file", async () => {
+    const bucket = await newBucket("tok");
+    await emulatorStorage()
+      .bucket(bucket)
+      .file("vocab/spm.model")
+      .save(readFileSync(shippedTokenizer("bpe_32k_c4.model")));
+    const c = await chooseTokenizer({ file: `gs://${bucket}/vocab/spm.model` }, 32768);
+    expect(c.line).toMatch(/^tokenizer.json from spm.model, newlines as <n>; bos\/eos 1, pad 0$/);
   });
 });
