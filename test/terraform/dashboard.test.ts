@@ -191,12 +191,14 @@ describe("the dashboard's JSON", () => {
   test("the mosaic's tiles fit its 1 to 12 columns and do not overlap (layouts.proto)", () => {
     const { columns, tiles } = dashboard.mosaicLayout as {
       columns: number;
-      tiles: { xPos: number; yPos: number; width: number; height: number }[];
+      tiles: { xPos?: number; yPos?: number; width: number; height: number }[];
     };
     expect(columns).toBeGreaterThanOrEqual(1);
     expect(columns).toBeLessThanOrEqual(12);
     const taken = new Set<string>();
-    for (const t of tiles) {
+    // A position left out is 0 (proto3), as the API answers it.
+    for (const { xPos = 0, yPos = 0, ...size } of tiles) {
+      const t = { xPos, yPos, ...size };
       expect(t.xPos).toBeGreaterThanOrEqual(0);
       expect(t.yPos).toBeGreaterThanOrEqual(0);
       expect(t.width).toBeGreaterThanOrEqual(1);
@@ -207,6 +209,15 @@ describe("the dashboard's JSON", () => {
           expect(taken.has(`${x},${y}`), `block ${x},${y}`).toBe(false);
           taken.add(`${x},${y}`);
         }
+    }
+  });
+
+  test("no tile names a position of 0: the API leaves zero-valued fields out, so it would show as a change at every plan", () => {
+    const tiles = (dashboard.mosaicLayout as { tiles: Record<string, unknown>[] }).tiles;
+    expect(tiles.some((t) => t.xPos === undefined && t.yPos === undefined)).toBe(true);
+    for (const t of tiles) {
+      expect(t.xPos, JSON.stringify(t)).not.toBe(0);
+      expect(t.yPos, JSON.stringify(t)).not.toBe(0);
     }
   });
 
