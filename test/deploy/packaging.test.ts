@@ -6,6 +6,7 @@ import { parse } from "@cdktf/hcl2json";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { type ModuleSources, moduleSources } from "../helpers/sources.js";
+import { tempDir } from "../helpers/tmp.js";
 
 // What ships: the job image (Dockerfile; no Docker engine runs here, so its structure is checked, and the build context
 // terraform gives Cloud Build) and the function's source archive (laid out as terraform zips it, built and loaded).
@@ -223,20 +224,25 @@ describe("the job image", () => {
 describe("the function's source archive (terraform/modules/orbax2reg/sources.tf)", () => {
   // What terraform zips, evaluated by terraform itself, then laid out and built as Cloud Functions' build does: the
   // buildpack installs the lockfile's dependencies, devDependencies included, runs the `gcp-build` script and prunes
-  // the devDependencies (https://cloud.google.com/run/docs/runtimes/nodejs, "NPM build scripts"). Here the
-  // repository's node_modules stands in for that install.
+  // the devDependencies (https://cloud.google.com/run/docs/runtimes/nodejs, "NPM build scripts"). Here the install is
+  // the function's lockfile's packages copied from the repository's node_modules (the same versions: checked below),
+  // and nothing else, so a package the function loads but its lockfile lacks fails the build or the load.
   let sources: ModuleSources;
   let manifest: { main: string; scripts: Record<string, string>; dependencies: Obj; devDependencies: Obj };
-  const dir = ".cache/function-archive";
+  let dir = "";
 
   beforeAll(() => {
     sources = moduleSources();
     manifest = JSON.parse(sources.functionPackageJson);
-    rmSync(dir, { recursive: true, force: true });
-    // Inside the repository, so that node_modules resolves as the build's install provides it.
+    dir = tempDir("function-archive");
     for (const f of sources.functionFiles) cpSync(f, join(dir, f));
     writeFileSync(join(dir, "package.json"), sources.functionPackageJson);
     writeFileSync(join(dir, "package-lock.json"), sources.functionPackageLock);
+    const lock = JSON.parse(sources.functionPackageLock) as { packages: Record<string, { optional?: boolean }> };
+    for (const [path, entry] of Object.entries(lock.packages)) {
+      if (path === "" || (entry.optional && !existsSync(path))) continue;
+      cpSync(path, join(dir, path), { recursive: true });
+    }
   }, 120_000);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -292,10 +298,10 @@ describe("the function's source archive (terraform/modules/orbax2reg/sources.tf)
     expect(postinstall).not.toMatch(/require\(["'](https?|child_process|net)["']\)/);
   });
 
-  test("built by its gcp-build script, it registers onCheckpointFinalized", () => {
+  test("installed from its lockfile alone and built by its gcp-build script, it registers onCheckpointFinalized", () => {
     const [tsc, ...args] = manifest.scripts["gcp-build"]?.split(" ") ?? [];
     expect(tsc).toBe("tsc");
-    const build = spawnSync(process.execPath, [resolve("node_modules/typescript/bin/tsc"), ...args], { cwd: dir, encoding: "utf8" });
+    const build = spawnSync(process.execPath, [join(dir, "node_modules/typescript/bin/tsc"), ...args], { cwd: dir, encoding: "utf8" });
     expect(build.stdout + build.stderr).toBe("");
     expect(build.status).toBe(0);
     expect(readdirSync(join(dir, "dist")).sort()).toEqual(["functions", "src"]);
@@ -309,10 +315,10 @@ describe("the function's source archive (terraform/modules/orbax2reg/sources.tf)
         "--input-type=module",
         "-e",
         `import { getFunction } from "@google-cloud/functions-framework/testing";
-         await import(${JSON.stringify(`./${dir}/${manifest.main}`)});
+         await import(${JSON.stringify(`./${manifest.main}`)});
          console.log(typeof getFunction("onCheckpointFinalized"));`,
       ],
-      { encoding: "utf8" },
+      { cwd: dir, encoding: "utf8" },
     );
     expect(load.stderr).toBe("");
     expect(load.stdout.trim()).toBe("function");
