@@ -3,8 +3,8 @@
 // - turning on the dashboard and the alerts (which adds the Monitoring API) keeps the grants to Google's service
 //   agents in place: no replacement, during which Cloud Storage could not publish the bucket's events to Eventarc
 //   (terraform/modules/orbax2reg/apis.tf says why the data sources wait for terraform_data.apis_enabled);
-// - without that resource in the state (a deployment made by an earlier version of the module) the same plan does
-//   replace them, which is what terraform/README.md's upgrade step (`-target` the resource first) avoids;
+// - without that resource in the state (a deployment made by an earlier version of the module) the next plan, even with
+//   the same variables, replaces them, which is what terraform/README.md's upgrade step (`-target` it first) avoids;
 // - the dashboard as the Monitoring API answers it back plans no change (hashicorp/terraform-provider-google#16173).
 //
 // A later plan reads the data sources at plan time, so a stand-in answers the three reads (the project, its Cloud
@@ -266,8 +266,8 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
     );
   }, 300_000);
 
-  test("from a state an earlier version left (no terraform_data.apis_enabled) the same plan replaces them; -target of it first creates it alone", async () => {
-    writeRoot(DIR(), LATER);
+  test("upgrading a deployment an earlier version made (no terraform_data.apis_enabled) would replace them once; -target of it first creates it alone", async () => {
+    writeRoot(DIR(), DEPLOYED);
     const state = deployedState({ gate: false });
     const upgrade = await planJson(state);
     expect(upgrade.code, upgrade.out).toBe(0);
