@@ -17,8 +17,8 @@ ARG NODE_IMAGE=node:22-bookworm-slim
 FROM ${NODE_IMAGE} AS build
 # Package mirrors, empty for the public ones. DEBIAN_MIRROR serves Debian's archive paths (<url>/debian,
 # <url>/debian-security): it replaces the scheme and host of every URIs line of the base image's deb822 sources.
-# NPM_REGISTRY: npm installs the lockfile's packages from it (its resolved URLs name the public registry, which npm's
-# replace-registry-host, on by default, swaps for the configured one).
+# NPM_REGISTRY: npm installs the lockfile's packages from it (the lockfile names versions and integrity hashes, no
+# download URLs, so npm asks the configured registry and checks what it gets against the hashes).
 ARG DEBIAN_MIRROR=
 ARG NPM_REGISTRY=
 # zstd-napi compiles with node-gyp (python3, make, g++ from Debian's packages).

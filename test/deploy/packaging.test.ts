@@ -283,6 +283,9 @@ describe("the function's source archive (terraform/modules/orbax2reg/sources.tf)
     const entries = Object.entries(lock.packages).filter(([k]) => k !== "");
     expect(entries.length).toBeGreaterThan(100);
     for (const [path, entry] of entries) expect(entry.version, path).toBe(repository.packages[path]?.version);
+    // No download URLs: npm asks whichever registry is configured (npm_registry's .npmrc) and checks the hashes.
+    expect(entries.filter(([, e]) => "resolved" in e).map(([k]) => k)).toEqual([]);
+    expect(entries.every(([, e]) => "integrity" in e || (e as { link?: boolean }).link)).toBe(true);
   });
 
   test("no package the function's build installs runs an install script that downloads anything (no zstd addon)", () => {

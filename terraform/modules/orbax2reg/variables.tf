@@ -400,7 +400,7 @@ variable "image_build_region" {
 }
 
 variable "npm_registry" {
-  description = "npm registry the builds install the lockfile's packages from (an Artifact Registry npm remote repository, a company mirror), as its https:// URL: the jobs' image build (the Dockerfile's NPM_REGISTRY) and the function's build (an .npmrc in its archive). null: npm's public registry. A worker pool without public egress needs it. The lockfile's resolved URLs name the public registry: npm fetches them from this one instead (npm's replace-registry-host, on by default: https://docs.npmjs.com/cli/v10/using-npm/config#replace-registry-host)."
+  description = "npm registry the builds install the lockfile's packages from (an Artifact Registry npm remote repository, a company mirror), as its https:// URL: the jobs' image build (the Dockerfile's NPM_REGISTRY) and the function's build (an .npmrc in its archive). null: npm's public registry. A worker pool without public egress needs it. The lockfiles record versions and integrity hashes but no download URLs (no \"resolved\" fields), so npm fetches every package from the configured registry and checks it against the lockfile's hash."
   type        = string
   default     = null
 
