@@ -43,7 +43,7 @@ resource "google_project_service" "required" {
 # so commit markers written meanwhile never reach Eventarc. This resource has nothing that changes: it is created once,
 # after the APIs, so the first plan calls no API (the reads wait for apply); every later plan reads the data sources
 # then, whatever is added to the APIs (monitoring, for the alerts and the dashboard), and the grants stay as they are.
-# test/terraform/provider.test.ts plans a later apply against a deployed state with the real provider.
+# test/terraform/later-apply.test.ts plans a later apply against a deployed state with the real provider.
 resource "terraform_data" "apis_enabled" {
   depends_on = [google_project_service.required]
 }

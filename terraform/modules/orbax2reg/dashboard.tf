@@ -169,7 +169,7 @@ locals {
   # Two charts a row on a 12-column mosaic (MosaicLayout: layouts.proto), the text last. A position of 0 is left out:
   # the API answers without zero-valued fields (proto3 JSON), and the provider compares the JSON it reads back with
   # this one key by key, so an xPos or yPos of 0 here would show as a change at every plan
-  # (hashicorp/terraform-provider-google#16173; test/terraform/provider.test.ts plans a deployed dashboard again).
+  # (hashicorp/terraform-provider-google#16173; test/terraform/later-apply.test.ts plans a deployed dashboard again).
   dashboard_tiles = concat(
     [for i, chart in local.dashboard_charts : {
       position = { xPos = (i % 2) * 6, yPos = floor(i / 2) * 4 }
