@@ -7,14 +7,25 @@
 # build` writes it), else "unknown" (.git is not sent to the build). Running it: README.md, "Install".
 # `terraform apply` builds it with Cloud Build (terraform/modules/orbax2reg/build.tf: the files .dockerignore lets
 # in, zipped by terraform, tagged with their identity).
-# Needs no internet access beyond the package registries (npm, Debian) and the base image (NODE_IMAGE).
+# Fetches the base image (NODE_IMAGE), Debian packages and the lockfile's npm packages, nothing else. A builder without
+# public egress (a private Cloud Build pool with NO_PUBLIC_EGRESS) reaches none of those: it names copies it can reach,
+# NODE_IMAGE, DEBIAN_MIRROR and NPM_REGISTRY below (terraform: image_build_node_image, debian_mirror, npm_registry).
 
 ARG NODE_IMAGE=node:22-bookworm-slim
 
 # Build stage: compiles TypeScript and the native zstd addon, then keeps only what the jobs and the CLI load.
 FROM ${NODE_IMAGE} AS build
+# Package mirrors, empty for the public ones. DEBIAN_MIRROR serves Debian's archive paths (<url>/debian,
+# <url>/debian-security): it replaces the scheme and host of every URIs line of the base image's deb822 sources.
+# NPM_REGISTRY: npm installs the lockfile's packages from it (the lockfile names versions and integrity hashes, no
+# download URLs, so npm asks the configured registry and checks what it gets against the hashes).
+ARG DEBIAN_MIRROR=
+ARG NPM_REGISTRY=
 # zstd-napi compiles with node-gyp (python3, make, g++ from Debian's packages).
-RUN apt-get update \
+RUN if [ -n "$DEBIAN_MIRROR" ]; then \
+      sed -i -E "s#^(URIs:[[:space:]]*)https?://[^/]+/#\\1${DEBIAN_MIRROR%/}/#" /etc/apt/sources.list.d/debian.sources; \
+    fi \
+ && apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
@@ -23,8 +34,8 @@ COPY package.json package-lock.json ./
 # From source, against the base image's own Node headers (/usr/local/include/node): its install script would
 # otherwise fetch a prebuilt binary from github.com and then node-gyp would fetch the headers from nodejs.org,
 # so a builder without internet access (a private Cloud Build pool, a VPC-SC perimeter) could not build it.
-# Only the package registries (npm, Debian) are needed.
-RUN npm ci --ignore-scripts --no-audit --no-fund \
+# Only the package registries (npm, Debian, or their mirrors above) are needed.
+RUN npm ci --ignore-scripts --no-audit --no-fund ${NPM_REGISTRY:+--registry=$NPM_REGISTRY} \
  && npm_config_build_from_source=true npm_config_nodedir=/usr/local npm rebuild zstd-napi
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src

@@ -84,4 +84,10 @@ describe("layering", () => {
     expect(loaded).toContain("src/cloud/trigger/handler.ts");
     expect(loaded.filter((f) => /^src\/(cloud\/(job|ops)|cli)\//.test(f))).toEqual([]);
   });
+
+  it("the trigger function loads neither the OCDBT reader nor the zstd codec (its build installs no zstd addon)", () => {
+    const loaded = [...graph("functions/index.ts")];
+    expect(loaded).toContain("src/orbax/step-name.ts");
+    expect(loaded.filter((f) => /^src\/(ocdbt|zarr|convert\/(?!work-dir)|codecs\/zstd)/.test(f) || f === "src/orbax/step.ts")).toEqual([]);
+  });
 });

@@ -8,6 +8,9 @@ import { parseCheckpointMetadata, pytreeItems } from "./checkpoint-metadata.js";
 import { DirectorySource, type KvSource, OcdbtSource, UnionSource } from "./kv-source.js";
 import { relativeToStep, type StepProcesses, stepProcesses } from "./processes.js";
 import { type Leaf, makeLeaf, type PyTreeMetadata, parsePyTreeMetadata } from "./pytree-metadata.js";
+import { isStepNumber, parseStepName, parseTemporaryStepName, stepDirName, TMP_MARK } from "./step-name.js";
+
+export { isStepNumber, parseStepName, parseTemporaryStepName, stepDirName, TMP_MARK };
 
 /**
  * - axlearn: AXLearn's OrbaxCheckpointer step (`index/index` + `state/`, iterators in `tfds/`, `python/`).
@@ -80,9 +83,6 @@ export interface OpenStepOptions {
   readonly step?: number;
 }
 
-const STEP_DIR = /^step_(\d+)$/;
-/** In the name of a directory Orbax is still writing (or abandoned): never a committed step. */
-export const TMP_MARK = ".orbax-checkpoint-tmp";
 /**
  * AXLearn's OrbaxCheckpointer (with `read_latest_checkpoint_from_tracker_file`) writes the latest committed
  * step into this file in the checkpoint root after each commit, as `str(step)`, and on restart trusts it
@@ -93,30 +93,6 @@ export const TMP_MARK = ".orbax-checkpoint-tmp";
 export const TRACKER_FILE = "latest_checkpointed_step.txt";
 /** Commit markers checked at once when a root is listed (each is a request on GCS). */
 const COMMIT_CHECKS_AT_ONCE = 32;
-
-/** Whether `step` is a step AXLearn's regular format can name (its directory takes 8 digits). */
-export function isStepNumber(step: number | undefined): step is number {
-  return step !== undefined && Number.isSafeInteger(step) && step >= 0 && step < 1e8;
-}
-
-/** `step_%08d`: the step directory name AXLearn writes, for Orbax and regular checkpoints alike. */
-export function stepDirName(step: number): string {
-  return `step_${String(step).padStart(8, "0")}`;
-}
-
-export function parseStepName(name: string): number | undefined {
-  const m = STEP_DIR.exec(name);
-  return m ? Number(m[1]) : undefined;
-}
-
-/**
- * The step of a step directory still under Orbax's temporary name: `step_00000200.orbax-checkpoint-tmp`
- * (orbax >= 0.11.20), or with `-<counter>` / `-<timestamp>` (older): docs in /orbax-format.md §1.3.
- */
-export function parseTemporaryStepName(name: string): number | undefined {
-  const m = /^step_(\d+)\.orbax-checkpoint-tmp(?:-\d+)?$/.exec(name);
-  return m ? Number(m[1]) : undefined;
-}
 
 /**
  * An item's directory among a step's `dirs`: its final name, else its temporary one (`state.orbax-checkpoint-tmp`

@@ -4,7 +4,9 @@ import { builtinModules } from "node:module";
 import { join, resolve } from "node:path";
 import { parse } from "@cdktf/hcl2json";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { parse as parseYaml } from "yaml";
 import { type ModuleSources, moduleSources } from "../helpers/sources.js";
+import { tempDir } from "../helpers/tmp.js";
 
 // What ships: the job image (Dockerfile; no Docker engine runs here, so its structure is checked, and the build context
 // terraform gives Cloud Build) and the function's source archive (laid out as terraform zips it, built and loaded).
@@ -33,6 +35,25 @@ const jsFiles = (dir: string): string[] =>
   readdirSync(dir, { recursive: true, encoding: "utf8" })
     .filter((f) => f.endsWith(".js"))
     .map((f) => join(dir, f));
+
+/** The packages the TypeScript sources reachable from `entry` import (relative `.js` specifiers name `.ts` files). */
+function importedPackages(entry: string): Set<string> {
+  const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(?\s*)["']([^"'\s]+)["']/g;
+  const builtins = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
+  const seen = new Set<string>();
+  const packages = new Set<string>();
+  const visit = (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    for (const [, spec = ""] of readFileSync(file, "utf8").matchAll(SPECIFIER)) {
+      if (builtins.has(spec)) continue;
+      if (spec.startsWith(".")) visit(resolve(file, "..", spec.replace(/\.js$/, ".ts")));
+      else packages.add(spec.startsWith("@") ? spec.split("/").slice(0, 2).join("/") : (spec.split("/")[0] ?? spec));
+    }
+  };
+  visit(resolve(entry));
+  return packages;
+}
 
 describe("the job image", () => {
   const dockerfile = readFileSync("Dockerfile", "utf8");
@@ -172,7 +193,23 @@ describe("the job image", () => {
 
   test("Cloud Build builds it with the module's base image, whose default is the Dockerfile's", async () => {
     const config = readFileSync("terraform/modules/orbax2reg/image-build.cloudbuild.yaml", "utf8");
-    expect(config).toContain('args: ["build", "--build-arg", "NODE_IMAGE=$_NODE_IMAGE", "-t", "$_IMAGE", "."]');
+    const yaml = parseYaml(config) as { steps: { args: string[] }[]; substitutions: Record<string, string> };
+    expect(yaml.steps[0]?.args).toEqual([
+      "build",
+      "--build-arg",
+      "NODE_IMAGE=$_NODE_IMAGE",
+      "--build-arg",
+      "NPM_REGISTRY=$_NPM_REGISTRY",
+      "--build-arg",
+      "DEBIAN_MIRROR=$_DEBIAN_MIRROR",
+      "-t",
+      "$_IMAGE",
+      ".",
+    ]);
+    // The mirrors default to empty (the public ones), as the Dockerfile's build arguments do.
+    expect(yaml.substitutions).toEqual({ _NPM_REGISTRY: "", _DEBIAN_MIRROR: "" });
+    expect(dockerfile).toMatch(/^ARG DEBIAN_MIRROR=$/m);
+    expect(dockerfile).toMatch(/^ARG NPM_REGISTRY=$/m);
     expect(config).toContain('images: ["$_IMAGE"]');
     expect(config).toMatch(/^ {2}logging: CLOUD_LOGGING_ONLY$/m);
     const variables = (await parse("variables.tf", readFileSync("terraform/modules/orbax2reg/variables.tf", "utf8"))) as {
@@ -187,48 +224,93 @@ describe("the job image", () => {
 describe("the function's source archive (terraform/modules/orbax2reg/sources.tf)", () => {
   // What terraform zips, evaluated by terraform itself, then laid out and built as Cloud Functions' build does: the
   // buildpack installs the lockfile's dependencies, devDependencies included, runs the `gcp-build` script and prunes
-  // the devDependencies (https://cloud.google.com/run/docs/runtimes/nodejs, "NPM build scripts"). Here the
-  // repository's node_modules stands in for that install.
+  // the devDependencies (https://cloud.google.com/run/docs/runtimes/nodejs, "NPM build scripts"). Here the install is
+  // the function's lockfile's packages copied from the repository's node_modules (the same versions: checked below),
+  // and nothing else, so a package the function loads but its lockfile lacks fails the build or the load.
   let sources: ModuleSources;
   let manifest: { main: string; scripts: Record<string, string>; dependencies: Obj; devDependencies: Obj };
-  const dir = ".cache/function-archive";
+  let dir = "";
 
   beforeAll(() => {
     sources = moduleSources();
     manifest = JSON.parse(sources.functionPackageJson);
-    rmSync(dir, { recursive: true, force: true });
-    // Inside the repository, so that node_modules resolves as the build's install provides it.
+    dir = tempDir("function-archive");
     for (const f of sources.functionFiles) cpSync(f, join(dir, f));
     writeFileSync(join(dir, "package.json"), sources.functionPackageJson);
+    writeFileSync(join(dir, "package-lock.json"), sources.functionPackageLock);
+    const lock = JSON.parse(sources.functionPackageLock) as { packages: Record<string, { optional?: boolean }> };
+    for (const [path, entry] of Object.entries(lock.packages)) {
+      if (path === "" || (entry.optional && !existsSync(path))) continue;
+      cpSync(path, join(dir, path), { recursive: true });
+    }
   }, 120_000);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  test("holds the function's TypeScript, the code it imports, the TypeScript configuration and the lockfile", () => {
+  test("holds the function's TypeScript, the code it imports and the TypeScript configuration (package.json and lockfile are functions/'s)", () => {
     const top = [...new Set(sources.functionFiles.map((f) => f.split("/")[0]))].sort();
-    expect(top).toEqual(["functions", "jobs", "package-lock.json", "src", "tsconfig.build.json", "tsconfig.json"]);
+    expect(top).toEqual(["functions", "src", "tsconfig.json"]);
     expect(sources.functionFiles).toContain("functions/index.ts");
-    expect(sources.functionFiles.some((f) => f.startsWith("test/") || f.startsWith("dist/"))).toBe(false);
+    expect(sources.functionFiles).toContain("functions/tsconfig.json");
+    expect(sources.functionFiles.some((f) => f.startsWith("test/") || f.startsWith("dist/") || f.startsWith("jobs/"))).toBe(false);
+    expect(sources.functionPackageJson).toBe(readFileSync("functions/package.json", "utf8"));
+    expect(sources.functionPackageLock).toBe(readFileSync("functions/package-lock.json", "utf8"));
   });
 
-  test("its package.json names the function's module and builds it with gcp-build, from the lockfile's dependencies", () => {
+  test("its package.json names the function's module, builds it with gcp-build and depends on exactly the packages the function's code imports", () => {
     expect(manifest.main).toBe("dist/functions/index.js");
     // No `prepare` (npm runs it at every install, also after the prune) and no `build` (the buildpack runs it too).
     expect(Object.keys(manifest.scripts)).toEqual(["gcp-build"]);
-    expect(manifest.scripts["gcp-build"]).toMatch(/^tsc -p tsconfig\.build\.json /);
+    expect(manifest.scripts["gcp-build"]).toBe("tsc -p functions/tsconfig.json");
     const repository = JSON.parse(readFileSync("package.json", "utf8"));
-    // What `npm ci` checks the lockfile against.
-    expect(manifest.dependencies).toEqual(repository.dependencies);
-    expect(manifest.devDependencies).toEqual(repository.devDependencies);
-    expect(manifest.devDependencies).toHaveProperty("typescript");
+    const imported = [...importedPackages("functions/index.ts")].sort();
+    expect(imported).not.toContain("zstd-napi");
+    expect(Object.keys(manifest.dependencies).sort()).toEqual(imported);
+    // The same ranges as the repository's, so one lockfile's versions satisfy both.
+    for (const name of imported) expect(manifest.dependencies[name], name).toBe(repository.dependencies[name]);
+    expect(manifest.devDependencies).toEqual({
+      "@types/node": repository.devDependencies["@types/node"],
+      typescript: repository.devDependencies.typescript,
+    });
   });
 
-  test("built by its gcp-build script, it registers onCheckpointFinalized", () => {
+  test("its lockfile is the repository's cut down to the function's packages: same versions, what npm ci checks against the package.json", () => {
+    const lock = JSON.parse(sources.functionPackageLock) as {
+      packages: Record<string, { version?: string; dependencies?: Obj; devDependencies?: Obj }>;
+    };
+    const repository = JSON.parse(readFileSync("package-lock.json", "utf8")) as typeof lock;
+    expect(lock.packages[""]?.dependencies).toEqual(manifest.dependencies);
+    expect(lock.packages[""]?.devDependencies).toEqual(manifest.devDependencies);
+    const entries = Object.entries(lock.packages).filter(([k]) => k !== "");
+    expect(entries.length).toBeGreaterThan(100);
+    for (const [path, entry] of entries) expect(entry.version, path).toBe(repository.packages[path]?.version);
+    // No download URLs: npm asks whichever registry is configured (npm_registry's .npmrc) and checks the hashes.
+    expect(entries.filter(([, e]) => "resolved" in e).map(([k]) => k)).toEqual([]);
+    expect(entries.every(([, e]) => "integrity" in e || (e as { link?: boolean }).link)).toBe(true);
+  });
+
+  test("no package the function's build installs runs an install script that downloads anything (no zstd addon)", () => {
+    // npm's lockfile marks every package with a preinstall, install or postinstall script (hasInstallScript).
+    // protobufjs's postinstall only compares version ranges in the package.json above it (scripts/postinstall.js).
+    const lock = JSON.parse(sources.functionPackageLock) as { packages: Record<string, { hasInstallScript?: boolean }> };
+    const scripted = Object.entries(lock.packages)
+      .filter(([, e]) => e.hasInstallScript)
+      .map(([k]) => k);
+    expect(scripted).toEqual(["node_modules/protobufjs"]);
+    expect(Object.keys(lock.packages).filter((k) => k.includes("zstd"))).toEqual([]);
+    const postinstall = readFileSync("node_modules/protobufjs/scripts/postinstall.js", "utf8");
+    expect(postinstall).not.toMatch(/require\(["'](https?|child_process|net)["']\)/);
+  });
+
+  test("installed from its lockfile alone and built by its gcp-build script, it registers onCheckpointFinalized", () => {
     const [tsc, ...args] = manifest.scripts["gcp-build"]?.split(" ") ?? [];
     expect(tsc).toBe("tsc");
-    const build = spawnSync(process.execPath, [resolve("node_modules/typescript/bin/tsc"), ...args], { cwd: dir, encoding: "utf8" });
+    const build = spawnSync(process.execPath, [join(dir, "node_modules/typescript/bin/tsc"), ...args], { cwd: dir, encoding: "utf8" });
     expect(build.stdout + build.stderr).toBe("");
     expect(build.status).toBe(0);
-    expect(readdirSync(join(dir, "dist")).sort()).toEqual(["functions", "jobs", "src"]);
+    expect(readdirSync(join(dir, "dist")).sort()).toEqual(["functions", "src"]);
+    // Only what the function imports: none of the OCDBT reader, the zstd codec or the jobs' code.
+    expect(existsSync(join(dir, "dist/src/codecs/zstd.js"))).toBe(false);
+    expect(existsSync(join(dir, "dist/src/ocdbt"))).toBe(false);
     expect(jsFiles(join(dir, "dist")).some((f) => f.endsWith(".map"))).toBe(false);
     const load = spawnSync(
       process.execPath,
@@ -236,10 +318,10 @@ describe("the function's source archive (terraform/modules/orbax2reg/sources.tf)
         "--input-type=module",
         "-e",
         `import { getFunction } from "@google-cloud/functions-framework/testing";
-         await import(${JSON.stringify(`./${dir}/${manifest.main}`)});
+         await import(${JSON.stringify(`./${manifest.main}`)});
          console.log(typeof getFunction("onCheckpointFinalized"));`,
       ],
-      { encoding: "utf8" },
+      { cwd: dir, encoding: "utf8" },
     );
     expect(load.stderr).toBe("");
     expect(load.stdout.trim()).toBe("function");

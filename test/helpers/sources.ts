@@ -3,7 +3,8 @@
 // with no provider (sources.tf holds locals only, over local files).
 //
 // sources.tf reads the repository at path.module/../../..: the probe module is written three levels below the root it
-// is given (<root>/.cache/<unique>/m), so the repository itself, or a copy of some of it, is what it reads.
+// is given (<root>/.tf-sources-<unique>/p/m), so the repository itself, or a copy of some of it, is what it reads. Not
+// under .cache/: in a git worktree that may be a symbolic link to another checkout, whose files terraform would read.
 import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { applyForOutputs, terraform } from "./terraform.js";
@@ -14,10 +15,12 @@ const MODULE = resolve("terraform/modules/orbax2reg");
 export interface ModuleSources {
   /** Files of the jobs' image build context, relative to the repository root, sorted. */
   readonly imageFiles: string[];
-  /** Files of the function's archive taken from the repository (package.json is generated), sorted. */
+  /** Files of the function's archive taken from the repository at their paths (not its package.json and lockfile), sorted. */
   readonly functionFiles: string[];
-  /** The package.json the function's archive holds instead of the repository's. */
+  /** The package.json the function's archive holds instead of the repository's (functions/package.json). */
   readonly functionPackageJson: string;
+  /** The lockfile the function's archive holds instead of the repository's (functions/package-lock.json). */
+  readonly functionPackageLock: string;
   /** The image's tag: its sources' identity. */
   readonly imageTag: string;
   /** The function's archive's object name: orbax2reg/function-<identity>.zip. */
@@ -28,15 +31,15 @@ const OUTPUTS: Record<keyof ModuleSources, string> = {
   imageFiles: "local.image_source_files",
   functionFiles: "local.function_source_files",
   functionPackageJson: "local.function_package_json",
+  functionPackageLock: "local.function_package_lock",
   imageTag: "local.image_tag",
   functionObject: "local.function_source_object_name",
 };
 
 /** Evaluates sources.tf over the repository at `root` (default: this repository) with these module variables. */
 export function moduleSources(root = process.cwd(), vars: Record<string, string> = {}): ModuleSources {
-  mkdirSync(join(root, ".cache"), { recursive: true });
-  const probe = join(mkdtempSync(join(root, ".cache", "tf-sources-")), "m");
-  mkdirSync(probe);
+  const probe = join(mkdtempSync(join(root, ".tf-sources-")), "p", "m");
+  mkdirSync(probe, { recursive: true });
   try {
     copyFileSync(join(MODULE, "variables.tf"), join(probe, "variables.tf"));
     copyFileSync(join(MODULE, "sources.tf"), join(probe, "sources.tf"));
@@ -55,7 +58,7 @@ export function moduleSources(root = process.cwd(), vars: Record<string, string>
     if (r.code !== 0) throw new Error(`terraform apply: ${r.out}`);
     return r.outputs as unknown as ModuleSources;
   } finally {
-    rmSync(dirname(probe), { recursive: true, force: true });
+    rmSync(dirname(dirname(probe)), { recursive: true, force: true });
   }
 }
 

@@ -59,6 +59,8 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     "destination_matches_template",
     "function_shape_ok",
     "function_source_given",
+    "image_build_region",
+    "image_build_region_chosen",
     "job_shape_ok",
     "job_wait_fits",
     "names",
@@ -88,6 +90,34 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     expect(r.locals.function_shape_ok).toBe(true);
     expect(r.locals.destination_bucket).toBe("ckpts");
     expect(r.locals.destination_matches_template).toBe(true);
+  });
+
+  // https://cloud.google.com/build/docs/locations, "Restricted regions for some projects".
+  test.each([
+    [{ region: "us-central1" }, "us-central1", true],
+    [{ region: "europe-west1" }, "europe-west1", true],
+    [{ region: "europe-west4" }, "europe-west4", false],
+    [{ region: "europe-west4", image_build_region: "europe-west1" }, "europe-west1", true],
+    [{ region: "europe-west4", image_build_region: "europe-west4" }, "europe-west4", true],
+    [{ region: "europe-west4", image_build_worker_pool: "projects/p/locations/europe-west3/workerPools/pool" }, "europe-west3", true],
+  ])("the image build's region, with %j: %s, chosen at plan time: %s", (vars, region, chosen) => {
+    const r = evaluate(vars);
+    expect(r.code, r.out).toBe(0);
+    expect(r.locals.image_build_region).toBe(region);
+    expect(r.locals.image_build_region_chosen).toBe(chosen);
+  });
+
+  test.each([
+    ["npm_registry", "registry.example"],
+    ["npm_registry", "https://a,b"],
+    ["debian_mirror", "ftp://mirror"],
+    ["image_build_region", "EU"],
+    ["function_build_worker_pool", "pool"],
+    ["image_versions_kept", "0"],
+  ])("refuses %s = %s", (name, value) => {
+    const r = evaluate({ [name]: value });
+    expect(r.code).not.toBe(0);
+    expect(r.out).toContain(name);
   });
 
   test.each([

@@ -6,16 +6,14 @@
 //   log-based metric the module creates, with the monitored resource it is written on;
 // - every aligner and reducer suits its metric's kind and value type (common.proto's Aligner and Reducer), and every
 //   grouping and legend names a label the metric or its resource has.
-import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "@cdktf/hcl2json";
 import { beforeAll, describe, expect, test } from "vitest";
+import { moduleDashboard, TRIGGER_ID } from "../helpers/dashboard-json.js";
 import { schemaErrors, seconds } from "../helpers/dashboard-schema.js";
-import { applyForOutputs, terraform } from "../helpers/terraform.js";
-import { tempDir } from "../helpers/tmp.js";
 
 const MODULE = "terraform/modules/orbax2reg";
-const TRIGGER_ID = "orbax2reg-on-checkpoint-123456";
 
 type Obj = Record<string, unknown>;
 type MetricKind = "DELTA" | "GAUGE" | "CUMULATIVE";
@@ -97,42 +95,9 @@ let logFilters: Record<string, string>;
 const moduleFile = async (file: string): Promise<Obj> => (await parse(file, readFileSync(join(MODULE, file), "utf8"))) as Obj;
 /** A terraform expression as a JSON-syntax string. */
 const ex = (expression: string): string => `\${${expression}}`;
-const localsOf = (tf: Obj): Obj => Object.assign({}, ...((tf.locals ?? []) as Obj[]));
 
 beforeAll(async () => {
-  const dir = tempDir("dashboard");
-  copyFileSync(join(MODULE, "variables.tf"), join(dir, "variables.tf"));
-  copyFileSync(join(MODULE, "main.tf"), join(dir, "main.tf"));
-  const alerts = localsOf(await moduleFile("alerts.tf"));
-  const locals = { ...alerts, ...localsOf(await moduleFile("dashboard.tf")), trigger_id: TRIGGER_ID, trigger_region: "us-central1" };
-  writeFileSync(
-    join(dir, "probe.tf.json"),
-    JSON.stringify({
-      locals,
-      output: {
-        dashboard: { value: ex("local.dashboard") },
-        log_metrics: { value: ex("local.log_metrics") },
-        log_metric_filters: { value: ex("local.log_metric_filters") },
-      },
-    }),
-  );
-  const init = terraform(["init", "-backend=false", "-input=false"], dir);
-  expect(init.code, init.out).toBe(0);
-  const vars = [
-    "-var",
-    "project_id=my-project",
-    "-var",
-    "region=us-central1",
-    "-var",
-    "checkpoint_bucket=ckpts",
-    "-var",
-    "destination_bucket=regular",
-  ];
-  const r = applyForOutputs(dir, [...vars, "-var", "destination_template=gs://regular/{root}"]);
-  expect(r.code, r.out).toBe(0);
-  dashboard = r.outputs.dashboard as Obj;
-  logMetrics = r.outputs.log_metrics as Record<string, string>;
-  logFilters = r.outputs.log_metric_filters as Record<string, string>;
+  ({ dashboard, logMetrics, logFilters } = await moduleDashboard());
 }, 120_000);
 
 /** Every chart's data sets, with the chart's title. */
@@ -191,12 +156,14 @@ describe("the dashboard's JSON", () => {
   test("the mosaic's tiles fit its 1 to 12 columns and do not overlap (layouts.proto)", () => {
     const { columns, tiles } = dashboard.mosaicLayout as {
       columns: number;
-      tiles: { xPos: number; yPos: number; width: number; height: number }[];
+      tiles: { xPos?: number; yPos?: number; width: number; height: number }[];
     };
     expect(columns).toBeGreaterThanOrEqual(1);
     expect(columns).toBeLessThanOrEqual(12);
     const taken = new Set<string>();
-    for (const t of tiles) {
+    // A position left out is 0 (proto3), as the API answers it.
+    for (const { xPos = 0, yPos = 0, ...size } of tiles) {
+      const t = { xPos, yPos, ...size };
       expect(t.xPos).toBeGreaterThanOrEqual(0);
       expect(t.yPos).toBeGreaterThanOrEqual(0);
       expect(t.width).toBeGreaterThanOrEqual(1);
@@ -207,6 +174,15 @@ describe("the dashboard's JSON", () => {
           expect(taken.has(`${x},${y}`), `block ${x},${y}`).toBe(false);
           taken.add(`${x},${y}`);
         }
+    }
+  });
+
+  test("no tile names a position of 0: the API leaves zero-valued fields out, so it would show as a change at every plan", () => {
+    const tiles = (dashboard.mosaicLayout as { tiles: Record<string, unknown>[] }).tiles;
+    expect(tiles.some((t) => t.xPos === undefined && t.yPos === undefined)).toBe(true);
+    for (const t of tiles) {
+      expect(t.xPos, JSON.stringify(t)).not.toBe(0);
+      expect(t.yPos, JSON.stringify(t)).not.toBe(0);
     }
   });
 

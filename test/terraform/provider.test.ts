@@ -150,10 +150,11 @@ describe.skipIf(!present)(
       });
 
       test("creates everything and nothing else", async () => {
-        // 13 APIs, function, workflow, 3 jobs, topic, 2 repositories, 6 service accounts, the sources bucket, the
-        // function's archive in it and the image's build = 30 resources, and 23 grants: GCS agent 1, trigger 2,
+        // 13 APIs, the gate the data sources wait for (apis.tf), function, workflow, 3 jobs, topic, 2 repositories, 6
+        // service accounts, the sources bucket, the function's archive in it and the image's build = 31 resources, and
+        // 23 grants: GCS agent 1, trigger 2,
         // function 4, workflow 7 (3 jobs), jobs 3, build 3, image build 3.
-        expect(summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
+        expect(summary).toBe("Plan: 54 to add, 0 to change, 0 to destroy.");
         expect(changes.every((c) => c.change.actions.join() === "create" || c.change.actions.join() === "read")).toBe(true);
       });
 
@@ -242,7 +243,7 @@ describe.skipIf(!present)(
         function_build_service_account: "projects/my-project/serviceAccounts/builder@my-project.iam.gserviceaccount.com",
         pubsub_agent_token_creator: "true",
       });
-      expect(summary).toBe("Plan: 50 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 51 to add, 0 to change, 0 to destroy.");
       const addresses = changes.map((c) => c.address);
       expect(addresses.filter((a) => /\.build(_|\[|$)/.test(a))).toEqual([]);
       expect(after(changes, "google_project_iam_member.pubsub_agent_token_creator[0]").role).toBe("roles/iam.serviceAccountTokenCreator");
@@ -255,7 +256,7 @@ describe.skipIf(!present)(
     test("with notification_channels: the Monitoring API and the three alert policies (failed conversion, dropped event, undelivered events) to those channels", async () => {
       const channel = "projects/my-project/notificationChannels/1234";
       const { summary, changes } = await plan({ notification_channels: JSON.stringify([channel]) });
-      expect(summary).toBe("Plan: 57 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 58 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       // No log-based metric: the failed executions come from Workflows' built-in metric, which exists at the first apply.
       expect(changes.filter((c) => c.type === "google_logging_metric")).toEqual([]);
@@ -288,7 +289,7 @@ describe.skipIf(!present)(
 
     test("with dashboard = true: the Monitoring API, the three log-based metrics and the dashboard, its JSON known once the trigger exists", async () => {
       const { summary, changes } = await plan({ dashboard: "true" });
-      expect(summary).toBe("Plan: 58 to add, 0 to change, 0 to destroy.");
+      expect(summary).toBe("Plan: 59 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       expect(after(changes, 'google_logging_metric.count["conversions_started"]')).toMatchObject({
         name: "orbax2reg/conversions_started",
@@ -307,11 +308,45 @@ describe.skipIf(!present)(
       expect((dashboard?.change.after_unknown as { dashboard_json?: boolean } | undefined)?.dashboard_json).toBe(true);
     });
 
+    test("in a region where some projects may not run Cloud Build, the plan fails saying to set image_build_region", async () => {
+      const out = join(tempDir("tf-plan"), "tfplan");
+      const args = ["plan", "-refresh=false", "-input=false", "-no-color", `-out=${out}`];
+      for (const [k, v] of Object.entries({ ...ROOT_VARS, region: "europe-west4" })) args.push("-var", `${k}=${v}`);
+      const r = await tf(args, MODULE());
+      expect(r.code).not.toBe(0);
+      expect(r.out.replace(/\s+/g, " ")).toContain(
+        'region = "europe-west4" is not one of the regions where every project may run Cloud Build',
+      );
+      expect(r.out).toContain("image_build_region");
+      const chosen = await plan({ region: "europe-west4", image_build_region: "europe-west1" });
+      expect(chosen.summary).toBe("Plan: 54 to add, 0 to change, 0 to destroy.");
+    });
+
+    test("with package mirrors and a function build pool: the function builds in its pool, and the repositories have their cleanup policies", async () => {
+      const pool = "projects/my-project/locations/us-central1/workerPools/private";
+      const { changes } = await plan({
+        npm_registry: "https://npm.mirror.example/",
+        debian_mirror: "https://deb.mirror.example",
+        function_build_worker_pool: pool,
+      });
+      const fn = after(changes, "google_cloudfunctions2_function.on_checkpoint");
+      expect((fn.build_config as Record<string, unknown>[])[0]?.worker_pool).toBe(pool);
+      const repo = after(changes, "google_artifact_registry_repository.images");
+      expect(repo.cleanup_policies).toEqual([
+        expect.objectContaining({
+          id: "delete-old",
+          action: "DELETE",
+          condition: [expect.objectContaining({ tag_state: "ANY", older_than: "86400s" })],
+        }),
+        expect.objectContaining({ id: "keep-newest", action: "KEEP", most_recent_versions: [expect.objectContaining({ keep_count: 5 })] }),
+      ]);
+    });
+
     test("with a pinned image and a prebuilt function archive: nothing is built, no build account or sources read grant", async () => {
       const image = "us-docker.pkg.dev/other/images/orbax2reg@sha256:0123";
       const { summary, changes } = await plan({ image, function_source_object: "orbax2reg/function-0123456789abcdef.zip" });
-      // 53 - the image's build, its account and its 3 grants - the function's archive.
-      expect(summary).toBe("Plan: 47 to add, 0 to change, 0 to destroy.");
+      // 54 - the image's build, its account and its 3 grants - the function's archive.
+      expect(summary).toBe("Plan: 48 to add, 0 to change, 0 to destroy.");
       expect(changes.map((c) => c.address).filter((a) => /image_build|google_storage_bucket_object|archive_file/.test(a))).toEqual([]);
       expect(jobImage(after(changes, 'google_cloud_run_v2_job.phase["plan"]'))).toBe(image);
     });
@@ -327,9 +362,9 @@ describe.skipIf(!present)(
       });
 
       test("creates everything, the jobs' image and the function's source included, in one apply", async () => {
-        // The module's 53, the example's bucket for the regular checkpoints, and the jobs' read grant on it (a separate
+        // The module's 54, the example's bucket for the regular checkpoints, and the jobs' read grant on it (a separate
         // destination bucket is listed and read through a grant of its own: iam.tf).
-        expect(result.summary).toBe("Plan: 55 to add, 0 to change, 0 to destroy.");
+        expect(result.summary).toBe("Plan: 56 to add, 0 to change, 0 to destroy.");
         for (const address of [
           "terraform_data.image_build[0]",
           "google_storage_bucket.sources",
@@ -385,7 +420,7 @@ describe.skipIf(!present)(
           checkpoint_bucket: "ckpts",
           convert_into_checkpoint_bucket: "true",
         });
-        expect(into.summary).toBe("Plan: 53 to add, 0 to change, 0 to destroy.");
+        expect(into.summary).toBe("Plan: 54 to add, 0 to change, 0 to destroy.");
         expect(into.changes.find((c) => c.address === "google_storage_bucket.regular[0]")).toBeUndefined();
         expect(
           into.changes.find((c) => c.address === module("google_storage_bucket_iam_member.function_destination_claims"))?.change.after
@@ -399,11 +434,13 @@ describe.skipIf(!present)(
         expect(object?.bucket).toBe("my-project-orbax2reg-sources");
       });
 
-      test("the archives terraform wrote hold exactly the files sources.tf lists, and the function's package.json", async () => {
+      test("the archives terraform wrote hold exactly the files sources.tf lists, and the function's package.json and lockfile", async () => {
         const sources = moduleSources();
         const dir = join(EXAMPLE(), ".terraform/orbax2reg");
         expect(zipEntries(join(dir, "image-source.zip"))).toEqual(sources.imageFiles);
-        expect(zipEntries(join(dir, "function-source.zip"))).toEqual([...sources.functionFiles, "package.json"].sort());
+        expect(zipEntries(join(dir, "function-source.zip"))).toEqual(
+          [...sources.functionFiles, "package.json", "package-lock.json"].sort(),
+        );
       });
     });
 

@@ -222,6 +222,7 @@ describe("Cloud Function", () => {
     expect(archive.type).toBe("zip");
     expect(at(archive, "dynamic", "source", 0, "for_each")).toBe(ex("local.function_source_files"));
     expect(at(archive, "source", 0)).toEqual({ filename: "package.json", content: ex("local.function_package_json") });
+    expect(at(archive, "source", 1)).toEqual({ filename: "package-lock.json", content: ex("local.function_package_lock") });
     const upload = resource(mod, "google_storage_bucket_object", "function_source");
     expect(upload.count).toBe(ex("var.function_source_object == null ? 1 : 0"));
     expect(upload.bucket).toBe(ex("google_storage_bucket.sources.name"));
@@ -436,7 +437,7 @@ describe("Cloud Run jobs", () => {
       `"--project=${ex("var.project_id")}"`,
       `"--region=${ex("local.image_build_region")}"`,
       `"--config=${ex("path.module")}/image-build.cloudbuild.yaml"`,
-      `"--substitutions=_IMAGE=${ex("local.built_image")},_NODE_IMAGE=${ex("var.image_build_node_image")}"`,
+      `"--substitutions=${ex("local.image_build_substitutions")}"`,
       `"--service-account=${ex("local.image_build_service_account")}"`,
       `"--gcs-source-staging-dir=gs://${ex("google_storage_bucket.sources.name")}/${ex("local.image_build_staging_prefix")}"`,
       '"--suppress-logs"',
@@ -700,6 +701,18 @@ describe("IAM", () => {
     expect(v?.type).toBe(ex("bool"));
   });
 
+  test("every data source that needs an API waits for terraform_data.apis_enabled, which alone waits for the APIs", () => {
+    const gate = resource(mod, "terraform_data", "apis_enabled");
+    expect(gate.depends_on).toEqual([ex("google_project_service.required")]);
+    // Nothing in it can change: created once, it never has a change planned again.
+    expect(Object.keys(gate).sort()).toEqual(["depends_on"]);
+    const reads = Object.entries(mod.data)
+      .filter(([type]) => type.startsWith("google_"))
+      .flatMap(([type, byName]) => Object.entries(byName as Record<string, Obj>).map(([name, d]) => [`${type}.${name}`, d.depends_on]));
+    expect(reads.length).toBe(4);
+    for (const [address, dependsOn] of reads) expect(dependsOn, String(address)).toEqual([ex("terraform_data.apis_enabled")]);
+  });
+
   test("the claim grant checks uniform bucket-level access on the destination first", () => {
     const claims = resource(mod, "google_storage_bucket_iam_member", "function_destination_claims");
     expect(at(claims, "lifecycle", 0, "precondition", 0, "condition")).toBe(
@@ -707,8 +720,9 @@ describe("IAM", () => {
     );
     const dest = mod.data.google_storage_bucket?.destination;
     expect(dest?.name).toBe(ex("local.destination_bucket"));
-    // Read after the APIs are enabled, so a first plan needs no API call (and the offline plan test works).
-    expect(dest?.depends_on).toEqual([ex("google_project_service.required")]);
+    // Read after the APIs are enabled, so a first plan needs no API call (and the offline plan test works); through
+    // terraform_data.apis_enabled, so a later plan reads it at once (apis.tf says why).
+    expect(dest?.depends_on).toEqual([ex("terraform_data.apis_enabled")]);
     expect(String(mod.variable.destination_bucket?.description)).toContain("uniform bucket-level access");
   });
 

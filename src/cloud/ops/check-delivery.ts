@@ -14,8 +14,20 @@ import type { TriggerDelivery } from "../api/trigger-delivery.js";
  *   timeout: an ack deadline at least the function's timeout takes every answer the function can give. A shorter one
  *   fails the stage with the command that raises it (the retry-events page's way: update the trigger's subscription,
  *   https://cloud.google.com/eventarc/docs/retry-events); the check goes on.
+ * - The backlog alert and the dashboard's backlog charts (terraform/modules/orbax2reg/alerts.tf, dashboard.tf) cannot
+ *   name the subscription (Eventarc creates it; the provider does not expose it), so they select it by the prefix
+ *   eventarc-REGION-TRIGGER_ID-sub-. Google's pages have named subscriptions that way, but promise no more than
+ *   eventarc-REGION- (the trigger's transport.pubsub.subscription is only "created and managed by Eventarc":
+ *   https://cloud.google.com/eventarc/docs/reference/rest/v1/projects.locations.triggers). A subscription named
+ *   otherwise would leave the alert silent, with no sign of it: the stage fails, naming both.
  */
 export const TRIGGER_WARM_UP_MS = 120_000;
+
+/** The prefix alerts.tf's `trigger_subscription_prefix` selects the trigger's subscription by, from the trigger's name. */
+export function triggerSubscriptionPrefix(trigger: string): string | undefined {
+  const m = /^projects\/[^/]+\/locations\/([^/]+)\/triggers\/([^/]+)$/.exec(trigger);
+  return m ? `eventarc-${m[1]}-${m[2]}-sub-` : undefined;
+}
 
 export interface DeliveryDeps {
   readonly now: () => number;
@@ -49,7 +61,13 @@ export async function checkDelivery(
   }
   if (d.subscription === undefined)
     throw new Error(`${parts.join("; ")}; the trigger names no Pub/Sub subscription yet: run the check again in a few minutes`);
-  const sub = d.subscription.split("/").pop();
+  const sub = d.subscription.split("/").pop() ?? "";
+  const prefix = triggerSubscriptionPrefix(d.trigger);
+  if (prefix === undefined || !sub.startsWith(prefix)) {
+    throw new Error(
+      `${parts.join("; ")}; subscription ${sub} does not start with ${prefix ?? "eventarc-REGION-TRIGGER_ID-sub-"}, the prefix the backlog alert and the dashboard's backlog charts select the trigger's subscription by: they would see none of its undelivered events. Eventarc has named it differently from what the module expects (terraform/modules/orbax2reg/alerts.tf, trigger_subscription_prefix): report it, and watch the subscription by hand meanwhile (gcloud pubsub subscriptions describe ${d.subscription})`,
+    );
+  }
   // Pub/Sub: "If this parameter is 0, a default value of 10 seconds is used."
   const ack = d.ackDeadlineSeconds === undefined || d.ackDeadlineSeconds === 0 ? 10 : d.ackDeadlineSeconds;
   const dead = d.deadLetterTopic

@@ -1,4 +1,4 @@
-import { parseStepName, stepDirName, TMP_MARK } from "../../orbax/step.js";
+import { parseStepName, stepDirName, TMP_MARK } from "../../orbax/step-name.js";
 
 /**
  * Which GCS finalize events start a conversion. A training bucket produces many events per step (every

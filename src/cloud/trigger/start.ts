@@ -1,6 +1,6 @@
 import type { ClaimRecord } from "../../convert/work-dir.js";
 import { ClaimBusyError, ConflictError, DeadlineError } from "../../errors.js";
-import { stepDirName } from "../../orbax/step.js";
+import { stepDirName } from "../../orbax/step-name.js";
 import type { Store } from "../../store/store.js";
 import { type ExecutionSummary, type Executions, executionLabels, isLive, type WorkflowArgument } from "../api/executions.js";
 import { isNotFound, isPermanent } from "../api/grpc.js";

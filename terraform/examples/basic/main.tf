@@ -79,6 +79,7 @@ module "orbax2reg" {
   # The jobs' image: built by the module from the repository (null), in a private pool if given; or a pinned one.
   image                   = var.image
   image_build_worker_pool = var.image_build_worker_pool
+  image_build_region      = var.image_build_region
 
   deletion_protection = var.deletion_protection
 }

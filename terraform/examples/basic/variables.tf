@@ -93,6 +93,12 @@ variable "image_build_worker_pool" {
   default     = null
 }
 
+variable "image_build_region" {
+  description = "Region of the image's build in Cloud Build's default pool; null: region, which the plan then requires to be one of us-central1, us-west2, europe-west1, asia-east1, australia-southeast1, southamerica-east1 (some projects may build only there)."
+  type        = string
+  default     = null
+}
+
 variable "deletion_protection" {
   description = "Protect the workflow and jobs from destroy/replace. Set false and apply once before terraform destroy."
   type        = bool

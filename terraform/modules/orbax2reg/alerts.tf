@@ -54,7 +54,10 @@ locals {
   # subscription (Eventarc creates and owns it; the provider has no attribute for it:
   # https://github.com/hashicorp/terraform-provider-google/issues/17697), so the policy selects it by that prefix, a
   # Monitoring filter's starts_with() (https://cloud.google.com/monitoring/api/v3/filters). Derived from the trigger's
-  # own name, the filter follows a trigger that a later apply recreates (a new id) without anything to do by hand.
+  # own name, the filter follows a trigger that a later apply recreates (a new id) without anything to do by hand. The
+  # trigger's reference promises no more than a subscription "created and managed by Eventarc" (and names have started
+  # eventarc-REGION-), so `orbax2reg cloud check` fails when the subscription does not start with this prefix
+  # (src/cloud/ops/check-delivery.ts): a renamed one cannot silence the alert unseen.
   trigger_id                  = element(reverse(split("/", google_cloudfunctions2_function.on_checkpoint.event_trigger[0].trigger)), 0)
   trigger_subscription_prefix = "eventarc-${local.trigger_region}-${local.trigger_id}-sub-"
 

@@ -34,3 +34,16 @@ resource "google_project_service" "required" {
   # Other workloads in the project may use these APIs: destroying this module must not switch them off.
   disable_on_destroy = false
 }
+
+# What the data sources that need an API wait for, instead of google_project_service.required itself. Terraform reads a
+# data source at apply instead of plan when something it depends on has a change planned
+# (https://developer.hashicorp.com/terraform/language/data-sources#data-resource-behavior), and the values read then
+# are unknown at plan: a grant whose member is such a value (the Cloud Storage and Pub/Sub service agents, the project
+# number) would be destroyed and created again, and while it is gone Cloud Storage cannot publish to the trigger's topic,
+# so commit markers written meanwhile never reach Eventarc. This resource has nothing that changes: it is created once,
+# after the APIs, so the first plan calls no API (the reads wait for apply); every later plan reads the data sources
+# then, whatever is added to the APIs (monitoring, for the alerts and the dashboard), and the grants stay as they are.
+# test/terraform/later-apply.test.ts plans a later apply against a deployed state with the real provider.
+resource "terraform_data" "apis_enabled" {
+  depends_on = [google_project_service.required]
+}

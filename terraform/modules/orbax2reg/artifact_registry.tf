@@ -7,6 +7,26 @@ resource "google_artifact_registry_repository" "images" {
   description   = "orbax2reg container images (Cloud Run jobs: plan, convert-group, finalize)"
   labels        = var.labels
 
+  # Every code change pushes a new image, kept and billed forever without a policy: of each package, the newest
+  # image_versions_kept versions stay, older ones go once a day old (a keep policy wins over a delete policy).
+  # https://cloud.google.com/artifact-registry/docs/repositories/cleanup-policy
+  cleanup_policy_dry_run = false
+  cleanup_policies {
+    id     = "delete-old"
+    action = "DELETE"
+    condition {
+      tag_state  = "ANY"
+      older_than = "86400s"
+    }
+  }
+  cleanup_policies {
+    id     = "keep-newest"
+    action = "KEEP"
+    most_recent_versions {
+      keep_count = var.image_versions_kept
+    }
+  }
+
   depends_on = [google_project_service.required]
 }
 
@@ -21,6 +41,26 @@ resource "google_artifact_registry_repository" "function_builds" {
   format        = "DOCKER"
   description   = "orbax2reg: images Cloud Build makes of the trigger function (written by the function's build only)"
   labels        = var.labels
+
+  # Every code change pushes a new image, kept and billed forever without a policy: of each package, the newest
+  # image_versions_kept versions stay, older ones go once a day old (a keep policy wins over a delete policy).
+  # https://cloud.google.com/artifact-registry/docs/repositories/cleanup-policy
+  cleanup_policy_dry_run = false
+  cleanup_policies {
+    id     = "delete-old"
+    action = "DELETE"
+    condition {
+      tag_state  = "ANY"
+      older_than = "86400s"
+    }
+  }
+  cleanup_policies {
+    id     = "keep-newest"
+    action = "KEEP"
+    most_recent_versions {
+      keep_count = var.image_versions_kept
+    }
+  }
 
   depends_on = [google_project_service.required]
 }

@@ -63,6 +63,19 @@ data "archive_file" "function_source" {
     filename = "package.json"
     content  = local.function_package_json
   }
+  source {
+    filename = "package-lock.json"
+    content  = local.function_package_lock
+  }
+  # The registry Cloud Functions' `npm ci` installs from, when npm_registry names one (npm reads the project's .npmrc:
+  # https://docs.npmjs.com/cli/v10/configuring-npm/npmrc).
+  dynamic "source" {
+    for_each = local.function_npmrc == null ? [] : [local.function_npmrc]
+    content {
+      filename = ".npmrc"
+      content  = source.value
+    }
+  }
 }
 
 resource "google_storage_bucket_object" "function_source" {
@@ -100,8 +113,15 @@ locals {
   built_image = "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.images.repository_id}/${local.names.image_package}:${local.image_tag}"
   image       = var.image != null ? var.image : local.built_image
 
-  # A private pool's builds run in the pool's region (https://cloud.google.com/build/docs/private-pools/run-builds-in-private-pool).
-  image_build_region = var.image_build_worker_pool != null ? regex("/locations/([^/]+)/", var.image_build_worker_pool)[0] : var.region
+  # image_build_region and the rule that checks it are in main.tf (locals only, evaluated offline by a test).
+
+  # Package mirrors, given to the Dockerfile as build arguments only when set (image-build.cloudbuild.yaml defaults
+  # them to empty: the public ones). Not part of the image's identity: the lockfile and the base decide what is built.
+  image_build_substitutions = join(",", concat(
+    ["_IMAGE=${local.built_image}", "_NODE_IMAGE=${var.image_build_node_image}"],
+    var.npm_registry != null ? ["_NPM_REGISTRY=${var.npm_registry}"] : [],
+    var.debian_mirror != null ? ["_DEBIAN_MIRROR=${var.debian_mirror}"] : [],
+  ))
 }
 
 # One Cloud Build run of the Dockerfile per image identity (triggers_replace: a new identity replaces this resource,
@@ -125,7 +145,7 @@ resource "terraform_data" "image_build" {
         "--project=${var.project_id}",
         "--region=${local.image_build_region}",
         "--config=${path.module}/image-build.cloudbuild.yaml",
-        "--substitutions=_IMAGE=${local.built_image},_NODE_IMAGE=${var.image_build_node_image}",
+        "--substitutions=${local.image_build_substitutions}",
         "--service-account=${local.image_build_service_account}",
         "--gcs-source-staging-dir=gs://${google_storage_bucket.sources.name}/${local.image_build_staging_prefix}",
         "--suppress-logs",
@@ -134,6 +154,13 @@ resource "terraform_data" "image_build" {
       var.image_build_worker_pool != null ? ["--worker-pool=${var.image_build_worker_pool}"] : [],
     )
     command = data.archive_file.image_source[0].output_path
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.image_build_region_chosen
+      error_message = "region = \"${var.region}\" is not one of the regions where every project may run Cloud Build (${join(", ", local.cloud_build_unrestricted_regions)}); some projects are restricted to those, and their image build would fail with FAILED_PRECONDITION (https://cloud.google.com/build/docs/locations). Set image_build_region to one of them (the image is still pushed to ${var.region}), or to \"${var.region}\" if this project may build there, or set image_build_worker_pool, or image."
+    }
   }
 
   # The build account's roles first (on a fresh project they may still take a minute or two to propagate: apply

@@ -166,27 +166,28 @@ locals {
     - `orbax2reg cloud backfill <checkpoint-root>`: start every committed step that has no conversion.
   EOT
 
-  # Two charts a row on a 12-column mosaic (MosaicLayout: layouts.proto), the text last.
+  # Two charts a row on a 12-column mosaic (MosaicLayout: layouts.proto), the text last. A position of 0 is left out:
+  # the API answers without zero-valued fields (proto3 JSON), and the provider compares the JSON it reads back with
+  # this one key by key, so an xPos or yPos of 0 here would show as a change at every plan
+  # (hashicorp/terraform-provider-google#16173; test/terraform/later-apply.test.ts plans a deployed dashboard again).
+  dashboard_tiles = concat(
+    [for i, chart in local.dashboard_charts : {
+      position = { xPos = (i % 2) * 6, yPos = floor(i / 2) * 4 }
+      widget   = { title = chart.title, xyChart = { for k, v in chart : k => v if k != "title" } }
+    }],
+    [{
+      position = { xPos = (length(local.dashboard_charts) % 2) * 6, yPos = floor(length(local.dashboard_charts) / 2) * 4 }
+      widget   = { title = "About this dashboard", text = { content = local.dashboard_text, format = "MARKDOWN" } }
+    }],
+  )
   dashboard = {
     displayName = "${var.name_prefix}: checkpoint conversions"
     mosaicLayout = {
       columns = 12
-      tiles = concat(
-        [for i, chart in local.dashboard_charts : {
-          xPos   = (i % 2) * 6
-          yPos   = floor(i / 2) * 4
-          width  = 6
-          height = 4
-          widget = { title = chart.title, xyChart = { for k, v in chart : k => v if k != "title" } }
-        }],
-        [{
-          xPos   = (length(local.dashboard_charts) % 2) * 6
-          yPos   = floor(length(local.dashboard_charts) / 2) * 4
-          width  = 6
-          height = 4
-          widget = { title = "About this dashboard", text = { content = local.dashboard_text, format = "MARKDOWN" } }
-        }],
-      )
+      tiles = [for t in local.dashboard_tiles : merge(
+        { for k, v in t.position : k => v if v != 0 },
+        { width = 6, height = 4, widget = t.widget },
+      )]
     }
   }
 }

@@ -7,7 +7,7 @@ data "google_storage_bucket" "checkpoint" {
   # Only fills the data source's `project` attribute; saves it a Compute API lookup.
   project = var.project_id
 
-  depends_on = [google_project_service.required]
+  depends_on = [terraform_data.apis_enabled]
 }
 
 locals {
@@ -43,6 +43,8 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
     # only to the module's own repository: https://cloud.google.com/functions/docs/securing/build-custom-sa
     service_account   = local.build_service_account
     docker_repository = google_artifact_registry_repository.function_builds.id
+    # An organization may require builds in a worker pool: https://cloud.google.com/functions/docs/securing/custom-constraints
+    worker_pool = var.function_build_worker_pool
 
     source {
       storage_source {

@@ -89,7 +89,7 @@ locals {
 data "google_project" "this" {
   project_id = var.project_id
 
-  depends_on = [google_project_service.required]
+  depends_on = [terraform_data.apis_enabled]
 }
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ data "google_project" "this" {
 data "google_storage_project_service_account" "gcs" {
   project = var.project_id
 
-  depends_on = [google_project_service.required]
+  depends_on = [terraform_data.apis_enabled]
 }
 
 # Cloud Storage events reach Eventarc through a Pub/Sub topic Eventarc creates; the Cloud Storage service agent
@@ -213,7 +213,7 @@ data "google_storage_bucket" "destination" {
   # Only fills the data source's `project` attribute; saves it a Compute API lookup.
   project = var.project_id
 
-  depends_on = [google_project_service.required]
+  depends_on = [terraform_data.apis_enabled]
 }
 
 # ---------------------------------------------------------------------------------------------------------------------

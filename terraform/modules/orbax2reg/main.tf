@@ -138,3 +138,18 @@ locals {
     )
   }
 }
+
+# Where the jobs' image is built (build.tf).
+locals {
+  # A private pool's builds run in the pool's region (https://cloud.google.com/build/docs/private-pools/run-builds-in-private-pool).
+  # In the default pool: image_build_region, else region when every project may build there. "Depending on usage, some
+  # projects might be restricted to only use Cloud Build in the following regions": a build elsewhere fails with
+  # FAILED_PRECONDITION, at apply, after everything else is made, and no apply recovers; so a region outside those six
+  # must be chosen at plan time (image_build_region; the precondition below). https://cloud.google.com/build/docs/locations
+  cloud_build_unrestricted_regions = ["us-central1", "us-west2", "europe-west1", "asia-east1", "australia-southeast1", "southamerica-east1"]
+  image_build_region = (
+    var.image_build_worker_pool != null ? regex("/locations/([^/]+)/", var.image_build_worker_pool)[0] :
+    var.image_build_region != null ? var.image_build_region : var.region
+  )
+  image_build_region_chosen = var.image_build_worker_pool != null || var.image_build_region != null || contains(local.cloud_build_unrestricted_regions, var.region)
+}

@@ -151,7 +151,7 @@ output "event_trigger" {
 }
 
 output "trigger_subscription_prefix" {
-  description = "How the Pub/Sub subscription Eventarc created for the trigger is named: eventarc-<region>-<trigger id>-sub- followed by a number (the subscription holds every event not yet acknowledged; the event_backlog alert selects it by this prefix)."
+  description = "How the Pub/Sub subscription Eventarc created for the trigger is named: eventarc-<region>-<trigger id>-sub- followed by a number (the subscription holds every event not yet acknowledged; the event_backlog alert and the dashboard select it by this prefix; Google promises only eventarc-<region>-, and `orbax2reg cloud check` fails when the subscription does not match)."
   value       = local.trigger_subscription_prefix
 }
 

@@ -27,26 +27,25 @@ locals {
 
   # The function: its TypeScript, compiled by Cloud Functions' own build (Google's Node.js buildpack runs the
   # `gcp-build` script with devDependencies installed, then prunes them: https://cloud.google.com/run/docs/runtimes/nodejs,
-  # "NPM build scripts"; https://cloud.google.com/appengine/docs/standard/nodejs/running-custom-build-step), from the
-  # lockfile (`npm ci`: the tested versions). tsconfig.build.json compiles src/, jobs/ and functions/.
+  # "NPM build scripts"; https://cloud.google.com/appengine/docs/standard/nodejs/running-custom-build-step), from a
+  # lockfile (`npm ci`: the tested versions). Its package.json and lockfile are functions/'s, at the archive's root:
+  # only the packages functions/index.ts loads, cut from the repository's lockfile (same versions), so the build
+  # installs no zstd addon, whose install script would fetch a prebuilt binary from GitHub (else node-gyp the headers
+  # from nodejs.org): a build that may not reach the internet, or an organization that requires builds in a worker
+  # pool (https://cloud.google.com/functions/docs/securing/custom-constraints), refuses that. functions/tsconfig.json
+  # compiles the function and what it imports, nothing else of src/.
   function_source_files = sort(concat(
-    ["package-lock.json", "tsconfig.json", "tsconfig.build.json"],
-    tolist(fileset(local.repository_root, "{src,jobs,functions}/**")),
+    ["tsconfig.json", "functions/tsconfig.json"],
+    tolist(fileset(local.repository_root, "src/**")),
+    tolist(fileset(local.repository_root, "functions/*.ts")),
   ))
-  repository_package = jsondecode(file("${local.repository_root}/package.json"))
-  # The repository's package.json with `main` naming the function's module (the Functions Framework loads it) and
-  # `gcp-build` as its only script: no `prepare` (npm would run it at every install, also after the prune, without
-  # TypeScript), no `build` (the buildpack would run that too). The dependencies stay exactly the lockfile's.
-  function_package_json = jsonencode(merge(
-    { for k, v in local.repository_package : k => v if !contains(["bin", "files", "scripts"], k) },
-    {
-      main    = "dist/functions/index.js"
-      scripts = { "gcp-build" = "tsc -p tsconfig.build.json --sourceMap false --declaration false --incremental false" }
-    },
-  ))
+  function_package_json = file("${local.repository_root}/functions/package.json")
+  function_package_lock = file("${local.repository_root}/functions/package-lock.json")
+  function_npmrc        = var.npm_registry == null ? null : "registry=${var.npm_registry}\n"
   function_source_id = sha256(join("", concat(
     [for f in local.function_source_files : "${f} ${filesha256("${local.repository_root}/${f}")}\n"],
-    ["package.json ${sha256(local.function_package_json)}\n"],
+    ["package.json ${sha256(local.function_package_json)}\n", "package-lock.json ${sha256(local.function_package_lock)}\n"],
+    local.function_npmrc == null ? [] : [".npmrc ${sha256(local.function_npmrc)}\n"],
   )))
   function_source_object_name = "orbax2reg/function-${substr(local.function_source_id, 0, 16)}.zip"
 }

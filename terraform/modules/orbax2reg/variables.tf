@@ -378,7 +378,7 @@ variable "image" {
 }
 
 variable "image_build_worker_pool" {
-  description = "Cloud Build private pool the image is built in, as projects/<project>/locations/<region>/workerPools/<pool> (the build then runs in that region). null: Cloud Build's default pool in `region`. The build reaches only the npm registry, Debian's archive and the base image (image_build_node_image): the zstd addon is compiled from source against the base image's own Node headers (Dockerfile)."
+  description = "Cloud Build private pool the image is built in, as projects/<project>/locations/<region>/workerPools/<pool> (the build then runs in that region). null: Cloud Build's default pool in image_build_region. The build fetches the base image (image_build_node_image), Debian packages (the compilers of the zstd addon) and the npm packages of the lockfile: a pool without public egress (NO_PUBLIC_EGRESS) reaches none of them unless image_build_node_image, debian_mirror and npm_registry name copies it can reach (egressOption NO_PUBLIC_EGRESS: https://cloud.google.com/build/docs/api/reference/rest/v1/projects.locations.workerPools)."
   type        = string
   default     = null
 
@@ -388,8 +388,64 @@ variable "image_build_worker_pool" {
   }
 }
 
+variable "image_build_region" {
+  description = "Region of the image's Cloud Build run in Cloud Build's default pool (ignored with image_build_worker_pool, whose region the build runs in). null: region, when it is one of the regions where every project may run Cloud Build (us-central1, us-west2, europe-west1, asia-east1, australia-southeast1, southamerica-east1); for any other region the plan fails and asks for this to be set, since some projects may run Cloud Build only in those six (https://cloud.google.com/build/docs/locations, \"Restricted regions for some projects\"): set it to one of them, or to region itself when the project is known not to be restricted. The image is pushed to the repository in region either way."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.image_build_region == null ? true : can(regex("^[a-z]+-[a-z]+[0-9]+$", var.image_build_region))
+    error_message = "image_build_region must be null or a single Google Cloud region such as us-central1."
+  }
+}
+
+variable "npm_registry" {
+  description = "npm registry the builds install the lockfile's packages from (an Artifact Registry npm remote repository, a company mirror), as its https:// URL: the jobs' image build (the Dockerfile's NPM_REGISTRY) and the function's build (an .npmrc in its archive). null: npm's public registry. A worker pool without public egress needs it. The lockfiles record versions and integrity hashes but no download URLs (no \"resolved\" fields), so npm fetches every package from the configured registry and checks it against the lockfile's hash."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.npm_registry == null ? true : can(regex("^https?://[^\\s,\"']+$", var.npm_registry))
+    error_message = "npm_registry must be null or an http(s):// URL without spaces, commas or quotes."
+  }
+}
+
+variable "debian_mirror" {
+  description = "Debian archive the image build installs the addon's compilers from (the Dockerfile's DEBIAN_MIRROR), as a URL serving the same paths as Debian's own archive (<url>/debian and <url>/debian-security). null: the base image's own sources. A worker pool without public egress needs it."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.debian_mirror == null ? true : can(regex("^https?://[^\\s,\"'#]+$", var.debian_mirror))
+    error_message = "debian_mirror must be null or an http(s):// URL without spaces, commas, quotes or '#'."
+  }
+}
+
+variable "function_build_worker_pool" {
+  description = "Cloud Build private pool Cloud Functions builds the trigger function in (build_config.worker_pool), as projects/<project>/locations/<region>/workerPools/<pool>: what an organization policy requiring a worker pool for functions checks (resource.buildConfig.workerPool: https://cloud.google.com/functions/docs/securing/custom-constraints). null: Cloud Functions' default. The function's build fetches only npm packages (no install script of its dependencies downloads anything): a pool without public egress needs npm_registry."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.function_build_worker_pool == null ? true : can(regex("^projects/[^/]+/locations/[^/]+/workerPools/[^/]+$", var.function_build_worker_pool))
+    error_message = "function_build_worker_pool must be null or projects/<project>/locations/<region>/workerPools/<pool>."
+  }
+}
+
+variable "image_versions_kept" {
+  description = "Artifact Registry cleanup policies of the module's two repositories (the jobs' image, the function's builds): of each package, the newest this many versions are kept and older ones deleted once a day old. Every code change pushes a new image; without a policy they stay, and are billed, forever (https://cloud.google.com/artifact-registry/docs/repositories/cleanup-policy). Older images are rebuilt when needed: a version whose sources come back gets its tag again from a new build."
+  type        = number
+  default     = 5
+  nullable    = false
+
+  validation {
+    condition     = var.image_versions_kept >= 1 && var.image_versions_kept <= 100 && floor(var.image_versions_kept) == var.image_versions_kept
+    error_message = "image_versions_kept must be an integer from 1 to 100."
+  }
+}
+
 variable "image_build_node_image" {
-  description = "Base image of the jobs' image (the Dockerfile's NODE_IMAGE build argument, default node:22-bookworm-slim from Docker Hub). A builder that cannot reach Docker Hub names a copy of it, e.g. in an Artifact Registry remote repository. Part of the image's identity: changing it rebuilds the image and redeploys the jobs."
+  description = "Base image of the jobs' image (the Dockerfile's NODE_IMAGE build argument, default node:22-bookworm-slim from Docker Hub). A builder that cannot reach Docker Hub names a copy of it, e.g. in an Artifact Registry remote repository. Part of the image's identity, as written: changing it rebuilds the image and redeploys the jobs, but a tag alone is never looked up again, so a base image updated under the same tag (security fixes) is not rebuilt into the jobs' image. Pin it by digest (node:22-bookworm-slim@sha256:<digest>) and move the digest to take an update."
   type        = string
   default     = "node:22-bookworm-slim"
   nullable    = false

@@ -6,7 +6,7 @@
 import { PassThroughClient } from "google-auth-library";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { readTriggerDelivery, type TriggerDelivery } from "../../../src/cloud/api/trigger-delivery.js";
-import { checkDelivery, TRIGGER_WARM_UP_MS } from "../../../src/cloud/ops/check-delivery.js";
+import { checkDelivery, TRIGGER_WARM_UP_MS, triggerSubscriptionPrefix } from "../../../src/cloud/ops/check-delivery.js";
 import { startTriggerStandIn, type TriggerStandIn } from "../../helpers/eventarc-stand-in.js";
 
 const TRIGGER = "projects/p/locations/us-central1/triggers/orbax2reg-on-checkpoint-123456";
@@ -51,6 +51,21 @@ describe("the delivery stage", () => {
       "trigger orbax2reg-on-checkpoint-123456 created 3 h ago; subscription eventarc-us-central1-orbax2reg-on-checkpoint-123456-sub-789: " +
         "ack deadline 600 s, at least the function's timeout of 60 s; no dead-letter topic (Eventarc discards an event 24 h after it was sent)",
     );
+  });
+
+  test("a subscription not named eventarc-REGION-TRIGGER_ID-sub-, the prefix the backlog alert and the dashboard select by, fails the stage naming both", async () => {
+    const renamed = "projects/p/subscriptions/eventarc-us-central1-renamed-sub-789";
+    const r = await run(delivery({ subscription: renamed }));
+    expect(r.ok).toBe(false);
+    expect(r.detail).toContain(
+      "subscription eventarc-us-central1-renamed-sub-789 does not start with eventarc-us-central1-orbax2reg-on-checkpoint-123456-sub-, the prefix the backlog alert",
+    );
+    expect(r.detail).toContain(`gcloud pubsub subscriptions describe ${renamed}`);
+  });
+
+  test("the prefix is the trigger's region and id, as alerts.tf derives it from the trigger's name", () => {
+    expect(triggerSubscriptionPrefix(TRIGGER)).toBe("eventarc-us-central1-orbax2reg-on-checkpoint-123456-sub-");
+    expect(triggerSubscriptionPrefix("not/a/trigger")).toBeUndefined();
   });
 
   test("a trigger created 30 s ago is waited for until it is two minutes old, said before the wait", async () => {
