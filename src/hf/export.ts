@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { assertNoOverlap } from "../convert/convert.js";
-import { ConflictError } from "../errors.js";
+import { ConflictError, UsageError } from "../errors.js";
 import { openStore } from "../store/open.js";
 import type { Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
@@ -9,7 +9,8 @@ import { type Dims, type OutputTensor, planExport, STACKED_PREFIX } from "./llam
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
 import { type ExportSource, MAX_GCS_READ_WINDOW, openExportSource, READ_WINDOW, readWindow } from "./source.js";
-import { Cursors, outputBytes, produceInOrder } from "./stream.js";
+import { planSpill, Spill, type SpillPlan } from "./spill.js";
+import { bands, Cursors, outputBytes, produceInOrder } from "./stream.js";
 
 /**
  * `orbax2reg export-hf`: a fuji step as a Hugging Face Llama checkpoint. Refuses a tree that is not a fuji
@@ -65,6 +66,10 @@ export interface ExportResult {
   readonly decodersNeeded: number;
   readonly decoderBytes: number;
   readonly peakOpenDecoders: number;
+  /** Arrays made through the spill of chunk groups (spill.ts): more chunks per layer than --memory keeps open. */
+  readonly spilledArrays: number;
+  /** When chunks were decoded more than once for lack of --memory: the --memory that would decode each once. */
+  readonly memoryWithoutRereads?: number;
 }
 
 /**
@@ -141,6 +146,9 @@ export function largestStacked(tensors: readonly OutputTensor[], dtype: Safetens
  */
 export const DEFAULT_EXPORT_MEMORY = 336 * 2 ** 20;
 
+/** The least --memory export-hf takes: 8 decoders (memoryPlan keeps at least 8) and the smallest bands. */
+export const MIN_EXPORT_MEMORY = 8 * DECODER_BYTES + MIN_BAND_BYTES;
+
 /**
  * The chunk decoders open at once: tensors come array by array, and a stacked array's chunks stay open from
  * its first layer to its last (each spans every layer), so the most chunks one layer of one array covers.
@@ -199,6 +207,10 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
 }
 
 export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
+  if (options.memoryBytes < MIN_EXPORT_MEMORY)
+    throw new UsageError(
+      `--memory ${(options.memoryBytes / 2 ** 20).toFixed(1)} MiB is below the ${MIN_EXPORT_MEMORY / 2 ** 20} MiB export-hf needs at least (8 chunk decoders of 1.25 MiB and 16 MiB of output tensors)`,
+    );
   const p = await prepareExport(sourceLocation, options);
   const dest = await openStore(destLocation);
   await assertNoOverlap(p.source.location, dest.url);
@@ -233,14 +245,20 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     alreadyExported: already,
     resumed: same && !already,
     chunkRereads: rereads,
-    openDecoders: Math.min(decoders, memory.maxOpen),
+    openDecoders: Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values()),
     decodersNeeded: decoders,
-    decoderBytes: Math.min(decoders, memory.maxOpen) * decoderBytes(window),
+    decoderBytes: Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values()) * decoderBytes(window),
     peakOpenDecoders: peak,
+    spilledArrays: spillPlan.groupSize.size,
+    ...(rereads > 0 && spillPlan.memoryWithoutRereads !== undefined ? { memoryWithoutRereads: spillPlan.memoryWithoutRereads } : {}),
   });
   const decoders = openDecoders(p.plan.tensors);
   const window = exportWindow(p.source.location, decoders, options.memoryBytes);
   const memory = memoryPlan(decoders, options.memoryBytes, largestStacked(p.plan.tensors, p.st), decoderBytes(window));
+  // Arrays cut in more chunks per layer than the plan keeps open (or with a layer's tensor over its bands) go
+  // through the spill of chunk groups, each chunk decoded once; the scratch writer's buffer is counted.
+  const scratchBuffer = Math.min(dest.writeBuffer ?? 0, 8 * 2 ** 20);
+  const spillPlan = planSpill(p.plan.tensors, p.st, options.memoryBytes, memory, decoderBytes(window), scratchBuffer);
   // Shards already in place: a matching record, the planned size and the planned header.
   const done = new Set<string>();
   if (same) {
@@ -267,42 +285,92 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   // array would decode that array's earlier layers again to reach its own; what runs in parallel is the reading
   // ahead, the decoding and the writing of each shard (a local file's writes and flushes, a GCS upload).
   const cursors = new Cursors(maxOpen, window);
+  const spill = new Spill(dest, p.st, window, scratchBuffer);
+  const producer: Producer = { dtype: p.st, maxBand, budget, cursors, spill, plan: spillPlan, ...todo(p.shards, done) };
   const written = new Set<string>();
+  if (spillPlan.groupSize.size > 0) await Spill.removeAll(dest);
   try {
     for (const s of p.shards) {
       if (done.has(s.name)) {
         for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
         continue;
       }
-      await dest.write(s.name, shardBytes(s, p.st, maxBand, budget, cursors, options.onTensor));
+      await dest.write(s.name, shardBytes(s, producer, options.onTensor));
       written.add(s.name);
     }
   } finally {
     await cursors.closeAll();
+    if (spillPlan.groupSize.size > 0) await Spill.removeAll(dest);
   }
-  const rereads = cursors.reopened;
+  const rereads = cursors.reopened + spill.reopened;
   await dest.write("config.json", text.encode(configText(p.built.config)));
   await dest.write("generation_config.json", text.encode(configText(p.built.generation)));
   await dest.makeDurable?.("");
   await dest.write(INDEX_NAME, text.encode(indexText(p.totalSize, p.weightMap)));
   await dest.makeDurable?.(INDEX_NAME);
   await dest.flushed?.();
-  return summary(written, false, rereads, cursors.peakOpen);
+  return summary(written, false, rereads, Math.max(cursors.peakOpen, spill.peakOpen));
 }
 
-/** A shard's bytes: its header, then each tensor band by band (produceInOrder). */
-async function* shardBytes(
-  s: ShardPlan,
-  dtype: SafetensorsDtype,
-  maxBand: number,
-  budget: Budget,
-  cursors: Cursors,
-  onTensor?: (name: string, bytes: number) => void,
-): AsyncIterable<Uint8Array> {
+/** What makes the shards' tensors: the streaming engine's cursors, and the spill for the arrays it holds. */
+interface Producer {
+  readonly dtype: SafetensorsDtype;
+  readonly maxBand: number;
+  readonly budget: Budget;
+  readonly cursors: Cursors;
+  readonly spill: Spill;
+  readonly plan: SpillPlan;
+  /** The tensors still to write, by array (what a spill makes), and how many of each are left. */
+  readonly needed: ReadonlyMap<OutputTensor["array"], OutputTensor[]>;
+  readonly left: Map<OutputTensor["array"], number>;
+}
+
+function todo(shards: readonly ShardPlan[], done: ReadonlySet<string>) {
+  const needed = new Map<OutputTensor["array"], OutputTensor[]>();
+  for (const s of shards) {
+    if (done.has(s.name)) continue;
+    for (const t of s.tensors) needed.set(t.array, [...(needed.get(t.array) ?? []), t]);
+  }
+  return { needed, left: new Map([...needed].map(([a, ts]) => [a, ts.length])) };
+}
+
+/**
+ * A shard's bytes: its header, then each tensor band by band: streamed (produceInOrder), or, for an array the
+ * spill holds, put together from its groups' sub-blocks (spilled when its first tensor comes).
+ */
+async function* shardBytes(s: ShardPlan, p: Producer, onTensor?: (name: string, bytes: number) => void): AsyncIterable<Uint8Array> {
   yield s.header;
-  for await (const piece of produceInOrder(s.tensors, dtype, maxBand, cursors, budget)) {
-    yield piece.bytes;
-    if (piece.last) onTensor?.(piece.t.name, outputBytes(piece.t, dtype));
+  for (let i = 0; i < s.tensors.length; ) {
+    const t = s.tensors[i] as OutputTensor;
+    const k = p.plan.groupSize.get(t.array.path);
+    if (k === undefined) {
+      let j = i + 1;
+      while (j < s.tensors.length && !p.plan.groupSize.has((s.tensors[j] as OutputTensor).array.path)) j++;
+      for await (const piece of produceInOrder(s.tensors.slice(i, j), p.dtype, p.maxBand, p.cursors, p.budget)) {
+        yield piece.bytes;
+        if (piece.last) onTensor?.(piece.t.name, outputBytes(piece.t, p.dtype));
+      }
+      i = j;
+      continue;
+    }
+    if (!p.spill.has(t.array)) {
+      // The arrays before it are made (array-major order): their decoders go before the groups' open.
+      await p.cursors.closeAll();
+      await p.spill.spill(t.array, p.needed.get(t.array) ?? [], k);
+    }
+    for (const [u0, u1] of bands(t, p.dtype, p.maxBand)) {
+      const release = await p.budget.acquire((outputBytes(t, p.dtype) * (u1 - u0)) / (t.extent[t.bandDim] as number));
+      try {
+        yield await p.spill.band(t, u0, u1);
+      } finally {
+        release();
+      }
+    }
+    onTensor?.(t.name, outputBytes(t, p.dtype));
+    const left = (p.left.get(t.array) ?? 1) - 1;
+    p.left.set(t.array, left);
+    if (left === 0) await p.spill.done(t.array);
+    i++;
   }
 }
 
