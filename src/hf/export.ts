@@ -74,10 +74,13 @@ export interface ExportResult {
 
 /**
  * What one open chunk decoder holds, measured: zstd's window (512 KiB for TensorStore's level-1 frames) and
- * buffers, a read window ahead and a decoded piece; 120 decoders opened on the 2 GB fuji step's stacked weights
- * took RSS from 60 to 208 MiB.
+ * buffers, a read window ahead and a decoded piece, and the garbage they leave until it is collected; 120
+ * decoders opened on the 2 GB fuji step's stacked weights took RSS from 60 to 208 MiB (1.23 MiB each), and on
+ * its params cut 256 ways (bench/gen_fuji_cut.py) 190 decoders gave a peak RSS of 497 MiB, 238 gave 589 MiB
+ * (1.9 MiB each at the margin), 256 gave 605 MiB: counted at 1.75 MiB, the default --memory keeps the peak
+ * under 512 MiB.
  */
-export const DECODER_BYTES = 1.25 * 2 ** 20;
+export const DECODER_BYTES = 1.75 * 2 ** 20;
 
 /** What one open decoder holds reading `window` at a time: that window and the one fetched ahead. */
 export function decoderBytes(window: number): number {
@@ -209,7 +212,7 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
 export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
   if (options.memoryBytes < MIN_EXPORT_MEMORY)
     throw new UsageError(
-      `--memory ${(options.memoryBytes / 2 ** 20).toFixed(1)} MiB is below the ${MIN_EXPORT_MEMORY / 2 ** 20} MiB export-hf needs at least (8 chunk decoders of 1.25 MiB and 16 MiB of output tensors)`,
+      `--memory ${(options.memoryBytes / 2 ** 20).toFixed(1)} MiB is below the ${MIN_EXPORT_MEMORY / 2 ** 20} MiB export-hf needs at least (8 chunk decoders of ${DECODER_BYTES / 2 ** 20} MiB and ${MIN_BAND_BYTES / 2 ** 20} MiB of output tensors)`,
     );
   const p = await prepareExport(sourceLocation, options);
   const dest = await openStore(destLocation);
