@@ -274,7 +274,7 @@ export class Spill {
         }
       }
       try {
-        await this.store.write(key, subBlocks(), { bufferBytes: this.bufferBytes });
+        await this.store.write(key, subBlocks(), { bufferBytes: this.bufferBytes, scratch: true });
       } finally {
         await cursors.closeAll();
         this.reopened += cursors.reopened;
