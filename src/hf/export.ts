@@ -111,9 +111,9 @@ export const MIN_BAND_BYTES = 16 * 2 ** 20;
  * re-decoding from a chunk's start (a zstd stream cannot go back): a stacked tensor made in k bands decodes
  * every chunk of its layer k-1 extra times, while capping the decoders at a fraction f of those wanted re-decodes
  * only the (1-f) closed ones. So bands first get the largest stacked tensor whole (or as few bands as fit), the
- * decoders the rest, choosing the split that re-decodes least (at least 8 decoders, bands at least 1 MiB):
- * fuji-7B at fsdp=256 under the default keeps the 86 MiB gate_proj whole and 200 of 256 decoders, instead of
- * 6 bands per layer.
+ * decoders the rest, choosing the split that re-decodes least (at least 8 decoders, bands at least 1 MiB).
+ * A stacked array this plan cannot make with all its chunks open and its layer's tensors whole does not take
+ * these shortfalls: it goes through the spill (spill.ts, planSpill), every chunk decoded once.
  */
 export function memoryPlan(
   decoders: number,
@@ -143,9 +143,9 @@ export function largestStacked(tensors: readonly OutputTensor[], dtype: Safetens
 
 /**
  * export-hf's default --memory: with what a process needs besides (about 170 MiB: the runtime, zstd, the
- * writer) the peak RSS stays near 512 MiB. fuji.py's meshes cut a layer weight in at most 256 pieces (fsdp=256 on
- * tpu-v5litepod-256): 320 MiB of decoders, all open when a layer's largest tensor fits in the 16 MiB left,
- * else memoryPlan trades some of them for whole bands.
+ * writer) the peak RSS stays under 512 MiB. 182 decoders fit beside 16 MiB of bands: a source cut finer (fuji.py's
+ * fsdp=256 meshes cut a layer weight in 256, the 70B's fsdp=-1 on 1,024 chips in 1,024) goes through the spill
+ * in groups of about 190 chunks.
  */
 export const DEFAULT_EXPORT_MEMORY = 336 * 2 ** 20;
 
