@@ -291,7 +291,8 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   const spill = new Spill(dest, p.st, window, scratchBuffer);
   const producer: Producer = { dtype: p.st, maxBand, budget, cursors, spill, plan: spillPlan, ...todo(p.shards, done) };
   const written = new Set<string>();
-  if (spillPlan.groupSize.size > 0) await Spill.removeAll(dest);
+  // Scratch objects an interrupted export left (whether or not this one spills) go before anything is made.
+  await Spill.removeAll(dest);
   try {
     for (const s of p.shards) {
       if (done.has(s.name)) {

@@ -324,15 +324,21 @@ describe("export-hf of grouped-QKV trees and trees that are not fuji's", () => {
       }
     });
 
-    test("scratch objects an interrupted export left are removed by the next", async () => {
-      const root = tempDir("hf");
-      const dest = join(root, "hf");
-      mkdirSync(dest, { recursive: true });
-      writeFileSync(join(dest, ".orbax2reg-spill.0.3"), "left by a killed export");
-      const r = await runCli(["export-hf", step(root), dest, ...args]);
-      expect(r.code, r.stderr).toBe(0);
-      expect(readdirSync(dest).filter((n) => n.includes("spill"))).toEqual([]);
-    });
+    for (const [how, memory] of [
+      ["spilling too", "30"],
+      ["not spilling (all decoders fit)", "336"],
+    ] as const) {
+      test(`scratch objects an interrupted export left are removed by the next, ${how}`, async () => {
+        const root = tempDir("hf");
+        const dest = join(root, "hf");
+        mkdirSync(dest, { recursive: true });
+        writeFileSync(join(dest, ".orbax2reg-spill.0.3"), "left by a killed export");
+        const r = await runCli(["export-hf", step(root), dest, "--memory", memory, "--json", "--no-progress"]);
+        expect(r.code, r.stderr).toBe(0);
+        expect(json(r.stdout).spilledArrays).toBe(memory === "30" ? 5 : 0);
+        expect(readdirSync(dest).filter((n) => n.includes("spill"))).toEqual([]);
+      });
+    }
   });
 
   test("--memory below what export-hf needs is refused with one line (exit 2), nothing written", async () => {
