@@ -43,7 +43,6 @@ export function chunkTiles(array: SourceArray, k: number, wholeLast: boolean): B
   const grid = chunkGrid(array.meta);
   const r = shape.length;
   const tile = grid.slice();
-  tile[0] = grid[0] as number;
   const size = () => tile.slice(1).reduce((a, b) => a * b, 1);
   while (size() > k) {
     let d = -1;
