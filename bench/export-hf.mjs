@@ -10,9 +10,14 @@
 // fuji-7B-v2's real dimensions, params only (bench/gen_fuji_big.py, ~25 GB on disk; --big-dims to scale it).
 // See bench/README.md ("export-hf.mjs").
 //
+// With --cuts 8,256,1024 (issue 43, section 3), the same params cut N ways per weight (bench/gen_fuji_cut.py: a
+// regular step, each sharded weight in N chunks spanning every layer) are exported side by side with (b) on the
+// 2 GB step: wall, CPU, peak RSS and export-hf's chunk re-reads, open decoders and spilled arrays, per cut.
+//
 //   npm run build && node bench/export-hf.mjs [--runs N] [--big] [--big-runs N] [--big-dims layers=16,...]
 //                                             [--only-big] [--keep-big] [--no-python] [--routes a,b,c]
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statfsSync } from "node:fs";
+//                                             [--cuts 8,256,1024] [--only-cuts]
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statfsSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
 import {
@@ -331,7 +336,92 @@ say(
 );
 mkdirSync(OUT, { recursive: true });
 
-if (!flag("--only-big")) {
+/**
+ * export-hf of the params cut N ways (bench/gen_fuji_cut.py) against (b) on the 2 GB Orbax step (the same params,
+ * cut 8 ways), interleaved, best of `runs` each.
+ */
+async function benchCuts(cuts, runs, orbaxStep) {
+  const dest = join(OUT, "cut");
+  say(`## The params cut N ways per weight (bench/gen_fuji_cut.py), export-hf against convert of the 2 GB step`);
+  say();
+  const steps = {};
+  for (const n of cuts) {
+    const gen = must(sh(PYTHON, ["bench/gen_fuji_cut.py", String(n)], { stdio: ["ignore", "pipe", "inherit"] }), "bench/gen_fuji_cut.py");
+    const info = JSON.parse(gen.stdout.trim().split("\n").pop());
+    steps[n] = resolve(info.step_dir);
+    warm(filesUnder(steps[n]));
+    say(`  cut ${n}: ${info.step_dir}, ${filesUnder(steps[n]).length} files, ${info.stored_bytes.toLocaleString("en-US")} B`);
+  }
+  say();
+  const routes = [
+    ["convert", [CLI, ["convert", orbaxStep, dest, "--params-only", "--dtype", "bfloat16", "--json"]]],
+    ...cuts.map((n) => [`export-hf cut ${n}`, [CLI, ["export-hf", steps[n], dest, "--json", "--no-progress"]]]),
+  ];
+  const results = Object.fromEntries(routes.map(([name]) => [name, []]));
+  for (let round = 1; round <= runs; round++) {
+    for (const [name, cmd] of routes) {
+      freshDir(dest);
+      const background = cpuBusy();
+      const r = await timed(...cmd);
+      r.background = background;
+      r.flush = syncSeconds();
+      if (r.status !== 0) {
+        say(`  ${round}. ${name} FAILED (exit ${r.status}): ${r.stderr.trim().split("\n").slice(-3).join(" | ")}`);
+        process.exitCode = 1;
+        continue;
+      }
+      if (name !== "convert") {
+        const j = JSON.parse(r.stdout);
+        r.report = j;
+        if (r.stderr.trim() !== "") say(`     stderr: ${r.stderr.trim()}`);
+        if (readdirSync(dest).some((f) => f.startsWith(".orbax2reg-spill."))) {
+          say(`  ${round}. ${name}: scratch objects LEFT BEHIND`);
+          process.exitCode = 1;
+        }
+      }
+      results[name].push(r);
+      const extra = r.report
+        ? `  re-reads ${r.report.chunkRereads}  decoders ${r.report.peakOpenDecoders}/${r.report.decodersNeeded}  spilled ${r.report.spilledArrays}`
+        : "";
+      say(
+        `  ${round}. ${name.padEnd(18)} ${fmt(r.seconds).padStart(7)} s  CPU ${fmt(r.cpu).padStart(6)} s  peak RSS ${fmt(r.rssKiB / 1024, 0).padStart(5)} MiB  (others ${fmt(100 * background, 0)} %)${extra}`,
+      );
+    }
+  }
+  rmSync(dest, { recursive: true, force: true });
+  say();
+  const best = (name) => results[name].reduce((x, y) => (y.seconds < x.seconds ? y : x), results[name][0]);
+  const conv = best("convert");
+  const lines = [
+    "| route | best wall | wall / convert | CPU (user+sys) | peak RSS | chunk re-reads | decoders open / per layer | spilled arrays | others before best |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+  ];
+  for (const [name] of routes) {
+    const b = best(name);
+    if (!b) {
+      lines.push(`| ${name} | failed | | | | | | | |`);
+      continue;
+    }
+    const j = b.report;
+    const rss = Math.max(...results[name].map((r) => r.rssKiB)) / 1024;
+    lines.push(
+      `| ${name} | ${fmt(b.seconds)} s | ${conv ? `${fmt(b.seconds / conv.seconds)}x` : ""} | ${fmt(b.cpu)} s | ${fmt(rss, 0)} MiB | ` +
+        `${j ? j.chunkRereads : ""} | ${j ? `${j.peakOpenDecoders} / ${j.decodersNeeded}` : ""} | ${j ? j.spilledArrays : ""} | ${fmt(100 * b.background, 0)} % |`,
+    );
+  }
+  lines.push("", `Targets: each cut's wall <= ${TARGETS.wallVsConvert}x convert's, peak RSS <= ${TARGETS.rssMiB} MiB, no chunk re-read.`);
+  for (const l of lines) say(l);
+  say();
+}
+
+const CUTS = value("--cuts", undefined);
+if (CUTS !== undefined || flag("--only-cuts")) {
+  const { dir, files } = fujiStep(PYTHON);
+  warm(files);
+  await benchCuts((CUTS ?? "8,256,1024").split(",").map(Number), RUNS, dir);
+}
+
+if (!flag("--only-big") && !flag("--only-cuts")) {
   const { info, dir, files, bytes } = fujiStep(PYTHON);
   say(`  2 GB step ${info.step_dir}: ${info.arrays} arrays, ${bytes.toLocaleString("en-US")} B on disk (float32 params + Adam mu/nu)`);
   warm(files);

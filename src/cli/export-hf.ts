@@ -46,9 +46,9 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     onTensor: (name, bytes) => progress?.object(name, bytes),
   });
   progress?.stop();
-  if (result.decodersNeeded > result.openDecoders)
+  if (result.memoryWithoutRereads !== undefined)
     out.warn(
-      `the chunks one layer of one array covers need ${result.decodersNeeded} decoders; --memory holds ${result.openDecoders}, so chunks were decoded again from their start (${result.chunkRereads} times): more --memory, or a source with fewer chunks per weight, is faster`,
+      `--memory ${formatBytes(o.memory ?? DEFAULT_EXPORT_MEMORY)} forced ${result.chunkRereads} chunk re-reads (decoded again from their start); --memory ${Math.ceil(result.memoryWithoutRereads / 2 ** 20)} decodes each chunk once`,
     );
   const seconds = (Date.now() - started) / 1000;
   const c = result.built.config;
@@ -75,6 +75,8 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     decodersNeeded: result.decodersNeeded,
     decoderBytes: result.decoderBytes,
     peakOpenDecoders: result.peakOpenDecoders,
+    spilledArrays: result.spilledArrays,
+    ...(result.memoryWithoutRereads === undefined ? {} : { memoryWithoutRereads: result.memoryWithoutRereads }),
     committed: true,
     storageRetries: retryStats().retries,
     seconds,

@@ -1,5 +1,5 @@
 import { assertNoOverlap } from "../convert/convert.js";
-import { ConflictError } from "../errors.js";
+import { ConflictError, UsageError } from "../errors.js";
 import { openStore } from "../store/open.js";
 import type { Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
@@ -9,7 +9,8 @@ import { type ExportFile, makeRecord, RECORD_NAME, recordText } from "./record.j
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
 import { type ExportSource, MAX_GCS_READ_WINDOW, openExportSource, READ_WINDOW, readWindow } from "./source.js";
-import { Cursors, outputBytes, produceInOrder } from "./stream.js";
+import { planSpill, Spill, type SpillPlan } from "./spill.js";
+import { bands, Cursors, outputBytes, produceInOrder } from "./stream.js";
 import { chooseTokenizer, type TokenizerChoice } from "./vocabularies.js";
 
 /**
@@ -70,14 +71,21 @@ export interface ExportResult {
   readonly decodersNeeded: number;
   readonly decoderBytes: number;
   readonly peakOpenDecoders: number;
+  /** Arrays made through the spill of chunk groups (spill.ts): more chunks per layer than --memory keeps open. */
+  readonly spilledArrays: number;
+  /** When chunks were decoded more than once for lack of --memory: the --memory that would decode each once. */
+  readonly memoryWithoutRereads?: number;
 }
 
 /**
  * What one open chunk decoder holds, measured: zstd's window (512 KiB for TensorStore's level-1 frames) and
- * buffers, a read window ahead and a decoded piece; 120 decoders opened on the 2 GB fuji step's stacked weights
- * took RSS from 60 to 208 MiB.
+ * buffers, a read window ahead and a decoded piece, and the garbage they leave until it is collected; 120
+ * decoders opened on the 2 GB fuji step's stacked weights took RSS from 60 to 208 MiB (1.23 MiB each), and on
+ * its params cut 256 ways (bench/gen_fuji_cut.py) 190 decoders gave a peak RSS of 497 MiB, 238 gave 589 MiB
+ * (1.9 MiB each at the margin), 256 gave 605 MiB: counted at 1.75 MiB, the default --memory keeps the peak
+ * under 512 MiB.
  */
-export const DECODER_BYTES = 1.25 * 2 ** 20;
+export const DECODER_BYTES = 1.75 * 2 ** 20;
 
 /** What one open decoder holds reading `window` at a time: that window and the one fetched ahead. */
 export function decoderBytes(window: number): number {
@@ -108,9 +116,9 @@ export const MIN_BAND_BYTES = 16 * 2 ** 20;
  * re-decoding from a chunk's start (a zstd stream cannot go back): a stacked tensor made in k bands decodes
  * every chunk of its layer k-1 extra times, while capping the decoders at a fraction f of those wanted re-decodes
  * only the (1-f) closed ones. So bands first get the largest stacked tensor whole (or as few bands as fit), the
- * decoders the rest, choosing the split that re-decodes least (at least 8 decoders, bands at least 1 MiB):
- * fuji-7B at fsdp=256 under the default keeps the 86 MiB gate_proj whole and 200 of 256 decoders, instead of
- * 6 bands per layer.
+ * decoders the rest, choosing the split that re-decodes least (at least 8 decoders, bands at least 1 MiB).
+ * A stacked array this plan cannot make with all its chunks open and its layer's tensors whole does not take
+ * these shortfalls: it goes through the spill (spill.ts, planSpill), every chunk decoded once.
  */
 export function memoryPlan(
   decoders: number,
@@ -140,11 +148,14 @@ export function largestStacked(tensors: readonly OutputTensor[], dtype: Safetens
 
 /**
  * export-hf's default --memory: with what a process needs besides (about 170 MiB: the runtime, zstd, the
- * writer) the peak RSS stays near 512 MiB. fuji.py's meshes cut a layer weight in at most 256 pieces (fsdp=256 on
- * tpu-v5litepod-256): 320 MiB of decoders, all open when a layer's largest tensor fits in the 16 MiB left,
- * else memoryPlan trades some of them for whole bands.
+ * writer) the peak RSS stays under 512 MiB. 182 decoders fit beside 16 MiB of bands: a source cut finer (fuji.py's
+ * fsdp=256 meshes cut a layer weight in 256, the 70B's fsdp=-1 on 1,024 chips in 1,024) goes through the spill
+ * in groups of about 190 chunks.
  */
 export const DEFAULT_EXPORT_MEMORY = 336 * 2 ** 20;
+
+/** The least --memory export-hf takes: 8 decoders (memoryPlan keeps at least 8) and the smallest bands. */
+export const MIN_EXPORT_MEMORY = 8 * DECODER_BYTES + MIN_BAND_BYTES;
 
 /**
  * The chunk decoders open at once: tensors come array by array, and a stacked array's chunks stay open from
@@ -211,6 +222,10 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
 }
 
 export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
+  if (options.memoryBytes < MIN_EXPORT_MEMORY)
+    throw new UsageError(
+      `--memory ${(options.memoryBytes / 2 ** 20).toFixed(1)} MiB is below the ${MIN_EXPORT_MEMORY / 2 ** 20} MiB export-hf needs at least (8 chunk decoders of ${DECODER_BYTES / 2 ** 20} MiB and ${MIN_BAND_BYTES / 2 ** 20} MiB of output tensors)`,
+    );
   const p = await prepareExport(sourceLocation, options);
   const dest = await openStore(destLocation);
   await assertNoOverlap(p.source.location, dest.url);
@@ -246,14 +261,20 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     alreadyExported: already,
     resumed: same && !already,
     chunkRereads: rereads,
-    openDecoders: Math.min(decoders, memory.maxOpen),
+    openDecoders: Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values()),
     decodersNeeded: decoders,
-    decoderBytes: Math.min(decoders, memory.maxOpen) * decoderBytes(window),
+    decoderBytes: Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values()) * decoderBytes(window),
     peakOpenDecoders: peak,
+    spilledArrays: spillPlan.groupSize.size,
+    ...(rereads > 0 && spillPlan.memoryWithoutRereads !== undefined ? { memoryWithoutRereads: spillPlan.memoryWithoutRereads } : {}),
   });
   const decoders = openDecoders(p.plan.tensors);
   const window = exportWindow(p.source.location, decoders, options.memoryBytes);
   const memory = memoryPlan(decoders, options.memoryBytes, largestStacked(p.plan.tensors, p.st), decoderBytes(window));
+  // Arrays cut in more chunks per layer than the plan keeps open (or with a layer's tensor over its bands) go
+  // through the spill of chunk groups, each chunk decoded once; the scratch writer's buffer is counted.
+  const scratchBuffer = Math.min(dest.writeBuffer ?? 0, 8 * 2 ** 20);
+  const spillPlan = planSpill(p.plan.tensors, p.st, options.memoryBytes, memory, decoderBytes(window), scratchBuffer);
   // Shards already in place: a matching record, the planned size and the planned header.
   const done = new Set<string>();
   if (same) {
@@ -280,41 +301,92 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   // array would decode that array's earlier layers again to reach its own; what runs in parallel is the reading
   // ahead, the decoding and the writing of each shard (a local file's writes and flushes, a GCS upload).
   const cursors = new Cursors(maxOpen, window);
+  const spill = new Spill(dest, p.st, window, scratchBuffer);
+  const producer: Producer = { dtype: p.st, maxBand, budget, cursors, spill, plan: spillPlan, ...todo(p.shards, done) };
   const written = new Set<string>();
+  // Scratch objects an interrupted export left (whether or not this one spills) go before anything is made.
+  await Spill.removeAll(dest);
   try {
     for (const s of p.shards) {
       if (done.has(s.name)) {
         for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
         continue;
       }
-      await dest.write(s.name, shardBytes(s, p.st, maxBand, budget, cursors, options.onTensor));
+      await dest.write(s.name, shardBytes(s, producer, options.onTensor));
       written.add(s.name);
     }
   } finally {
     await cursors.closeAll();
+    if (spillPlan.groupSize.size > 0) await Spill.removeAll(dest);
   }
-  const rereads = cursors.reopened;
+  const rereads = cursors.reopened + spill.reopened;
   for (const f of p.files) await dest.write(f.name, f.bytes);
   await dest.makeDurable?.("");
   await dest.write(INDEX_NAME, text.encode(indexText(p.totalSize, p.weightMap)));
   await dest.makeDurable?.(INDEX_NAME);
   await dest.flushed?.();
-  return summary(written, false, rereads, cursors.peakOpen);
+  return summary(written, false, rereads, Math.max(cursors.peakOpen, spill.peakOpen));
 }
 
-/** A shard's bytes: its header, then each tensor band by band (produceInOrder). */
-async function* shardBytes(
-  s: ShardPlan,
-  dtype: SafetensorsDtype,
-  maxBand: number,
-  budget: Budget,
-  cursors: Cursors,
-  onTensor?: (name: string, bytes: number) => void,
-): AsyncIterable<Uint8Array> {
+/** What makes the shards' tensors: the streaming engine's cursors, and the spill for the arrays it holds. */
+interface Producer {
+  readonly dtype: SafetensorsDtype;
+  readonly maxBand: number;
+  readonly budget: Budget;
+  readonly cursors: Cursors;
+  readonly spill: Spill;
+  readonly plan: SpillPlan;
+  /** The tensors still to write, by array (what a spill makes), and how many of each are left. */
+  readonly needed: ReadonlyMap<OutputTensor["array"], OutputTensor[]>;
+  readonly left: Map<OutputTensor["array"], number>;
+}
+
+function todo(shards: readonly ShardPlan[], done: ReadonlySet<string>) {
+  const needed = new Map<OutputTensor["array"], OutputTensor[]>();
+  for (const s of shards) {
+    if (done.has(s.name)) continue;
+    for (const t of s.tensors) needed.set(t.array, [...(needed.get(t.array) ?? []), t]);
+  }
+  return { needed, left: new Map([...needed].map(([a, ts]) => [a, ts.length])) };
+}
+
+/**
+ * A shard's bytes: its header, then each tensor band by band: streamed (produceInOrder), or, for an array the
+ * spill holds, put together from its groups' sub-blocks (spilled when its first tensor comes).
+ */
+async function* shardBytes(s: ShardPlan, p: Producer, onTensor?: (name: string, bytes: number) => void): AsyncIterable<Uint8Array> {
   yield s.header;
-  for await (const piece of produceInOrder(s.tensors, dtype, maxBand, cursors, budget)) {
-    yield piece.bytes;
-    if (piece.last) onTensor?.(piece.t.name, outputBytes(piece.t, dtype));
+  for (let i = 0; i < s.tensors.length; ) {
+    const t = s.tensors[i] as OutputTensor;
+    const k = p.plan.groupSize.get(t.array.path);
+    if (k === undefined) {
+      let j = i + 1;
+      while (j < s.tensors.length && !p.plan.groupSize.has((s.tensors[j] as OutputTensor).array.path)) j++;
+      for await (const piece of produceInOrder(s.tensors.slice(i, j), p.dtype, p.maxBand, p.cursors, p.budget)) {
+        yield piece.bytes;
+        if (piece.last) onTensor?.(piece.t.name, outputBytes(piece.t, p.dtype));
+      }
+      i = j;
+      continue;
+    }
+    if (!p.spill.has(t.array)) {
+      // The arrays before it are made (array-major order): their decoders go before the groups' open.
+      await p.cursors.closeAll();
+      await p.spill.spill(t.array, p.needed.get(t.array) ?? [], k);
+    }
+    for (const [u0, u1] of bands(t, p.dtype, p.maxBand)) {
+      const release = await p.budget.acquire((outputBytes(t, p.dtype) * (u1 - u0)) / (t.extent[t.bandDim] as number));
+      try {
+        yield await p.spill.band(t, u0, u1);
+      } finally {
+        release();
+      }
+    }
+    onTensor?.(t.name, outputBytes(t, p.dtype));
+    const left = (p.left.get(t.array) ?? 1) - 1;
+    p.left.set(t.array, left);
+    if (left === 0) await p.spill.done(t.array);
+    i++;
   }
 }
 

@@ -24,8 +24,13 @@ class Walker {
   readonly end: number;
   private readonly idx: number[];
   private runStart: number;
+  /** Output offset of the current run's leading coordinates: kept as the run advances, not summed per run. */
+  private base: number;
   private done = false;
   private readonly lastOff: Int32Array;
+  private readonly runLen: number;
+  /** Output offset of the run's first element within its last-dimension coordinates (lastOff's index). */
+  private readonly b0: number;
 
   constructor(
     private readonly chunkShape: readonly number[],
@@ -34,12 +39,12 @@ class Walker {
     private readonly lo: readonly number[],
     private readonly hi: readonly number[],
     /** Output element offset of each run: base from the leading coordinates (box-relative) times their strides. */
-    private readonly boxOffset: readonly number[],
+    boxOffset: readonly number[],
     private readonly outStrides: readonly number[],
     /** Output offset of each last-dimension coordinate (box-relative), permuted where the tensor says. */
     lastOffsets: Int32Array,
     private readonly out: Uint16Array | Uint32Array,
-    private readonly outBase: number,
+    outBase: number,
     private readonly mode: Mode,
   ) {
     const r = chunkShape.length;
@@ -50,6 +55,11 @@ class Walker {
     let last = 0;
     for (let d = 0; d < r; d++) last += ((hi[d] as number) - 1) * (chunkStrides[d] as number);
     this.end = last + 1;
+    this.runLen = (hi[r - 1] as number) - (lo[r - 1] as number);
+    this.b0 = (lo[r - 1] as number) + (boxOffset[r - 1] as number);
+    let base = outBase;
+    for (let d = 0; d < r - 1; d++) base += ((this.idx[d] as number) + (boxOffset[d] as number)) * (outStrides[d] as number);
+    this.base = base;
   }
 
   private flat(idx: readonly number[]): number {
@@ -60,36 +70,75 @@ class Walker {
 
   /** Copies what it needs of elements [p0, p0 + src.length) of the chunk. */
   consume(src: Uint16Array | Uint32Array, p0: number): void {
-    const r = this.chunkShape.length;
-    const runLen = (this.hi[r - 1] as number) - (this.lo[r - 1] as number);
+    if (this.runLen === 1 && this.chunkShape.length > 1) {
+      this.consumeSingles(src, p0);
+      return;
+    }
+    const runLen = this.runLen;
     const p1 = p0 + src.length;
     while (!this.done && this.runStart < p1) {
       const a = Math.max(this.runStart, p0);
       const b = Math.min(this.runStart + runLen, p1);
-      if (a < b) {
-        let base = this.outBase;
-        for (let d = 0; d < r - 1; d++) base += ((this.idx[d] as number) + (this.boxOffset[d] as number)) * (this.outStrides[d] as number);
-        const b0 = a - this.runStart + (this.lo[r - 1] as number) + (this.boxOffset[r - 1] as number);
-        copyRun(src, a - p0, b - a, this.out, base, this.lastOff, b0, this.mode);
-      }
+      if (a < b) copyRun(src, a - p0, b - a, this.out, this.base, this.lastOff, a - this.runStart + this.b0, this.mode);
       if (this.runStart + runLen > p1) return;
       this.advance();
     }
   }
 
+  /**
+   * consume for runs of one element (a chunk one element wide on the last axis, as linear2's under a mesh that
+   * cuts the model axis in as many pieces as it has elements): the runs along the next axis in one loop, not a
+   * copyRun call and an advance each.
+   */
+  private consumeSingles(src: Uint16Array | Uint32Array, p0: number): void {
+    const p1 = p0 + src.length;
+    const d = this.chunkShape.length - 2;
+    const sStep = this.chunkStrides[d] as number;
+    const oStep = this.outStrides[d] as number;
+    const hiD = this.hi[d] as number;
+    const at = this.lastOff[this.b0] as number;
+    const out = this.out;
+    const mode = this.mode;
+    while (!this.done && this.runStart < p1) {
+      let i = this.idx[d] as number;
+      let rs = this.runStart;
+      let o = this.base + at;
+      for (; i < hiD && rs < p1; i++, rs += sStep, o += oStep) {
+        if (rs < p0) continue;
+        const v = src[rs - p0] as number;
+        out[o] = mode === "f32>bf16" ? bf16Bits(v) : mode === "bf16>f32" ? (v << 16) >>> 0 : v;
+      }
+      this.base = o - at;
+      this.runStart = rs;
+      this.idx[d] = i;
+      if (i < hiD) return;
+      // The row along d is done: back to its last run, and on to the next run as advance counts it.
+      this.idx[d] = hiD - 1;
+      this.runStart -= sStep;
+      this.base -= oStep;
+      this.advance();
+    }
+  }
+
+  /** The next run: the leading coordinates counted up like an odometer, runStart and base moved along. */
   private advance(): void {
     const r = this.chunkShape.length;
     let d = r - 2;
     for (; d >= 0; d--) {
-      this.idx[d] = (this.idx[d] as number) + 1;
-      if ((this.idx[d] as number) < (this.hi[d] as number)) break;
+      const next = (this.idx[d] as number) + 1;
+      if (next < (this.hi[d] as number)) {
+        this.idx[d] = next;
+        this.runStart += this.chunkStrides[d] as number;
+        this.base += this.outStrides[d] as number;
+        break;
+      }
+      // Back to lo: undo this coordinate's steps.
+      const steps = (this.idx[d] as number) - (this.lo[d] as number);
       this.idx[d] = this.lo[d] as number;
+      this.runStart -= steps * (this.chunkStrides[d] as number);
+      this.base -= steps * (this.outStrides[d] as number);
     }
-    if (d < 0) {
-      this.done = true;
-      return;
-    }
-    this.runStart = this.flat(this.idx) + (this.lo[r - 1] as number);
+    if (d < 0) this.done = true;
   }
 }
 

@@ -5,7 +5,16 @@ import { crc32c } from "../codecs/crc32c.js";
 import { DestinationError, FormatError, ioCause, NotFoundError, Orbax2RegError, StorageIoError } from "../errors.js";
 import { Budget, forEachLimited } from "../util/budget.js";
 import { replayable } from "./replay.js";
-import { checkKey, type DirListing, describe, type ObjectInfo, type RangeCopy, type Store, type WriteResult } from "./store.js";
+import {
+  checkKey,
+  type DirListing,
+  describe,
+  type ObjectInfo,
+  type RangeCopy,
+  type Store,
+  type WriteOptions,
+  type WriteResult,
+} from "./store.js";
 
 const READ_PIECE = 1 << 30;
 /** The pieces of a readStream: each is read through a descriptor of its own, held only while it is read. */
@@ -285,21 +294,26 @@ export class LocalStore implements Store {
     return { files, dirs };
   }
 
-  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>): Promise<WriteResult> {
-    return this.replaceAtomically(key, async (out) => {
-      if (data instanceof Uint8Array) {
-        await writeAll(out, data);
-        return { size: data.length, crc32c: crc32c(data) };
-      }
-      let size = 0;
-      let sum = 0;
-      for await (const piece of tagSourceErrors(data)) {
-        sum = crc32c(piece, sum);
-        size += piece.length;
-        await writeAll(out, piece);
-      }
-      return { size, crc32c: sum };
-    });
+  async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>, options?: WriteOptions): Promise<WriteResult> {
+    return this.replaceAtomically(
+      key,
+      async (out) => {
+        if (data instanceof Uint8Array) {
+          await writeAll(out, data);
+          return { size: data.length, crc32c: crc32c(data) };
+        }
+        let size = 0;
+        let sum = 0;
+        for await (const piece of tagSourceErrors(data)) {
+          sum = crc32c(piece, sum);
+          size += piece.length;
+          await writeAll(out, piece);
+        }
+        return { size, crc32c: sum };
+      },
+      false,
+      options?.scratch === true,
+    );
   }
 
   /**
@@ -312,7 +326,7 @@ export class LocalStore implements Store {
    * source (convert/done.ts), so such an object is written again, never committed. Failures to write are
    * DestinationErrors naming `key`.
    */
-  private async replaceAtomically<T>(key: string, fill: (out: FileHandle) => Promise<T>, holdsSlot = false): Promise<T> {
+  private async replaceAtomically<T>(key: string, fill: (out: FileHandle) => Promise<T>, holdsSlot = false, scratch = false): Promise<T> {
     const path = this.file(key);
     const tmp = temporaryName(path);
     const release = holdsSlot ? () => undefined : await WRITES.acquire();
@@ -332,7 +346,7 @@ export class LocalStore implements Store {
     } finally {
       release();
     }
-    await this.flushSoon(path, key);
+    if (!scratch) await this.flushSoon(path, key);
     return result;
   }
 

@@ -26,6 +26,11 @@ export interface WriteOptions {
    * (GCS: one resumable chunk) buffers no more than this; without it, the store's own default.
    */
   readonly bufferBytes?: number;
+  /**
+   * The object is scratch, deleted before the caller's operation ends: a store that flushes each write to disk
+   * in the background (a local directory) need not, since nothing will rely on it after a crash.
+   */
+  readonly scratch?: boolean;
 }
 
 export interface DirListing {

@@ -3,7 +3,7 @@
 // (fuji-tree.ts); a regular step as source; grouped QKV with an lm_head; refusals; resume; a gs:// destination;
 // verify.
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { parseHeader } from "../../src/hf/safetensors.js";
@@ -265,14 +265,14 @@ describe("export-hf of grouped-QKV trees and trees that are not fuji's", () => {
         : [...a.shape],
     );
     const dest = join(root, "hf");
-    // 120 MiB: 83 decoders (all but 16 MiB, 1.25 MiB each). Made layer by layer across the five weights, the
+    // 130 MiB: 65 decoders (all but 16 MiB, 1.75 MiB each). Made layer by layer across the five weights, the
     // 320 chunks would all be open at once, and over the cap re-read from their start layer after layer.
     const r = await runCli([
       "export-hf",
       join(root, "step"),
       dest,
       "--memory",
-      "120",
+      "130",
       "--max-shard-size",
       "100KB",
       "--json",
@@ -288,6 +288,77 @@ describe("export-hf of grouped-QKV trees and trees that are not fuji's", () => {
     expect(report.shards.length).toBeGreaterThan(3);
     const v = await runCli(["verify", join(root, "step"), dest, "--no-progress"]);
     expect(v.code, v.stdout + v.stderr).toBe(0);
+  });
+
+  describe("a weight cut in more chunks per layer than --memory keeps decoders for", () => {
+    const dims = { layers: 4, dim: 64, heads: 4, headDim: 16, ffn: 128, vocab: 64 };
+    const arrays = fujiArrays(dims, 11);
+    const step = (root: string) => {
+      writeRegularStep(join(root, "step"), arrays, (a) =>
+        a.path.includes("/repeat/layer/") && a.path.endsWith("/weight")
+          ? shardedChunks(a.shape, a.path.endsWith("qkv_proj/weight") || a.path.endsWith("linear2/weight") ? 2 : 1, 64)
+          : [...a.shape],
+      );
+      return join(root, "step");
+    };
+    // 30 MiB, the least: the streaming engine's plan keeps 8 decoders, the spill's groups hold 17 chunks.
+    const args = ["--memory", "30", "--max-shard-size", "100KB", "--json", "--no-progress"];
+
+    test("is exported through groups of chunks: the same bytes, no chunk decoded twice, no warning, no scratch left", async () => {
+      const root = tempDir("hf");
+      const dest = join(root, "hf");
+      const r = await runCli(["export-hf", step(root), dest, ...args]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toBe("");
+      const report = json(r.stdout);
+      expect(report).toMatchObject({ decodersNeeded: 64, openDecoders: 17, spilledArrays: 5, chunkRereads: 0 });
+      expect(report.peakOpenDecoders as number).toBeLessThanOrEqual(17);
+      expectSameTensors(dest, expectedBytes(arrays, dims, "BF16"), "BF16");
+      expect(readdirSync(dest).filter((n) => n.includes("spill") || n.includes(".tmp-"))).toEqual([]);
+    });
+
+    test("to a gs:// destination: scratch objects under it, none left; the shards are the local export's", async () => {
+      const root = tempDir("hf");
+      const source = step(root);
+      expect((await runCli(["export-hf", source, join(root, "local"), ...args])).code).toBe(0);
+      const bucket = await newBucket("hfspill");
+      const r = await runCli(["export-hf", source, `gs://${bucket}/hf`, ...args]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(json(r.stdout)).toMatchObject({ spilledArrays: 5, chunkRereads: 0 });
+      const [files] = await emulatorStorage().bucket(bucket).getFiles({ prefix: "hf/" });
+      const names = files.map((f) => f.name.slice("hf/".length));
+      expect(names.filter((n) => n.includes("spill"))).toEqual([]);
+      for (const f of files.filter((x) => x.name.endsWith(".safetensors"))) {
+        const [bytes] = await f.download();
+        expect(bytes.equals(readFileSync(join(root, "local", f.name.slice("hf/".length)))), f.name).toBe(true);
+      }
+    });
+
+    for (const [how, memory] of [
+      ["spilling too", "30"],
+      ["not spilling (all decoders fit)", "336"],
+    ] as const) {
+      test(`scratch objects an interrupted export left are removed by the next, ${how}`, async () => {
+        const root = tempDir("hf");
+        const dest = join(root, "hf");
+        mkdirSync(dest, { recursive: true });
+        writeFileSync(join(dest, ".orbax2reg-spill.0.3"), "left by a killed export");
+        const r = await runCli(["export-hf", step(root), dest, "--memory", memory, "--json", "--no-progress"]);
+        expect(r.code, r.stderr).toBe(0);
+        expect(json(r.stdout).spilledArrays).toBe(memory === "30" ? 5 : 0);
+        expect(readdirSync(dest).filter((n) => n.includes("spill"))).toEqual([]);
+      });
+    }
+  });
+
+  test("--memory below what export-hf needs is refused with one line (exit 2), nothing written", async () => {
+    const root = tempDir("hf");
+    writeRegularStep(join(root, "step"), fujiArrays({ layers: 1, dim: 8, heads: 1, headDim: 8, ffn: 8, vocab: 4 }), (a) => [...a.shape]);
+    const r = await runCli(["export-hf", join(root, "step"), join(root, "hf"), "--memory", "1", "--no-progress"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/--memory 1\.0 MiB is below the 30 MiB export-hf needs/);
+    expect(existsSync(join(root, "hf"))).toBe(false);
   });
 
   for (const [what, change, message] of [

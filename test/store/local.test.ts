@@ -170,6 +170,18 @@ describe("LocalStore destination errors", () => {
     await expect(t.makeDurable("")).rejects.toThrow(/x\/y/);
   });
 
+  test("a scratch write is not flushed to disk (it is deleted before the operation ends); other writes are", async () => {
+    const root = mkdtempSync(join(tmpdir(), "orbax2reg-store-"));
+    const flushed: string[] = [];
+    const t = new LocalStore(root, root, async (path) => {
+      flushed.push(path);
+    });
+    await t.write("scratch", new Uint8Array(1), { scratch: true });
+    await t.write("kept", new Uint8Array(1));
+    await t.flushed();
+    expect(flushed.map((p) => p.slice(root.length + 1))).toEqual(["kept"]);
+  });
+
   test("makeDurable of one object's key flushes that object and its directory, and a missing key is nothing to do", async () => {
     const s = tempStore();
     await s.write("step/index", new Uint8Array(1));
