@@ -78,6 +78,7 @@ export function copyOfSources(): string {
     "src",
     "jobs",
     "functions",
+    "assets",
     // Written by the build (the commit `--version` reports); the image's context takes it where it is.
     ...(existsSync("build-info.json") ? ["build-info.json"] : []),
   ])
