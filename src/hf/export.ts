@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import { assertNoOverlap } from "../convert/convert.js";
 import { ConflictError } from "../errors.js";
 import { openStore } from "../store/open.js";
@@ -6,6 +5,7 @@ import type { Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { type BuiltConfig, buildConfig, type ConfigFlags, configText } from "./config.js";
 import { type Dims, type OutputTensor, planExport, STACKED_PREFIX } from "./llama.js";
+import { type ExportFile, makeRecord, RECORD_NAME, recordText } from "./record.js";
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
 import { type ExportSource, MAX_GCS_READ_WINDOW, openExportSource, READ_WINDOW, readWindow } from "./source.js";
@@ -14,14 +14,14 @@ import { Cursors, outputBytes, produceInOrder } from "./stream.js";
 /**
  * `orbax2reg export-hf`: a fuji step as a Hugging Face Llama checkpoint. Refuses a tree that is not a fuji
  * decoder before writing anything; writes a small record of what it exports (RECORD_NAME), the shards (in
- * order, each atomically: a local file renamed into place, a GCS upload completed), config.json and
- * generation_config.json, and the index LAST: no index, no export.
+ * order, each atomically: a local file renamed into place, a GCS upload completed), the small files besides
+ * (prepareExport's `files`: config.json, generation_config.json), and the index LAST: no index, no export.
  *
  * Resuming: a rerun of the same export (the record matches: same source bytes' locations, dtype, shard plan)
  * keeps every shard already there whose size and header are the planned ones, and writes the rest. A
  * different export in the way is replaced when it has no index yet; a committed one only with --force.
  */
-export const RECORD_NAME = ".orbax2reg-export.json";
+export { RECORD_NAME };
 
 export interface ExportOptions extends Omit<ConfigFlags, "dtype"> {
   readonly dtype?: "bfloat16" | "float32";
@@ -188,14 +188,18 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
   const totalSize = sizes.reduce((a, b) => a + b, 0);
   const weightMap = new Map<string, string>();
   for (const s of shards) for (const t of s.tensors) weightMap.set(t.name, s.name);
-  const record = {
-    format: "orbax2reg export-hf 1",
-    source: { kind: source.kind, step: source.step ?? null, fingerprint: source.fingerprint },
-    dtype,
-    config: built.config,
-    shards: shards.map((s) => ({ name: s.name, bytes: s.fileBytes, header: createHash("sha256").update(s.header).digest("hex") })),
-  };
-  return { source, plan, dtype, st, built, shards, totalSize, weightMap, record };
+  // The small files besides the shards, in the order written (any added before the record is made below); the
+  // record names each with its sha256, so that a rerun knows them for its own and `verify` checks them.
+  const files: ExportFile[] = [
+    { name: "config.json", bytes: text.encode(configText(built.config)) },
+    { name: "generation_config.json", bytes: text.encode(configText(built.generation)) },
+  ];
+  const record = makeRecord(
+    { source: { kind: source.kind, step: source.step ?? null, fingerprint: source.fingerprint }, dtype, config: built.config },
+    shards,
+    files,
+  );
+  return { source, plan, dtype, st, built, shards, totalSize, weightMap, files, record };
 }
 
 export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
@@ -203,10 +207,10 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   const dest = await openStore(destLocation);
   await assertNoOverlap(p.source.location, dest.url);
   options.onPlan?.({ tensors: p.plan.tensors.length, bytes: p.totalSize, names: p.plan.tensors.map((t) => t.name) });
-  const recordText = `${JSON.stringify(p.record, null, 2)}\n`;
+  const wanted = recordText(p.record);
   const previous = await readText(dest, RECORD_NAME);
   const committed = (await dest.stat(INDEX_NAME)) !== undefined;
-  const same = previous === recordText;
+  const same = previous === wanted;
   if (committed && !same && !options.force) {
     throw new ConflictError(
       `holds another export (${INDEX_NAME} is there and ${RECORD_NAME} ${previous === undefined ? "is missing" : "differs"}); --force replaces it`,
@@ -254,7 +258,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   if (committed) await dest.delete(INDEX_NAME);
   if (!same) {
     await removeStaleShards(dest, new Set(p.shards.map((s) => s.name)));
-    await dest.write(RECORD_NAME, text.encode(recordText));
+    await dest.write(RECORD_NAME, text.encode(wanted));
   }
   // --memory is shared: the open chunk decoders first (up to all but 16 MiB of it; past that they are capped
   // and chunks re-read), the output tensors' bands the rest.
@@ -281,8 +285,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     await cursors.closeAll();
   }
   const rereads = cursors.reopened;
-  await dest.write("config.json", text.encode(configText(p.built.config)));
-  await dest.write("generation_config.json", text.encode(configText(p.built.generation)));
+  for (const f of p.files) await dest.write(f.name, f.bytes);
   await dest.makeDurable?.("");
   await dest.write(INDEX_NAME, text.encode(indexText(p.totalSize, p.weightMap)));
   await dest.makeDurable?.(INDEX_NAME);

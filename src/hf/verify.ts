@@ -1,8 +1,9 @@
 import { isPermanent, MetadataError, NotFoundError } from "../errors.js";
 import { INPUT, openStore } from "../store/open.js";
-import { describe, type Store } from "../store/store.js";
+import { describe, readIfPresent, type Store } from "../store/store.js";
 import { DEFAULT_EXPORT_MEMORY, decoderBytes, exportWindow, memoryPlan, openDecoders } from "./export.js";
 import { planExport } from "./llama.js";
+import { parseRecord, RECORD_NAME, sha256 } from "./record.js";
 import { headerLength, type ParsedHeader, parseHeader, type SafetensorsDtype } from "./safetensors.js";
 import { INDEX_NAME } from "./shards.js";
 import { openExportSource } from "./source.js";
@@ -34,7 +35,9 @@ export async function isExport(location: string): Promise<boolean> {
 /**
  * Checks an export against its source tensor by tensor: the index names exactly the tensors the source maps
  * to, in files that hold them with the planned shape, in BF16 or F32, and each tensor's bytes are the source's
- * mapped and cast again (streamed, layer by layer, as the export makes them).
+ * mapped and cast again (streamed, layer by layer, as the export makes them); and the small files the export's
+ * record names (config.json, generation_config.json...) hold the bytes it wrote, when the record is there (a
+ * published copy may have left it out).
  */
 export async function verifyExport(
   sourceLocation: string,
@@ -60,6 +63,7 @@ export async function verifyExport(
           detail: `${missing.length ? `missing ${missing.slice(0, 3).join(", ")}` : ""}${missing.length && extra.length ? "; " : ""}${extra.length ? `not from the source: ${extra.slice(0, 3).join(", ")}` : ""}`,
         },
   );
+  checks.push(...(await recordedFiles(dest)));
   const headers = new Map<string, ParsedHeader>();
   const header = async (file: string) => {
     let h = headers.get(file);
@@ -137,6 +141,22 @@ export async function verifyExport(
     checks.push({ name: "metadata.total_size", ok: false, detail: `${index.totalSize}, the tensors hold ${total}` });
   const failed = checks.filter((c) => !c.ok).length;
   return { checks, passed: checks.length - failed, failed, ...(firstDifference === undefined ? {} : { firstDifference }) };
+}
+
+/** A check of each small file the export's record names: there, with the bytes the export wrote. */
+async function recordedFiles(dest: Store): Promise<Check[]> {
+  const text = await readIfPresent(dest, RECORD_NAME);
+  const record = text === undefined ? undefined : parseRecord(new TextDecoder().decode(text));
+  const checks: Check[] = [];
+  for (const f of record?.files ?? []) {
+    if (f.sha256 === undefined) continue;
+    const bytes = await readIfPresent(dest, f.name);
+    if (bytes === undefined) checks.push({ name: f.name, ok: false, detail: `missing (${RECORD_NAME} names it)` });
+    else if (sha256(bytes) !== f.sha256)
+      checks.push({ name: f.name, ok: false, detail: `not the bytes the export wrote (its sha256 in ${RECORD_NAME} differs)` });
+    else checks.push({ name: f.name, ok: true });
+  }
+  return checks;
 }
 
 /** A fault of the data (a short file, a bad header) fails the tensor; one of the storage fails the verification. */
