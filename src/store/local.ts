@@ -228,18 +228,20 @@ export class LocalStore implements Store {
   private walkPrefix(prefix: string): AsyncIterable<ObjectInfo> {
     const slash = prefix.lastIndexOf("/");
     const dirKey = slash >= 0 ? prefix.slice(0, slash) : "";
-    return this.walkSorted(dirKey === "" ? this.root : this.file(dirKey), dirKey);
+    // In that directory, only the entries the rest of the prefix begins (it holds no "/"): no other is walked.
+    return this.walkSorted(dirKey === "" ? this.root : this.file(dirKey), dirKey, undefined, prefix.slice(slash + 1));
   }
 
   /**
    * The files below `dir` (keys under `dirKey`) in key order, as they are found: memory holds the directories
    * on the way down, not every file (a step may hold millions). A directory sorts as its name and "/", which
-   * is where its keys fall among its siblings'. Each directory walked joins `dirs`.
+   * is where its keys fall among its siblings'. Each directory walked joins `dirs`. Only the entries of `dir`
+   * itself whose names begin with `only` are walked.
    */
-  private async *walkSorted(dir: string, dirKey: string, dirs?: string[]): AsyncIterable<ObjectInfo> {
+  private async *walkSorted(dir: string, dirKey: string, dirs?: string[], only = ""): AsyncIterable<ObjectInfo> {
     let names: string[];
     try {
-      names = await holding(READS, 1, () => readdir(dir));
+      names = (await holding(READS, 1, () => readdir(dir))).filter((n) => n.startsWith(only));
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT" || code === "ENOTDIR") return;

@@ -127,6 +127,16 @@ describe("LocalStore temporary files", () => {
     expect(readdirSync(join(s.root, "d"))).toEqual([live.slice(2)]);
   });
 
+  test("removeAbandoned of a prefix within a directory removes only the keys it begins, walking no other entry", async () => {
+    const s = tempStore();
+    mkdirSync(join(s.root, "other"));
+    const dead = tmpOf(0x7fffff00);
+    for (const k of [`model-1.tmp-${dead}`, `config.json.tmp-${dead}`, `other/model-2.tmp-${dead}`]) writeFileSync(join(s.root, k), "x");
+    expect(await s.removeAbandoned("model-")).toBe(1);
+    expect(readdirSync(s.root).sort()).toEqual([`config.json.tmp-${dead}`, "other"]);
+    expect(readdirSync(join(s.root, "other"))).toEqual([`model-2.tmp-${dead}`]);
+  });
+
   test("copyRangeTo returns what it stored, and a missing source is a NotFoundError", async () => {
     const src = tempStore();
     await src.write("f", new Uint8Array(1 << 20));
