@@ -92,8 +92,10 @@ export async function inspectDestination(dest: Store, previousRecord: string | u
  * Removes what interrupted writes of an export left (a local write goes through `<name>.tmp-<pid><seq>` renamed
  * into place: a killed run leaves that file, which nothing lists and an upload of the folder would publish):
  * those of shards of any count, of the index, the record, the small files planned and those an earlier record
- * names. A write still running (its process alive) is never touched; GCS leaves nothing to remove (an upload
- * makes no object until it completes) and has no removeAbandoned.
+ * names. A write still running (its process alive) is never touched; GCS leaves nothing to remove and has no
+ * removeAbandoned: an upload makes no object until it completes ("Once a resumable upload completes, the uploaded
+ * object replaces any existing object with the same name",
+ * https://cloud.google.com/storage/docs/xml-api/post-object-resumable).
  */
 export async function removeInterruptedWrites(dest: Store, planned: Planned, state: DestinationState): Promise<void> {
   if (dest.removeAbandoned === undefined) return;
