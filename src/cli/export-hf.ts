@@ -41,8 +41,8 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
       );
     },
     onTensor: (name, bytes) => progress?.object(name, bytes),
-  });
-  progress?.stop();
+    // Stopped however the export ends: a bar left running on a terminal keeps the process from exiting.
+  }).finally(() => progress?.stop());
   if (result.decodersNeeded > result.openDecoders)
     out.warn(
       `the chunks one layer of one array covers need ${result.decodersNeeded} decoders; --memory holds ${result.openDecoders}, so chunks were decoded again from their start (${result.chunkRereads} times): more --memory, or a source with fewer chunks per weight, is faster`,

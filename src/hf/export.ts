@@ -211,7 +211,6 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   const p = await prepareExport(sourceLocation, options);
   const dest = await openStore(destLocation);
   await assertNoOverlap(p.source.location, dest.url);
-  options.onPlan?.({ tensors: p.plan.tensors.length, bytes: p.totalSize, names: p.plan.tensors.map((t) => t.name) });
   const wanted = recordText(p.record);
   const previous = await readText(dest, RECORD_NAME);
   const committed = (await dest.stat(INDEX_NAME)) !== undefined;
@@ -226,6 +225,8 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
       },
     );
   }
+  // Announced once nothing can refuse the destination: a refusal is then the only line printed.
+  options.onPlan?.({ tensors: p.plan.tensors.length, bytes: p.totalSize, names: p.plan.tensors.map((t) => t.name) });
   const summary = (written: Set<string>, already: boolean, rereads: number, peak: number): ExportResult => ({
     source: {
       kind: p.source.kind,

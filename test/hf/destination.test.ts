@@ -3,6 +3,7 @@
 // interrupted write survives a rerun; verify fails on weight files the index does not name; transformers (where
 // .venv-hf is) loads the export, not a model.safetensors dropped beside it. Through the CLI, on a small
 // fuji-shaped regular step.
+import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -229,6 +230,33 @@ describe("what interrupted writes left", () => {
     expect(r.code).not.toBe(0);
     expect(readdirSync(dest).sort()).toEqual([RECORD_NAME]);
   });
+});
+
+const hasScript = spawnSync("script", ["--version"]).status === 0;
+
+describe.skipIf(!hasScript)("on a terminal (script(1) gives the CLI one)", () => {
+  test("a refused destination prints its one line and no progress bar", async () => {
+    const { step, dest } = setup();
+    mkdirSync(dest);
+    writeFileSync(join(dest, "model.safetensors"), "x");
+    const command = `${process.execPath} bin/orbax2reg.js export-hf ${step} ${dest}`;
+    const r = await run("script", ["-qec", command, "/dev/null"], { timeout: 60_000 });
+    expect(r.code, r.stdout).toBe(2);
+    expect(r.stdout.trim()).toBe(
+      `orbax2reg: ${dest}: holds files of another checkpoint (model.safetensors), not this export's; --force removes them`,
+    );
+  }, 90_000);
+
+  test("an export that fails midway exits with its one error, its progress bar stopped", async () => {
+    const { root, dest } = setup();
+    const bad = join(root, "bad");
+    writeRegularStep(bad, fujiArrays(DIMS, 5), (a) => [...a.shape]);
+    writeFileSync(join(bad, "gda/model/decoder/output_norm/scale/0"), "not zstd");
+    const command = `${process.execPath} bin/orbax2reg.js export-hf ${bad} ${dest}`;
+    const r = await run("script", ["-qec", command, "/dev/null"], { timeout: 60_000 });
+    expect(r.code, r.stdout).toBe(2);
+    expect(r.stdout).toMatch(/orbax2reg: .*output_norm/);
+  }, 90_000);
 });
 
 describe("verify of an export beside weights its index does not name", () => {
