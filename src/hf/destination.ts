@@ -1,6 +1,6 @@
 import { ConflictError } from "../errors.js";
 import { describe, type Store } from "../store/store.js";
-import { type ExportFile, type FileEntry, parseRecord, RECORD_NAME, sha256 } from "./record.js";
+import { type FileEntry, parseRecord, RECORD_NAME, sha256 } from "./record.js";
 import { INDEX_NAME } from "./shards.js";
 
 /**
@@ -39,19 +39,12 @@ export function isWeightFile(name: string): boolean {
   return WEIGHTS.test(name);
 }
 
-/** What the export about to run writes, as the destination check needs it. */
-export interface Planned {
-  readonly files: readonly ExportFile[];
-}
-
 /** What is at a destination: the files of another checkpoint there, and those an earlier export wrote (its record's). */
 export interface DestinationState {
   /** Files of another checkpoint, by name, sorted: refused, or removed with --force. */
   readonly foreign: readonly string[];
   /** The shards and small files there that an earlier export's record names (this export's, or another orbax2reg export's). */
   readonly recorded: readonly string[];
-  /** Every file that record names, there or not. */
-  readonly recordNames: readonly string[];
 }
 
 /**
@@ -85,23 +78,19 @@ export async function inspectDestination(dest: Store, previousRecord: string | u
     }
     foreign.push(name);
   }
-  return { foreign: foreign.sort(), recorded, recordNames: [...shards, ...files.keys()] };
+  return { foreign: foreign.sort(), recorded };
 }
 
 /**
- * Removes what interrupted writes of an export left (a local write goes through `<name>.tmp-<pid><seq>` renamed
- * into place: a killed run leaves that file, which nothing lists and an upload of the folder would publish):
- * those of shards of any count, of the index, the record, the small files planned and those an earlier record
- * names. A write still running (its process alive) is never touched; GCS leaves nothing to remove and has no
- * removeAbandoned: an upload makes no object until it completes ("Once a resumable upload completes, the uploaded
- * object replaces any existing object with the same name",
- * https://cloud.google.com/storage/docs/xml-api/post-object-resumable).
+ * Removes what interrupted writes left at the top of the destination: a local write goes through
+ * `<name>.tmp-<pid><seq>` renamed into place, and a killed run leaves that file, which no listing shows and an
+ * upload of the folder would publish. Only files whose writing process is gone (a running export's are never
+ * touched); only orbax2reg names them so. GCS leaves nothing to remove and has no abandonedIn: an upload makes
+ * no object until it completes ("Once a resumable upload completes, the uploaded object replaces any existing
+ * object with the same name", https://cloud.google.com/storage/docs/xml-api/post-object-resumable).
  */
-export async function removeInterruptedWrites(dest: Store, planned: Planned, state: DestinationState): Promise<void> {
-  if (dest.removeAbandoned === undefined) return;
-  const names = new Set([INDEX_NAME, RECORD_NAME, ...planned.files.map((f) => f.name), ...state.recordNames]);
-  const prefixes = new Set(["model-", ...[...names].filter((n) => !n.startsWith("model-")).map((n) => `${n}.tmp-`)]);
-  for (const prefix of prefixes) await dest.removeAbandoned(prefix);
+export async function removeInterruptedWrites(dest: Store): Promise<void> {
+  for (const key of (await dest.abandonedIn?.("")) ?? []) await dest.delete(key);
 }
 
 /** The refusal of a destination holding another checkpoint's files: names at most five, and how many more. */

@@ -259,7 +259,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     for (const s of p.shards) if (await shardInPlace(dest, s)) done.add(s.name);
     const filesInPlace = p.files.every((f) => at.recorded.includes(f.name));
     if (committed && done.size === p.shards.length && filesInPlace && at.foreign.length === 0) {
-      await removeInterruptedWrites(dest, p, at);
+      await removeInterruptedWrites(dest);
       for (const s of p.shards) options.onTensor?.(s.name, s.fileBytes);
       return summary(new Set(), true, 0, 0);
     }
@@ -268,7 +268,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   // --force; another export's, all of them: a shard of its with a planned name and header may hold other
   // bytes), then say what is being written.
   if (committed) await dest.delete(INDEX_NAME);
-  await removeInterruptedWrites(dest, p, at);
+  await removeInterruptedWrites(dest);
   for (const name of at.foreign) await dest.delete(name);
   if (!same) {
     for (const name of at.recorded) await dest.delete(name);

@@ -39,7 +39,8 @@ export async function isExport(location: string): Promise<boolean> {
  * mapped and cast again (streamed, layer by layer, as the export makes them); and the small files the export's
  * record names (config.json, generation_config.json...) hold the bytes it wrote, when the record is there (a
  * published copy may have left it out). A weight file beside the export that its index does not name fails it:
- * transformers may load it instead (`model.safetensors` comes before the index), an upload would publish it.
+ * transformers may load it instead (`model.safetensors` comes before the index), an upload would publish it; so
+ * does a temporary file an interrupted write left there.
  */
 export async function verifyExport(
   sourceLocation: string,
@@ -65,7 +66,7 @@ export async function verifyExport(
           detail: `${missing.length ? `missing ${missing.slice(0, 3).join(", ")}` : ""}${missing.length && extra.length ? "; " : ""}${extra.length ? `not from the source: ${extra.slice(0, 3).join(", ")}` : ""}`,
         },
   );
-  checks.push(...(await unindexedWeights(dest, new Set(Object.values(index.weightMap)))));
+  checks.push(...(await strayFiles(dest, new Set(Object.values(index.weightMap)))));
   checks.push(...(await recordedFiles(dest)));
   const headers = new Map<string, ParsedHeader>();
   const header = async (file: string) => {
@@ -146,8 +147,8 @@ export async function verifyExport(
   return { checks, passed: checks.length - failed, failed, ...(firstDifference === undefined ? {} : { firstDifference }) };
 }
 
-/** A failed check for each weight file (or index of weights) in the folder that the index does not name. */
-async function unindexedWeights(dest: Store, indexed: ReadonlySet<string>): Promise<Check[]> {
+/** A failed check for each weight file (or index of weights) in the folder that the index does not name, and each leftover of an interrupted write. */
+async function strayFiles(dest: Store, indexed: ReadonlySet<string>): Promise<Check[]> {
   const checks: Check[] = [];
   for (const info of (await dest.listDir("")).files) {
     const name = info.key.slice(info.key.lastIndexOf("/") + 1);
@@ -158,6 +159,12 @@ async function unindexedWeights(dest: Store, indexed: ReadonlySet<string>): Prom
         : "another checkpoint's (export-hf --force removes it); an upload of the folder would publish it";
     checks.push({ name, ok: false, detail: `weights ${INDEX_NAME} does not name: ${why}` });
   }
+  for (const key of (await dest.abandonedIn?.("")) ?? [])
+    checks.push({
+      name: key,
+      ok: false,
+      detail: "left by an interrupted write (export-hf removes it); an upload of the folder would publish it",
+    });
   return checks;
 }
 

@@ -228,20 +228,18 @@ export class LocalStore implements Store {
   private walkPrefix(prefix: string): AsyncIterable<ObjectInfo> {
     const slash = prefix.lastIndexOf("/");
     const dirKey = slash >= 0 ? prefix.slice(0, slash) : "";
-    // In that directory, only the entries the rest of the prefix begins (it holds no "/"): no other is walked.
-    return this.walkSorted(dirKey === "" ? this.root : this.file(dirKey), dirKey, undefined, prefix.slice(slash + 1));
+    return this.walkSorted(dirKey === "" ? this.root : this.file(dirKey), dirKey);
   }
 
   /**
    * The files below `dir` (keys under `dirKey`) in key order, as they are found: memory holds the directories
    * on the way down, not every file (a step may hold millions). A directory sorts as its name and "/", which
-   * is where its keys fall among its siblings'. Each directory walked joins `dirs`. Only the entries of `dir`
-   * itself whose names begin with `only` are walked.
+   * is where its keys fall among its siblings'. Each directory walked joins `dirs`.
    */
-  private async *walkSorted(dir: string, dirKey: string, dirs?: string[], only = ""): AsyncIterable<ObjectInfo> {
+  private async *walkSorted(dir: string, dirKey: string, dirs?: string[]): AsyncIterable<ObjectInfo> {
     let names: string[];
     try {
-      names = (await holding(READS, 1, () => readdir(dir))).filter((n) => n.startsWith(only));
+      names = await holding(READS, 1, () => readdir(dir));
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT" || code === "ENOTDIR") return;
@@ -491,6 +489,22 @@ export class LocalStore implements Store {
       removed++;
     }
     return removed;
+  }
+
+  async abandonedIn(dir: string): Promise<string[]> {
+    const path = dir === "" ? this.root : this.file(dir);
+    let entries: Dirent[];
+    try {
+      entries = await holding(READS, 1, () => readdir(path, { withFileTypes: true }));
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return [];
+      throw e;
+    }
+    return entries
+      .filter((e) => e.isFile() && TEMPORARY.test(e.name) && !writerAlive(e.name))
+      .map((e) => (dir === "" ? e.name : `${dir}/${e.name}`))
+      .sort();
   }
 
   async removeEmptyDirectories(prefix: string): Promise<void> {

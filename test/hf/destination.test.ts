@@ -260,6 +260,16 @@ describe.skipIf(!hasScript)("on a terminal (script(1) gives the CLI one)", () =>
 });
 
 describe("verify of an export beside weights its index does not name", () => {
+  test("fails naming a temporary file an interrupted write left (exit 4)", async () => {
+    const { step, dest } = setup();
+    expect((await exportHf(step, dest)).code).toBe(0);
+    const left = abandoned("model-00002-of-00004.safetensors");
+    writeFileSync(join(dest, left), "part of a shard");
+    const r = await runCli(["verify", step, dest, "--no-progress"]);
+    expect(r.code).toBe(4);
+    expect(r.stdout).toContain(`FAIL ${left}: left by an interrupted write (export-hf removes it)`);
+  });
+
   for (const [file, why] of [
     ["model.safetensors", "transformers loads it instead of the index"],
     ["pytorch_model.bin", "another checkpoint's"],

@@ -127,14 +127,15 @@ describe("LocalStore temporary files", () => {
     expect(readdirSync(join(s.root, "d"))).toEqual([live.slice(2)]);
   });
 
-  test("removeAbandoned of a prefix within a directory removes only the keys it begins, walking no other entry", async () => {
+  test("abandonedIn names a dead writer's temporary files directly in a directory, not a live writer's nor a subdirectory's", async () => {
     const s = tempStore();
-    mkdirSync(join(s.root, "other"));
+    mkdirSync(join(s.root, "d"));
     const dead = tmpOf(0x7fffff00);
-    for (const k of [`model-1.tmp-${dead}`, `config.json.tmp-${dead}`, `other/model-2.tmp-${dead}`]) writeFileSync(join(s.root, k), "x");
-    expect(await s.removeAbandoned("model-")).toBe(1);
-    expect(readdirSync(s.root).sort()).toEqual([`config.json.tmp-${dead}`, "other"]);
-    expect(readdirSync(join(s.root, "other"))).toEqual([`model-2.tmp-${dead}`]);
+    for (const k of [`b.tmp-${dead}`, `a.tmp-${dead}`, `live.tmp-${tmpOf(process.pid)}`, `d/c.tmp-${dead}`, "a"])
+      writeFileSync(join(s.root, k), "x");
+    expect(await s.abandonedIn("")).toEqual([`a.tmp-${dead}`, `b.tmp-${dead}`]);
+    expect(await s.abandonedIn("d")).toEqual([`d/c.tmp-${dead}`]);
+    expect(await s.abandonedIn("nowhere")).toEqual([]);
   });
 
   test("copyRangeTo returns what it stored, and a missing source is a NotFoundError", async () => {
