@@ -44,8 +44,8 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
       );
     },
     onTensor: (name, bytes) => progress?.object(name, bytes),
-  });
-  progress?.stop();
+    // Stopped however the export ends: a bar left running on a terminal keeps the process from exiting.
+  }).finally(() => progress?.stop());
   if (result.memoryWithoutRereads !== undefined)
     out.warn(
       `--memory ${formatBytes(o.memory ?? DEFAULT_EXPORT_MEMORY)} forced ${result.chunkRereads} chunk re-reads (decoded again from their start); --memory ${Math.ceil(result.memoryWithoutRereads / 2 ** 20)} decodes each chunk once`,

@@ -4,6 +4,7 @@ import { openStore } from "../store/open.js";
 import type { Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { type BuiltConfig, buildConfig, type ConfigFlags, configText } from "./config.js";
+import { foreignFilesError, inspectDestination, removeInterruptedWrites } from "./destination.js";
 import { type Dims, type OutputTensor, planExport, STACKED_PREFIX } from "./llama.js";
 import { type ExportFile, makeRecord, RECORD_NAME, recordText } from "./record.js";
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
@@ -22,6 +23,10 @@ import { chooseTokenizer, type TokenizerChoice } from "./vocabularies.js";
  * Resuming: a rerun of the same export (the record matches: same source bytes' locations, dtype, shard plan)
  * keeps every shard already there whose size and header are the planned ones, and writes the rest. A
  * different export in the way is replaced when it has no index yet; a committed one only with --force.
+ *
+ * The destination (destination.ts): files of another checkpoint there (weights, tokenizer or config files no
+ * record names) are refused before anything is written, and removed with --force; what interrupted writes
+ * left is removed by every run that goes on.
  */
 export { RECORD_NAME };
 
@@ -229,11 +234,12 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   const p = await prepareExport(sourceLocation, options);
   const dest = await openStore(destLocation);
   await assertNoOverlap(p.source.location, dest.url);
-  options.onPlan?.({ tensors: p.plan.tensors.length, bytes: p.totalSize, names: p.plan.tensors.map((t) => t.name) });
   const wanted = recordText(p.record);
   const previous = await readText(dest, RECORD_NAME);
   const committed = (await dest.stat(INDEX_NAME)) !== undefined;
   const same = previous === wanted;
+  const at = await inspectDestination(dest, previous);
+  if (at.foreign.length > 0 && !options.force) throw foreignFilesError(dest, at.foreign);
   if (committed && !same && !options.force) {
     throw new ConflictError(
       `holds another export (${INDEX_NAME} is there and ${RECORD_NAME} ${previous === undefined ? "is missing" : "differs"}); --force replaces it`,
@@ -242,6 +248,8 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
       },
     );
   }
+  // Announced once nothing can refuse the destination: a refusal is then the only line printed.
+  options.onPlan?.({ tensors: p.plan.tensors.length, bytes: p.totalSize, names: p.plan.tensors.map((t) => t.name) });
   const summary = (written: Set<string>, already: boolean, rereads: number, peak: number): ExportResult => ({
     source: {
       kind: p.source.kind,
@@ -279,15 +287,21 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   const done = new Set<string>();
   if (same) {
     for (const s of p.shards) if (await shardInPlace(dest, s)) done.add(s.name);
-    if (committed && done.size === p.shards.length) {
+    const filesInPlace = p.files.every((f) => at.recorded.includes(f.name));
+    if (committed && done.size === p.shards.length && filesInPlace && at.foreign.length === 0) {
+      await removeInterruptedWrites(dest);
       for (const s of p.shards) options.onTensor?.(s.name, s.fileBytes);
       return summary(new Set(), true, 0, 0);
     }
   }
-  // Uncommit before changing anything, then say what is being written.
+  // Uncommit before changing anything; clear what is not this export's (another checkpoint's files, only with
+  // --force; another export's, all of them: a shard of its with a planned name and header may hold other
+  // bytes), then say what is being written.
   if (committed) await dest.delete(INDEX_NAME);
+  await removeInterruptedWrites(dest);
+  for (const name of at.foreign) await dest.delete(name);
   if (!same) {
-    await removeStaleShards(dest, new Set(p.shards.map((s) => s.name)));
+    for (const name of at.recorded) await dest.delete(name);
     await dest.write(RECORD_NAME, text.encode(wanted));
   }
   // --memory is shared: the open chunk decoders first (up to all but 16 MiB of it; past that they are capped
@@ -400,13 +414,4 @@ async function shardInPlace(dest: Store, s: ShardPlan): Promise<boolean> {
   if (info === undefined || info.size !== s.fileBytes) return false;
   const head = await dest.readRange(s.name, 0, s.header.length);
   return Buffer.compare(head, s.header) === 0;
-}
-
-/** Shards of another export (other names or counts) would be listed by nothing and confuse whoever looks. */
-async function removeStaleShards(dest: Store, keep: ReadonlySet<string>): Promise<void> {
-  const listing = await dest.listDir("");
-  for (const f of listing.files) {
-    const name = f.key.slice(f.key.lastIndexOf("/") + 1);
-    if (/^model-\d{5}-of-\d{5}\.safetensors$/.test(name) && !keep.has(name)) await dest.delete(f.key);
-  }
 }

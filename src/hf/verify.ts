@@ -1,6 +1,7 @@
 import { isPermanent, MetadataError, NotFoundError } from "../errors.js";
 import { INPUT, openStore } from "../store/open.js";
 import { describe, readIfPresent, type Store } from "../store/store.js";
+import { isWeightFile } from "./destination.js";
 import { DEFAULT_EXPORT_MEMORY, decoderBytes, exportWindow, memoryPlan, openDecoders } from "./export.js";
 import { planExport } from "./llama.js";
 import { parseRecord, RECORD_NAME, sha256 } from "./record.js";
@@ -37,7 +38,9 @@ export async function isExport(location: string): Promise<boolean> {
  * to, in files that hold them with the planned shape, in BF16 or F32, and each tensor's bytes are the source's
  * mapped and cast again (streamed, layer by layer, as the export makes them); and the small files the export's
  * record names (config.json, generation_config.json...) hold the bytes it wrote, when the record is there (a
- * published copy may have left it out).
+ * published copy may have left it out). A weight file beside the export that its index does not name fails it:
+ * transformers may load it instead (`model.safetensors` comes before the index), an upload would publish it; so
+ * does a temporary file an interrupted write left there.
  */
 export async function verifyExport(
   sourceLocation: string,
@@ -63,6 +66,7 @@ export async function verifyExport(
           detail: `${missing.length ? `missing ${missing.slice(0, 3).join(", ")}` : ""}${missing.length && extra.length ? "; " : ""}${extra.length ? `not from the source: ${extra.slice(0, 3).join(", ")}` : ""}`,
         },
   );
+  checks.push(...(await strayFiles(dest, new Set(Object.values(index.weightMap)))));
   checks.push(...(await recordedFiles(dest)));
   const headers = new Map<string, ParsedHeader>();
   const header = async (file: string) => {
@@ -141,6 +145,27 @@ export async function verifyExport(
     checks.push({ name: "metadata.total_size", ok: false, detail: `${index.totalSize}, the tensors hold ${total}` });
   const failed = checks.filter((c) => !c.ok).length;
   return { checks, passed: checks.length - failed, failed, ...(firstDifference === undefined ? {} : { firstDifference }) };
+}
+
+/** A failed check for each weight file (or index of weights) in the folder that the index does not name, and each leftover of an interrupted write. */
+async function strayFiles(dest: Store, indexed: ReadonlySet<string>): Promise<Check[]> {
+  const checks: Check[] = [];
+  for (const info of (await dest.listDir("")).files) {
+    const name = info.key.slice(info.key.lastIndexOf("/") + 1);
+    if (name === INDEX_NAME || indexed.has(name) || !isWeightFile(name)) continue;
+    const why =
+      name === "model.safetensors"
+        ? "transformers loads it instead of the index"
+        : "another checkpoint's (export-hf --force removes it); an upload of the folder would publish it";
+    checks.push({ name, ok: false, detail: `weights ${INDEX_NAME} does not name: ${why}` });
+  }
+  for (const key of (await dest.abandonedIn?.("")) ?? [])
+    checks.push({
+      name: key,
+      ok: false,
+      detail: "left by an interrupted write (export-hf removes it); an upload of the folder would publish it",
+    });
+  return checks;
 }
 
 /** A check of each small file the export's record names: there, with the bytes the export wrote. */

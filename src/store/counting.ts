@@ -24,6 +24,7 @@ export class CountingStore implements Store {
   // count as the operations they are: a conditional read is a read, a conditional write a write.
   readonly versioned?: VersionedObjects;
   readonly removeAbandoned?: (prefix: string) => Promise<number>;
+  readonly abandonedIn?: (dir: string) => Promise<string[]>;
   readonly removeEmptyDirectories?: (prefix: string) => Promise<void>;
 
   constructor(
@@ -56,8 +57,14 @@ export class CountingStore implements Store {
         },
       };
     }
-    const { removeAbandoned, removeEmptyDirectories } = inner;
+    const { removeAbandoned, abandonedIn, removeEmptyDirectories } = inner;
     if (removeAbandoned !== undefined) this.removeAbandoned = (prefix) => removeAbandoned.call(inner, prefix);
+    if (abandonedIn !== undefined) {
+      this.abandonedIn = (dir) => {
+        this.counts.lists++;
+        return abandonedIn.call(inner, dir);
+      };
+    }
     if (removeEmptyDirectories !== undefined) {
       this.removeEmptyDirectories = (prefix) => removeEmptyDirectories.call(inner, prefix);
     }

@@ -505,6 +505,22 @@ export class LocalStore implements Store {
     return removed;
   }
 
+  async abandonedIn(dir: string): Promise<string[]> {
+    const path = dir === "" ? this.root : this.file(dir);
+    let entries: Dirent[];
+    try {
+      entries = await holding(READS, 1, () => readdir(path, { withFileTypes: true }));
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") return [];
+      throw e;
+    }
+    return entries
+      .filter((e) => e.isFile() && TEMPORARY.test(e.name) && !writerAlive(e.name))
+      .map((e) => (dir === "" ? e.name : `${dir}/${e.name}`))
+      .sort();
+  }
+
   async removeEmptyDirectories(prefix: string): Promise<void> {
     const dirKey = prefix.replace(/\/+$/, "");
     if (dirKey === "") return; // never the root itself

@@ -117,6 +117,12 @@ export interface Store {
    */
   removeAbandoned?(prefix: string): Promise<number>;
   /**
+   * Optional capability: the keys of the temporary files directly in directory `dir` ("" for the root) whose
+   * writer is certainly gone, sorted; `delete` removes one. Where removeAbandoned cleans up, this says what there
+   * is (an export-hf folder's leftovers, which an upload of the folder would publish). GCS omits it (see above).
+   */
+  abandonedIn?(dir: string): Promise<string[]>;
+  /**
    * Optional capability: removes the directories under `prefix` (and the one it names) that hold nothing,
    * after its objects were deleted. A local directory keeps empty directories; GCS has none, so it omits this.
    */

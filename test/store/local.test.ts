@@ -127,6 +127,17 @@ describe("LocalStore temporary files", () => {
     expect(readdirSync(join(s.root, "d"))).toEqual([live.slice(2)]);
   });
 
+  test("abandonedIn names a dead writer's temporary files directly in a directory, not a live writer's nor a subdirectory's", async () => {
+    const s = tempStore();
+    mkdirSync(join(s.root, "d"));
+    const dead = tmpOf(0x7fffff00);
+    for (const k of [`b.tmp-${dead}`, `a.tmp-${dead}`, `live.tmp-${tmpOf(process.pid)}`, `d/c.tmp-${dead}`, "a"])
+      writeFileSync(join(s.root, k), "x");
+    expect(await s.abandonedIn("")).toEqual([`a.tmp-${dead}`, `b.tmp-${dead}`]);
+    expect(await s.abandonedIn("d")).toEqual([`d/c.tmp-${dead}`]);
+    expect(await s.abandonedIn("nowhere")).toEqual([]);
+  });
+
   test("copyRangeTo returns what it stored, and a missing source is a NotFoundError", async () => {
     const src = tempStore();
     await src.write("f", new Uint8Array(1 << 20));
