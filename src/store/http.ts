@@ -280,7 +280,7 @@ function dispatcher(): Dispatcher {
  * (Liftoff), then recompiles the functions that get hot with its optimizing one
  * (https://v8.dev/docs/wasm-compilation-pipeline): after some dozen requests, which in a conversion is while
  * its uploads hold their chunks, that recompilation took 16-37 MiB of native memory at once (test/store/gcs-
- * memory.test.ts's peak 137-149 -> 121-122 MiB over TLS; 48 uploads through undici alone +37 -> +2 MiB). What
+ * memory.test.ts's peak 137-149 -> 120-125 MiB over TLS; 48 uploads through undici alone +37 -> +2 MiB). What
  * llhttp does per request is small (headers, a body's length), so the baseline code costs nothing measurable.
  * Set before undici compiles the module, at its first connection; setFlagsFromString is node's documented way
  * to set a V8 flag at run time (https://nodejs.org/api/v8.html#v8setflagsfromstringflags), so every process
