@@ -22,32 +22,18 @@ Prints one JSON line with the phase timings. The mapping is written here indepen
 benchmark's tensor-by-tensor comparison of the two outputs is a cross-check of both.
 """
 
+import json
 import os
 import sys
+import time
 
-os.environ["JAX_PLATFORMS"] = "cpu"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from orbax_restore import path_of, restore_state  # first: it puts JAX on the CPU before jax is imported
 
-import json  # noqa: E402
-import time  # noqa: E402
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import orbax.checkpoint as ocp  # noqa: E402
-import torch  # noqa: E402
-from absl import logging as absl_logging  # noqa: E402
-from etils import epath  # noqa: E402
-from huggingface_hub import split_torch_state_dict_into_shards  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-
-absl_logging.set_verbosity(absl_logging.ERROR)
-
-
-def key_str(k) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
+import jax
+import numpy as np
+import torch
+from huggingface_hub import split_torch_state_dict_into_shards
+from safetensors.torch import save_file
 
 
 def rotate_half_rows(w: np.ndarray, heads: int) -> np.ndarray:
@@ -69,12 +55,8 @@ def main(argv) -> int:
 
     # 1. Restore the whole state, as numpy.
     t0 = time.monotonic()
-    state = epath.Path(step_dir) / "state"
-    metadata = ocp.PyTreeCheckpointHandler().metadata(state).tree
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-    with ocp.PyTreeCheckpointer() as ckptr:
-        restored = ckptr.restore(state, args=ocp.args.PyTreeRestore(restore_args=restore_args))
-    flat = {"/".join(key_str(k) for k in kp): np.asarray(v) for kp, v in jax.tree_util.tree_flatten_with_path(restored)[0]}
+    _, restored = restore_state(step_dir)
+    flat = {path_of(kp): np.asarray(v) for kp, v in jax.tree_util.tree_flatten_with_path(restored)[0]}
     t1 = time.monotonic()
 
     # 2. Map to LlamaForCausalLM's names, layouts and dtype.

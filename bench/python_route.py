@@ -15,32 +15,18 @@ bfloat16 for those arrays (what `orbax2reg convert --dtype bfloat16` writes).
 Prints one JSON line with the phase timings.
 """
 
+import json
 import os
+import shutil
 import sys
+import time
 
-os.environ["JAX_PLATFORMS"] = "cpu"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from orbax_restore import path_of, restore_state  # first: it puts JAX on the CPU before jax is imported
 
-import json  # noqa: E402
-import shutil  # noqa: E402
-import time  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import orbax.checkpoint as ocp  # noqa: E402
-import tensorstore as ts  # noqa: E402
-from absl import logging as absl_logging  # noqa: E402
-from etils import epath  # noqa: E402
-
-absl_logging.set_verbosity(absl_logging.ERROR)
-
-
-def key_str(k) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorstore as ts
 
 
 def main(argv) -> int:
@@ -51,23 +37,19 @@ def main(argv) -> int:
         argv = argv[:i] + argv[i + 2 :]
     step_dir, dest_root = (os.path.abspath(a) for a in argv)
     t0 = time.monotonic()
-    state = epath.Path(step_dir) / "state"
-    metadata = ocp.PyTreeCheckpointHandler().metadata(state).tree
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-    with ocp.PyTreeCheckpointer() as ckptr:
-        restored = ckptr.restore(state, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+    metadata, restored = restore_state(step_dir)
     t1 = time.monotonic()
 
     out = os.path.join(dest_root, os.path.basename(step_dir))
     chunks = {
-        "/".join(key_str(k) for k in kp): tuple(m.storage.chunk_shape)
+        path_of(kp): tuple(m.storage.chunk_shape)
         for kp, m in jax.tree_util.tree_flatten_with_path(metadata)[0]
     }
     written = 0
     cast_s = 0.0
     cast_paths = set()
     for kp, value in jax.tree_util.tree_flatten_with_path(restored)[0]:
-        path = "/".join(key_str(k) for k in kp)
+        path = path_of(kp)
         value = np.asarray(value)
         if cast is not None and value.dtype in (np.float32, np.float64):
             c0 = time.monotonic()

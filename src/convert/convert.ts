@@ -9,7 +9,7 @@ import { DEFAULT_EXECUTE, type ExecuteOptions, type ExecuteReport, executeObject
 import { checkPart, type FinalizeReport, finalize, partsOf, Shortfall } from "./finalize.js";
 import { claimStep, confirmOwner, lookAtIndex, readPart, readPlan, retreat } from "./ownership.js";
 import { buildPlan } from "./plan.js";
-import { type PartRef, type Plan, type PlanHead, type PlannedObject, type PlanPart, parsePlan, partRanges } from "./plan-format.js";
+import { type Plan, type PlanHead, type PlannedObject, type PlanPart, parsePlan, partRanges } from "./plan-format.js";
 import type { Recorded } from "./records.js";
 import { groupReportKey, PLAN_KEY } from "./work-dir.js";
 
@@ -188,7 +188,13 @@ export async function writeGroup(
   const report: ExecuteReport = { objects: 0, written: 0, skipped: 0, bytesWritten: 0, seconds: 0 };
   for (const slice of taskParts(plan, group, task, count)) {
     const part = await readPart(destination, plan, slice.ref);
-    add(report, await executePart(part, taskObjects(part, slice), source, destination, options, new Map()));
+    // After its objects, the plan must still be on record: if another conversion took the step over meanwhile, what
+    // this part wrote is removed (earlier parts' objects were written before the last such check, so the takeover's
+    // own clearing of the step removed them).
+    const wrote = new Map<string, Recorded>();
+    const objects = taskObjects(part, slice);
+    add(report, await executeObjects(part, objects, source, destination, { ...options, trusted: wrote, part: slice.ref }));
+    await stillOwner(destination, part, wrote);
   }
   report.seconds = (Date.now() - started) / 1000;
   await destination.write(
@@ -203,25 +209,6 @@ function add(total: ExecuteReport, r: ExecuteReport): void {
   total.written += r.written;
   total.skipped += r.skipped;
   total.bytesWritten += r.bytesWritten;
-}
-
-/**
- * Writes `objects` of `part` (filling `trusted`), then makes sure the plan is still on record: if another
- * conversion took the step over meanwhile, what this part wrote is removed (objects of earlier parts were
- * written before the last such check, so the takeover's own clearing of the step removed them).
- */
-async function executePart(
-  part: PlanPart,
-  objects: readonly PlannedObject[],
-  source: Store,
-  destination: Store,
-  options: ExecuteOptions,
-  trusted: Map<string, Recorded>,
-): Promise<ExecuteReport> {
-  const ref: PartRef = { group: part.group, part: part.part };
-  const report = await executeObjects(part, objects, source, destination, { ...options, trusted, part: ref });
-  await stillOwner(destination, part, trusted);
-  return report;
 }
 
 /** After writing a part: resolves if its plan is still on record, else removes what was written and rejects. */

@@ -4,6 +4,7 @@
 // Nothing here retries, and nothing is left pending: every path aborts or drains the request, and a request
 // body is not pulled once its request has an answer or has failed.
 import type { Readable } from "node:stream";
+import { setFlagsFromString } from "node:v8";
 import { type Dispatcher, EnvHttpProxyAgent } from "undici";
 import { CredentialsError, StorageIoError } from "../errors.js";
 import { once } from "../util/streams.js";
@@ -267,8 +268,26 @@ let shared: Dispatcher | undefined;
  * next garbage collection, soon in a conversion); what saves handshakes is that connections are kept alive.
  */
 function dispatcher(): Dispatcher {
-  shared ??= new EnvHttpProxyAgent({ connections: MAX_SOCKETS, headersTimeout: 0, bodyTimeout: 0 });
+  if (shared === undefined) {
+    keepWasmBaseline();
+    shared = new EnvHttpProxyAgent({ connections: MAX_SOCKETS, headersTimeout: 0, bodyTimeout: 0 });
+  }
   return shared;
+}
+
+/**
+ * undici parses HTTP/1.1 with llhttp compiled to WebAssembly. V8 compiles it with its baseline compiler
+ * (Liftoff), then recompiles the functions that get hot with its optimizing one
+ * (https://v8.dev/docs/wasm-compilation-pipeline): after some dozen requests, which in a conversion is while
+ * its uploads hold their chunks, that recompilation took 16-37 MiB of native memory at once (test/store/gcs-
+ * memory.test.ts's peak 137-149 -> 120-125 MiB over TLS; 48 uploads through undici alone +37 -> +2 MiB). What
+ * llhttp does per request is small (headers, a body's length), so the baseline code costs nothing measurable.
+ * Set before undici compiles the module, at its first connection; setFlagsFromString is node's documented way
+ * to set a V8 flag at run time (https://nodejs.org/api/v8.html#v8setflagsfromstringflags), so every process
+ * (the CLI, the jobs, the function) gets it whatever node was started with.
+ */
+function keepWasmBaseline(): void {
+  setFlagsFromString("--liftoff-only");
 }
 
 /** The largest body discard() reads to its end rather than closing the connection. */

@@ -1,6 +1,7 @@
-// The docs' examples are run: every `$ command` transcript in README.md and docs/cli.md, through the CLI installed
-// from the package's own tarball into a fresh prefix (as a user installs it), its output compared with the docs'
-// (times and sizes masked, `…` for elided lines). A command or an output in the docs cannot go stale.
+// The docs' examples are run: every `$ command` transcript in README.md, docs/install.md and docs/cli.md, through
+// the CLI installed from the package's own tarball into a fresh prefix (as a user installs it), its output
+// compared with the docs' (times and sizes masked, `…` for elided lines). A command or an output in the docs
+// cannot go stale.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
@@ -9,7 +10,7 @@ import { run } from "../helpers/run.js";
 import { tempDir } from "../helpers/tmp.js";
 import { compareOutput, type Transcript, transcripts } from "../helpers/transcript.js";
 
-const DOCS = ["README.md", "docs/cli.md"];
+const DOCS = ["README.md", "docs/install.md", "docs/cli.md"];
 const AXLEARN_PYTHON = resolve(".venv-axlearn/bin/python");
 /** The export's consumers (transformers, torch): setup's .venv-hf. */
 const HF_PYTHON = resolve(HF_VENV_PYTHON);
