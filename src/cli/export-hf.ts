@@ -1,4 +1,4 @@
-import { EXIT_CHECK_FAILED } from "../errors.js";
+import { EXIT_CHECK_FAILED, printable } from "../errors.js";
 import { DEFAULT_EXPORT_MEMORY, exportHf } from "../hf/export.js";
 import { verifyExport } from "../hf/verify.js";
 import { retryStats } from "../store/retry.js";
@@ -116,7 +116,7 @@ export async function runVerifyExport(
   progress.stop();
   if (o.json) out.stdout(JSON.stringify(result, null, 2));
   else {
-    for (const c of result.checks) if (!c.ok) out.stdout(`FAIL ${c.name}${c.detail ? `: ${c.detail}` : ""}`);
+    for (const c of result.checks) if (!c.ok) out.stdout(printable(`FAIL ${c.name}${c.detail ? `: ${c.detail}` : ""}`));
     out.stdout(`${result.passed} passed, ${result.failed} failed`);
   }
   return result.failed === 0 ? 0 : EXIT_CHECK_FAILED;
