@@ -1,7 +1,8 @@
 // Broken and hostile steps (issue 44, section 4): each is a copy of a real step with one defect. Every command
 // refuses it with one printable line naming the file and what is wrong, a non-zero exit, within seconds, and
 // commits nothing; what a file put into a message or a table (control characters) is escaped.
-import { cpSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { runCli } from "../helpers/cli.js";
@@ -84,5 +85,75 @@ describe("a key holding a NUL byte", () => {
     expect(r.code).toBe(4);
     expect(r.stdout).toMatch(/^FAIL gda\/prng\\u0000key: /m);
     expect(r.stdout).not.toMatch(CONTROL);
+  });
+});
+
+describe("symbolic links and special files", () => {
+  test("a step folder that is a symbolic link to itself: every command says so in one line", async () => {
+    const root = tempDir("self-link");
+    const step = join(root, tiny.stepDir);
+    symlinkSync(step, step);
+    const converted = scratch("self-link-converted");
+    expect((await runCli(["convert", tiny.location, converted, "--no-progress"])).code).toBe(0);
+    for (const command of [
+      ["inspect", step],
+      ["convert", step, scratch("self-link"), "--no-progress"],
+      ["export-hf", step, scratch("self-link-hf"), "--no-progress"],
+      ["verify", step, join(converted, tiny.stepDir), "--no-progress"],
+      ["verify", tiny.location, step, "--no-progress"],
+    ]) {
+      expectOneLine(await runCli(command), 2, /step_00000100(\/[\w.]+)?: a symbolic link loop/);
+    }
+  });
+
+  test("an OCDBT data file that is a named pipe: convert and verify refuse it instead of waiting for a writer", async () => {
+    const step = copyOfTiny();
+    const data = join(step, "state", "ocdbt.process_0", "d", "b2a63ebe4de088f4101b266b4099e05d");
+    rmSync(data);
+    execFileSync("mkfifo", [data]);
+    const dest = scratch("fifo");
+    expectOneLine(
+      await runCli(["convert", step, dest, "--no-progress"]),
+      2,
+      /b2a63ebe4de088f4101b266b4099e05d: is a named pipe \(FIFO\), not a regular file\n/,
+    );
+    expect(existsSync(join(dest, tiny.stepDir, "index"))).toBe(false);
+    const converted = scratch("fifo-converted");
+    expect((await runCli(["convert", tiny.location, converted, "--no-progress"])).code).toBe(0);
+    const r = await runCli(["verify", step, join(converted, tiny.stepDir), "--no-progress"]);
+    expect(r.code).toBe(4);
+    expect(r.stdout).toMatch(/^FAIL gda\/model\/decoder\/layer\/ffn\/weight: .*: is a named pipe \(FIFO\), not a regular file$/m);
+  }, 20_000);
+
+  test("a symbolic link cycle in an iterator folder is refused, not followed 40 levels deep", async () => {
+    const step = copyOfTiny();
+    mkdirSync(join(step, "python", "python_0"), { recursive: true });
+    writeFileSync(join(step, "python", "python_0", "iterator.json"), "{}");
+    symlinkSync(".", join(step, "python", "python_0", "loop"));
+    const dest = scratch("iterator-cycle");
+    const cycle = /python\/python_0\/loop: a symbolic link cycle: this directory leads back to a directory above it\n/;
+    expectOneLine(await runCli(["inspect", step]), 2, cycle);
+    expectOneLine(await runCli(["convert", step, dest, "--no-progress"]), 2, cycle);
+    expect(existsSync(join(dest, tiny.stepDir, "index"))).toBe(false);
+  });
+});
+
+describe("a location that is not an Orbax step directory says what it is", () => {
+  test("a regular step given to inspect", async () => {
+    const dest = scratch("regular-to-inspect");
+    expect((await runCli(["convert", tiny.location, dest, "--no-progress"])).code).toBe(0);
+    expectOneLine(
+      await runCli(["inspect", join(dest, tiny.stepDir)]),
+      2,
+      /step_00000100: is an AXLearn regular checkpoint step \(index and gda\/\), not an Orbax checkpoint: this command reads Orbax steps/,
+    );
+  });
+
+  test("a file given where a folder is expected", async () => {
+    expectOneLine(
+      await runCli(["inspect", join(tiny.location, "_CHECKPOINT_METADATA")]),
+      2,
+      /_CHECKPOINT_METADATA: is a file, not a directory/,
+    );
   });
 });
