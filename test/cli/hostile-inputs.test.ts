@@ -2,7 +2,7 @@
 // refuses it with one printable line naming the file and what is wrong, a non-zero exit, within seconds, and
 // commits nothing; what a file put into a message or a table (control characters) is escaped.
 import { execFileSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { runCli } from "../helpers/cli.js";
@@ -154,6 +154,59 @@ describe("a location that is not an Orbax step directory says what it is", () =>
       await runCli(["inspect", join(tiny.location, "_CHECKPOINT_METADATA")]),
       2,
       /_CHECKPOINT_METADATA: is a file, not a directory/,
+    );
+  });
+});
+
+describe("an index item that disagrees with _METADATA is refused before anything is committed, and fails verify", () => {
+  const INDEX_ENTRY = '"model/decoder/layer/ffn/weight", {"dtype": "float32", "shape": "(64, 64)"}';
+  const cases = [
+    [
+      "a shape",
+      '"model/decoder/layer/ffn/weight", {"dtype": "float32", "shape": "(64, 32)"}',
+      /index says float32 \(64, 32\) for array model\/decoder\/layer\/ffn\/weight, but the array stored is float32 \(64, 64\)/,
+    ],
+    [
+      "a dtype",
+      '"model/decoder/layer/ffn/weight", {"dtype": "bfloat16", "shape": "(64, 64)"}',
+      /index says bfloat16 \(64, 64\) for array model\/decoder\/layer\/ffn\/weight/,
+    ],
+    [
+      "a path",
+      '"model/decoder/layer/ffn/weights", {"dtype": "float32", "shape": "(64, 64)"}',
+      /index has no entry for array model\/decoder\/layer\/ffn\/weight \(float32 \(64, 64\)\), which _METADATA lists/,
+    ],
+  ] as const;
+
+  test.each(cases)("%s", async (_, entry, message) => {
+    const step = copyOfTiny();
+    const indexFile = join(step, "index", "index");
+    const text = readFileSync(indexFile, "utf8");
+    expect(text).toContain(INDEX_ENTRY);
+    writeFileSync(indexFile, text.replace(INDEX_ENTRY, entry));
+    const dest = scratch("index-disagrees");
+    const r = await runCli(["convert", step, dest, "--no-progress"]);
+    expectOneLine(r, 2, new RegExp(`index/index: ${message.source}`));
+    expect(existsSync(join(dest, tiny.stepDir, "index"))).toBe(false);
+
+    const converted = scratch("index-disagrees-verify");
+    expect((await runCli(["convert", tiny.location, converted, "--no-progress"])).code).toBe(0);
+    const v = await runCli(["verify", step, join(converted, tiny.stepDir), "--no-progress"]);
+    expect(v.code).toBe(4);
+    expect(v.stdout).toMatch(new RegExp(`^FAIL index: .*${message.source}`, "m"));
+  });
+
+  test("an index array entry _METADATA does not list", async () => {
+    const step = copyOfTiny();
+    const indexFile = join(step, "index", "index");
+    writeFileSync(
+      indexFile,
+      readFileSync(indexFile, "utf8").replace(INDEX_ENTRY, `${INDEX_ENTRY}], ["model/extra", {"dtype": "float32", "shape": "(2,)"}`),
+    );
+    expectOneLine(
+      await runCli(["convert", step, scratch("index-extra"), "--no-progress"]),
+      2,
+      /index names an array model\/extra that _METADATA does not list/,
     );
   });
 });
