@@ -16,6 +16,7 @@ export interface ExportHfCliOptions {
   rmsNormEps?: number;
   maxPositionEmbeddings?: number;
   force?: boolean;
+  step?: number;
   json?: boolean;
   progress?: boolean;
 }
@@ -32,6 +33,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     ...(o.maxPositionEmbeddings === undefined ? {} : { maxPositionEmbeddings: o.maxPositionEmbeddings }),
     memoryBytes: o.memory ?? DEFAULT_EXPORT_MEMORY,
     force: o.force ?? false,
+    ...(o.step === undefined ? {} : { step: o.step }),
     onPlan: (plan) => {
       progress = new ConvertProgress(
         { bytes: plan.bytes, objectsPerArray: new Map(plan.names.map((n) => [n, 1])) },

@@ -109,6 +109,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       ["dest", `the directory to write the checkpoint into; ${LOCATION}`],
     ],
     options: [
+      "step",
       "hfDtype",
       "maxShardSize",
       "hfMemory",

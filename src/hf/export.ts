@@ -29,6 +29,8 @@ export interface ExportOptions extends Omit<ConfigFlags, "dtype"> {
   /** Bytes of output tensors held at once (all workers together). */
   readonly memoryBytes: number;
   readonly force?: boolean;
+  /** With a checkpoint root: this step instead of the latest (openExportSource). */
+  readonly step?: number;
   readonly onPlan?: (plan: ExportSummaryPlan) => void;
   readonly onTensor?: (name: string, bytes: number) => void;
 }
@@ -163,7 +165,7 @@ const text = new TextEncoder();
 
 /** Everything the export will write, decided before anything is written (and before any refusal can come late). */
 export async function prepareExport(sourceLocation: string, options: ExportOptions) {
-  const source = await openExportSource(sourceLocation);
+  const source = await openExportSource(sourceLocation, options.step === undefined ? {} : { step: options.step });
   const plan = planExport(source.arrays, source.otherLeaves);
   const dtype = options.dtype ?? "bfloat16";
   const built = buildConfig(plan.dims, { ...options, dtype });
