@@ -348,6 +348,7 @@ const IO_CAUSES: Readonly<Record<string, string>> = {
   EROFS: "read-only file system",
   ENOSPC: "no space left on device",
   EDQUOT: "disk quota exceeded",
+  ELOOP: "a symbolic link loop (too many levels of symbolic links)",
 };
 
 /** The cause of an OS error that the user can fix at the destination, or undefined for anything else. */
