@@ -5,9 +5,9 @@
 // of MiB of what they take on the same step unpadded. The bound is wide (+128 MiB), so that only memory that
 // grows with the key count fails it, not a loaded machine's garbage collector.
 import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { beforeAll, describe, expect, test } from "vitest";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { fixtureCase } from "../helpers/convert.js";
 import { stepWithExtraKeys } from "../helpers/many-keys.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -50,6 +50,8 @@ describe("a step whose database holds a million keys outside every array's grid"
     );
     padded = await stepWithExtraKeys(original, EXTRA_KEYS);
   }, 180_000);
+  // The padded copy is 15 MB.
+  afterAll(() => rmSync(dirname(padded), { recursive: true, force: true }));
 
   test("inspect lists the same arrays in about the memory the step takes unpadded", () => {
     const base = peak(["inspect", "--json", original]);
