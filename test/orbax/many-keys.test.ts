@@ -63,7 +63,7 @@ describe("a step whose database holds a million keys outside every array's grid"
     expect(r.peakMiB).toBeLessThan(base.peakMiB + MARGIN_MIB);
   }, 120_000);
 
-  test("convert writes the same index in about the memory the step takes unpadded", () => {
+  test("convert writes the same index, and verify passes it, each in about the memory the step takes unpadded", () => {
     const [a, b] = [tempDir("keys-base"), tempDir("keys-padded")];
     const base = peak(["convert", original, a]);
     const r = peak(["convert", padded, b]);
@@ -71,5 +71,11 @@ describe("a step whose database holds a million keys outside every array's grid"
     const index = (root: string) => readFileSync(join(root, "step_00000100", "index"), "utf8");
     expect(index(b)).toBe(index(a));
     expect(r.peakMiB).toBeLessThan(base.peakMiB + MARGIN_MIB);
+
+    // verify, of the padded step against what convert made of it, as of the unpadded one against its own.
+    const verifyBase = peak(["verify", original, join(a, "step_00000100"), "--no-progress"]);
+    const verified = peak(["verify", padded, join(b, "step_00000100"), "--no-progress"]);
+    expect(verified.code, verified.stdout).toBe(0);
+    expect(verified.peakMiB).toBeLessThan(verifyBase.peakMiB + MARGIN_MIB);
   }, 120_000);
 });
