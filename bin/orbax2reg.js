@@ -30,6 +30,20 @@ process.on("exit", () => {
   process.exitCode = 1;
 });
 
+// A reader that closed its end of the pipe (`orbax2reg inspect STEP | head -1`) wants no more output: the
+// command ends there, quietly, as a process killed by SIGPIPE does (`git log | head`), with the status such a
+// process has in the shell, 141 (128 + SIGPIPE's 13). Node ignores SIGPIPE, so the write fails with EPIPE
+// instead, as an 'error' event that would otherwise end the process with a stack trace. A conversion stopped
+// this way resumes when run again, as after any interruption.
+const SIGPIPE_STATUS = 141;
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on("error", (e) => {
+    if (e.code !== "EPIPE") throw e;
+    settled = true;
+    process.exit(SIGPIPE_STATUS);
+  });
+}
+
 // An install whose native zstd addon was not built would fail at its first chunk with a stack trace: npm 12
 // runs a dependency's install script only when allowed (`--allow-scripts=zstd-napi`), and that script builds
 // or downloads build/Release/binding.node. Checked by the file's presence: loading it here would cost every run.

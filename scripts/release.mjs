@@ -7,8 +7,8 @@
 //   orbax2reg-image-<version>.oci.tar      the image (the CLI and the jobs), as an OCI archive with Docker's
 //                                          manifest.json (`docker load` and `podman load` both take it), when a
 //                                          container engine can build here (podman, else docker;
-//                                          ORBAX2REG_CONTAINER_ENGINE names one); skipped, saying why, otherwise
-//                                          or with --no-image
+//                                          ORBAX2REG_CONTAINER_ENGINE names one) and has or can pull the base
+//                                          image; skipped, saying why, otherwise or with --no-image
 //   SHA256SUMS                             `sha256sum -c SHA256SUMS` checks them
 //
 //   npm run release                        # at the tag v<version>, clean tree
@@ -111,7 +111,21 @@ function engine() {
   }
   return { why: `no container engine can build here (${tried.join("; ")})` };
 }
-const found = withImage ? engine() : { why: "--no-image" };
+/**
+ * The engine, if it has the base image or can pull it; else why not. The image is made only where it can be
+ * built: an engine that cannot reach the base image's registry (a machine offline, or behind a proxy the engine
+ * does not use) skips it, saying so, instead of failing the whole release after the package is made.
+ */
+function withBase(found, base) {
+  if (found.engine === undefined) return found;
+  if (spawnSync(found.engine, ["image", "inspect", base], { stdio: "ignore" }).status === 0) return found;
+  const pull = spawnSync(found.engine, ["pull", base], { encoding: "utf8" });
+  if (!pull.error && pull.status === 0) return found;
+  const said = pull.error?.message ?? (pull.stderr.trim().split("\n").at(-1) || `exit ${pull.status}`);
+  return { why: `${found.engine} cannot pull the base image ${base} (${said})` };
+}
+const baseImage = process.env.ORBAX2REG_IMAGE_BASE || /^ARG NODE_IMAGE=(\S+)$/m.exec(readFileSync("Dockerfile", "utf8"))?.[1];
+const found = withImage ? withBase(engine(), baseImage) : { why: "--no-image" };
 if (found.engine === undefined) {
   console.log(`image skipped: ${found.why}`);
 } else {

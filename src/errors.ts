@@ -55,12 +55,33 @@ export abstract class Orbax2RegError extends Error {
   }
 }
 
+/** Made printable (see printable): the path and the detail may hold what a file put there. */
 function formatMessage(detail: string, where: ErrorLocation): string {
   const parts: string[] = [];
   if (where.path !== undefined) parts.push(where.path);
   if (where.offset !== undefined) parts.push(`offset ${where.offset}`);
   if (where.key !== undefined) parts.push(`key ${JSON.stringify(where.key)}`);
-  return parts.length > 0 ? `${parts.join(", ")}: ${detail}` : detail;
+  return printable(parts.length > 0 ? `${parts.join(", ")}: ${detail}` : detail);
+}
+
+/**
+ * Control characters (C0, DEL, C1), Unicode's line and paragraph separators, bidirectional overrides and lone
+ * surrogates: what a line of text from a file must not carry to a terminal or a log unescaped.
+ */
+const UNPRINTABLE =
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is what it is for.
+  /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const NAMED: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f" };
+
+/**
+ * Text that came from a file, a key or an object name, made safe to print on one line: every character of
+ * UNPRINTABLE escaped as JSON writes it (`\n`, `\r`, `\u0000`, `\u001b`), so that a crafted checkpoint cannot
+ * split a message into lines, move a terminal's cursor or colour it, or forge a line of a CI log. Other text,
+ * non-ASCII included, is unchanged. Every Orbax2RegError's message goes through it, and so do the CLI's tables
+ * and verify's lines.
+ */
+export function printable(text: string): string {
+  return text.replace(UNPRINTABLE, (c) => NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
 /** An Orbax2RegError that no retry can help: the input, the request or the configuration is at fault. */
@@ -327,6 +348,7 @@ const IO_CAUSES: Readonly<Record<string, string>> = {
   EROFS: "read-only file system",
   ENOSPC: "no space left on device",
   EDQUOT: "disk quota exceeded",
+  ELOOP: "a symbolic link loop (too many levels of symbolic links)",
 };
 
 /** The cause of an OS error that the user can fix at the destination, or undefined for anything else. */

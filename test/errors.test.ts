@@ -102,6 +102,16 @@ describe("the error table", () => {
     expect(classify(e).line).toBe('gs://b/x/manifest.ocdbt, offset 12, key "a/b": bad varint');
   });
 
+  test("a message is printable: what a file put into it (CR/LF, NUL, BEL, ESC, DEL, C1, bidi overrides) is escaped", () => {
+    const e = new MetadataError('not valid JSON ("a\r\nb\u0000c\u0007\u001b[31m\u007f\u0085\u202e")', { path: "/s/_METADATA" });
+    expect(e.message).toBe('/s/_METADATA: not valid JSON ("a\\r\\nb\\u0000c\\u0007\\u001b[31m\\u007f\\u0085\\u202e")');
+  });
+
+  test("printable leaves other text as it is, non-ASCII and emoji included, and escapes a lone surrogate", () => {
+    expect(errors.printable("größe/日本/🙂 a\\b")).toBe("größe/日本/🙂 a\\b");
+    expect(errors.printable("x\ud800y")).toBe("x\\ud800y");
+  });
+
   test("a storage error's stack is its one line (the call chain of an I/O fault helps nobody)", () => {
     expect(new StorageIoError("HTTP 403", { path: "gs://b/o" }).stack).toBe("StorageIoError: gs://b/o: HTTP 403");
   });

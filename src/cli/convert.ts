@@ -14,7 +14,7 @@ import { readPart } from "../convert/ownership.js";
 import type { Plan } from "../convert/plan-format.js";
 import { verify } from "../convert/verify.js";
 import { DEFAULT_CONCURRENCY, DEFAULT_MEMORY_MIB, DEFAULT_PLAN_GROUPS, mibToBytes } from "../defaults.js";
-import { EXIT_CHECK_FAILED, UsageError } from "../errors.js";
+import { EXIT_CHECK_FAILED, printable, UsageError } from "../errors.js";
 import { type RootStep, TRACKER_FILE } from "../orbax/step.js";
 import { retryStats } from "../store/retry.js";
 import { buildIdentity } from "../version.js";
@@ -218,7 +218,8 @@ export async function runVerify(orbax: string, regular: string, o: { json?: bool
   progress.stop();
   if (o.json) out.stdout(JSON.stringify(result, null, 2));
   else {
-    for (const c of result.checks) out.stdout(`${c.ok ? "PASS" : "FAIL"} ${c.name}${c.detail ? `: ${c.detail}` : ""}`);
+    // Names and details quote keys and paths from the checkpoints: made printable.
+    for (const c of result.checks) out.stdout(printable(`${c.ok ? "PASS" : "FAIL"} ${c.name}${c.detail ? `: ${c.detail}` : ""}`));
     out.stdout(`${result.passed} passed, ${result.failed} failed`);
   }
   // Not 1 (a bug, a fault): the comparison ran to its end, and its answer is no.

@@ -1,4 +1,4 @@
-import { EXIT_CHECK_FAILED } from "../errors.js";
+import { EXIT_CHECK_FAILED, printable } from "../errors.js";
 import { DEFAULT_EXPORT_MEMORY, exportHf } from "../hf/export.js";
 import { verifyExport } from "../hf/verify.js";
 import type { TokenizerChoice } from "../hf/vocabularies.js";
@@ -18,6 +18,7 @@ export interface ExportHfCliOptions {
   maxPositionEmbeddings?: number;
   force?: boolean;
   tokenizer?: TokenizerChoice;
+  step?: number;
   json?: boolean;
   progress?: boolean;
 }
@@ -35,6 +36,7 @@ export async function runExportHf(source: string, dest: string, o: ExportHfCliOp
     memoryBytes: o.memory ?? DEFAULT_EXPORT_MEMORY,
     force: o.force ?? false,
     ...(o.tokenizer === undefined ? {} : { tokenizer: o.tokenizer }),
+    ...(o.step === undefined ? {} : { step: o.step }),
     onPlan: (plan) => {
       progress = new ConvertProgress(
         { bytes: plan.bytes, objectsPerArray: new Map(plan.names.map((n) => [n, 1])) },
@@ -121,7 +123,7 @@ export async function runVerifyExport(
   progress.stop();
   if (o.json) out.stdout(JSON.stringify(result, null, 2));
   else {
-    for (const c of result.checks) if (!c.ok) out.stdout(`FAIL ${c.name}${c.detail ? `: ${c.detail}` : ""}`);
+    for (const c of result.checks) if (!c.ok) out.stdout(printable(`FAIL ${c.name}${c.detail ? `: ${c.detail}` : ""}`));
     out.stdout(`${result.passed} passed, ${result.failed} failed`);
   }
   return result.failed === 0 ? 0 : EXIT_CHECK_FAILED;

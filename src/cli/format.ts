@@ -1,5 +1,7 @@
 /** Small helpers for human-readable CLI output. */
 
+import { printable } from "../errors.js";
+
 export function formatBytes(n: number): string {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let v = n;
@@ -20,8 +22,10 @@ export function formatShape(shape: readonly number[]): string {
  * a table that would be wider puts each row's first cell (a path, never cut) on a line of its own and the
  * other cells on the next, indented, aligned among themselves; if those are still too wide, the last cell (a
  * sha256) goes on a third line. Without `width` (a pipe, a file) every row stays one line, for grep and awk.
+ * Cells are made printable (src/errors.ts): a key or a path is what a file put there.
  */
-export function table(header: string[], rows: string[][], right: ReadonlySet<number> = new Set(), width = Infinity): string {
+export function table(header: string[], cells: string[][], right: ReadonlySet<number> = new Set(), width = Infinity): string {
+  const rows = cells.map((r) => r.map(printable));
   const flat = columns(header, rows, right);
   if (flat.width <= width || header.length < 2) return [flat.line(header), ...rows.map(flat.line)].join("\n");
   const shifted = (from: number) => new Set([...right].map((i) => i - from).filter((i) => i >= 0));

@@ -1,3 +1,4 @@
+import { printable } from "../errors.js";
 import { inspectStep, type ProcessesReport } from "../orbax/inspect.js";
 import { openStep } from "../orbax/step.js";
 import { formatBytes, formatShape, table } from "./format.js";
@@ -43,14 +44,15 @@ export async function runInspect(location: string, options: InspectOptions, out:
       (others.length ? `; ${others.length} non-array ${others.length === 1 ? "leaf" : "leaves"}:` : ""),
   );
   // Named, with what _METADATA says they are: an input iterator saved as files, an empty node (None)...
-  for (const o of others) out.stdout(`  ${o.path}: ${o.valueType}${o.skipDeserialize ? " (skip_deserialize)" : ""}`);
+  for (const o of others) out.stdout(printable(`  ${o.path}: ${o.valueType}${o.skipDeserialize ? " (skip_deserialize)" : ""}`));
   out.stdout(
     `step ${report.step ?? "?"}, layout ${report.layout}, ${report.committed ? `committed (${step.commit.marker})` : `NOT committed: ${step.commit.reason}`}`,
   );
   out.stdout(processesLine(report.processes));
   const p = report.processes;
   if (p.iterators.some((i) => i.files.length > 0)) {
-    for (const i of p.iterators) out.stdout(`process ${i.process} iterator files: ${i.files.length ? i.files.join(", ") : "none"}`);
+    for (const i of p.iterators)
+      out.stdout(printable(`process ${i.process} iterator files: ${i.files.length ? i.files.join(", ") : "none"}`));
   }
   if (p.missingIterators.length > 0) {
     out.warn(

@@ -109,6 +109,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       ["dest", `the directory to write the checkpoint into; ${LOCATION}`],
     ],
     options: [
+      "step",
       "hfDtype",
       "maxShardSize",
       "hfMemory",
@@ -324,7 +325,8 @@ function oneLineErrors(command: Command, path: string): Command {
 
 const EXIT_CODES_HELP = `
 Exit codes: 0 success; 1 unexpected failure (a bug, or a storage fault that outlasted its retries); 2 bad input,
-usage or a refusal; 3 the destination cannot be written; ${EXIT_CHECK_FAILED} a check found a difference (verify, cloud check).`;
+usage or a refusal; 3 the destination cannot be written; ${EXIT_CHECK_FAILED} a check found a difference (verify, cloud check);
+141 the reader of the output went away (| head).`;
 
 function buildProgram(out: Output, setExit: (code: number) => void): Command {
   const program = new Command("orbax2reg")

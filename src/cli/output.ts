@@ -1,3 +1,5 @@
+import { printable } from "../errors.js";
+
 /** Where CLI commands write: results to stdout, warnings and progress to stderr (so --json stays clean). */
 export interface Output {
   stdout(line: string): void;
@@ -19,7 +21,8 @@ export function processOutput(): Output {
     stdout: (line) => process.stdout.write(`${line}\n`),
     writeOut: (text) => process.stdout.write(text),
     writeErr: (text) => process.stderr.write(text),
-    warn: (line) => process.stderr.write(`warning: ${line}\n`),
+    // A warning quotes what it is about (a key, a file's text): one printable line.
+    warn: (line) => process.stderr.write(`warning: ${printable(line)}\n`),
     isTTY: process.stderr.isTTY === true,
     ...(process.stdout.isTTY === true && process.stdout.columns > 0 ? { columns: process.stdout.columns } : {}),
   };

@@ -437,6 +437,11 @@ export async function expectedIndexText(
     const parsed = parseIndex(text, path);
     if (parsed.step !== step)
       throw new MetadataError(`index says step ${parsed.step}, the directory is step ${step}`, { path, key: "step" });
+    checkIndexArrays(
+      parsed.entries.filter(([p]) => !paramsOnly || keptByParamsOnly(p)),
+      arrays,
+      path,
+    );
     if (!paramsOnly && cast.size === 0) return text;
     return indexText(
       step,
@@ -450,6 +455,36 @@ export async function expectedIndexText(
   }
   const entries: IndexEntry[] = arrays.map((a) => arrayEntry(a.path, a.castTo ?? a.dtype, a.shape));
   return indexText(step, entries);
+}
+
+/**
+ * Refuses an Orbax `index` item whose arrays are not the arrays written (`_METADATA`'s leaves, each with its
+ * stored .zarray's dtype and shape): copied verbatim, it would be a commit marker describing another state,
+ * which AXLearn's restore (its EXACT structure check of the index against the state it expects) refuses, or
+ * worse, accepts for arrays that are not there. Every array has its entry, with its dtype and shape; every
+ * array entry names an array. Other entries (iterators, raw values) are the index's own.
+ */
+function checkIndexArrays(
+  entries: readonly IndexEntry[],
+  arrays: readonly Pick<PlannedArray, "path" | "dtype" | "shape">[],
+  path: string,
+): void {
+  const byPath = new Map(entries);
+  for (const a of arrays) {
+    const v = byPath.get(a.path);
+    const want = arrayEntry(a.path, a.dtype, a.shape)[1] as { dtype: string; shape: string };
+    if (v === undefined)
+      throw new MetadataError(`index has no entry for array ${a.path} (${want.dtype} ${want.shape}), which _METADATA lists`, { path });
+    if (!isArrayEntry(v) || v.dtype !== want.dtype || v.shape !== want.shape) {
+      const says = isArrayEntry(v) ? `${v.dtype} ${v.shape}` : JSON.stringify(v);
+      throw new MetadataError(`index says ${says} for array ${a.path}, but the array stored is ${want.dtype} ${want.shape}`, {
+        path,
+      });
+    }
+  }
+  const written = new Set(arrays.map((a) => a.path));
+  const stray = entries.find(([p, v]) => isArrayEntry(v) && !written.has(p));
+  if (stray !== undefined) throw new MetadataError(`index names an array ${stray[0]} that _METADATA does not list`, { path });
 }
 
 /** An index entry's value for an array: `{"dtype": ..., "shape": ...}` (other entries are iterators or raw values). */

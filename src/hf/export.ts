@@ -38,6 +38,8 @@ export interface ExportOptions extends Omit<ConfigFlags, "dtype"> {
   readonly force?: boolean;
   /** --tokenizer: a file, none, or (undefined) the vocabulary's own. */
   readonly tokenizer?: TokenizerChoice;
+  /** With a checkpoint root: this step instead of the latest (openExportSource). */
+  readonly step?: number;
   readonly onPlan?: (plan: ExportSummaryPlan) => void;
   readonly onTensor?: (name: string, bytes: number) => void;
 }
@@ -184,7 +186,7 @@ const text = new TextEncoder();
 
 /** Everything the export will write, decided before anything is written (and before any refusal can come late). */
 export async function prepareExport(sourceLocation: string, options: ExportOptions) {
-  const source = await openExportSource(sourceLocation);
+  const source = await openExportSource(sourceLocation, options.step === undefined ? {} : { step: options.step });
   const plan = planExport(source.arrays, source.otherLeaves);
   const dtype = options.dtype ?? "bfloat16";
   // Chosen (and a given file read and checked) before anything is written: its ids go into config.json.

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { ChunkDecoder } from "../codecs/zstd.js";
 import { SHARD_INDEX_BYTES } from "../convert/plan.js";
 import { innerChunkOfShard } from "../convert/transforms.js";
-import { MetadataError, NotFoundError } from "../errors.js";
+import { MetadataError, NotFoundError, UsageError } from "../errors.js";
 import type { ValueLocation } from "../ocdbt/database.js";
 import { chunkKeyPattern, listArrays } from "../orbax/arrays.js";
 import { OcdbtSource, UnionSource } from "../orbax/kv-source.js";
@@ -252,18 +252,34 @@ function regularChunk(
 
 /**
  * Opens what `location` names: a regular step (`index` and `gda/`), a root of regular steps (the highest
- * step_* holding an index), or anything openStep opens (an Orbax step, root or item).
+ * step_* holding an index, or `step`), or anything openStep opens (an Orbax step, root or item; `step` as there).
  */
-export async function openExportSource(location: string): Promise<ExportSource> {
+export async function openExportSource(location: string, options: { readonly step?: number } = {}): Promise<ExportSource> {
   const trimmed = location.replace(/\/+$/, "");
   const store = await openStore(trimmed, INPUT);
-  if (await isRegularStep(store, "")) return openRegular(store, "", trimmed);
+  if (await isRegularStep(store, "")) {
+    const source = await openRegular(store, "", trimmed);
+    // As openStep says of an Orbax step directory given with another --step.
+    if (options.step !== undefined && source.step !== options.step) {
+      throw new UsageError(
+        `is the directory of step ${source.step}, not of step ${options.step} (--step chooses a step under a checkpoint root)`,
+        {
+          path: store.url,
+        },
+      );
+    }
+    return source;
+  }
   const top = await store.listDir("");
   const steps = top.dirs
     .filter((d) => parseStepName(d) !== undefined)
     .sort((a, b) => (parseStepName(a) as number) - (parseStepName(b) as number));
   const orbaxMarkers = top.files.some((f) => /(^|\/)(_CHECKPOINT_METADATA|commit_success\.txt|_METADATA|manifest\.ocdbt)$/.test(f.key));
-  if (!orbaxMarkers && steps.length > 0) {
+  const given = options.step === undefined ? undefined : steps.find((d) => parseStepName(d) === options.step);
+  if (!orbaxMarkers && given !== undefined && (await isRegularStep(store, given))) {
+    return { ...(await openRegular(store, given, `${trimmed}/${given}`)), chosenBy: "given" };
+  }
+  if (!orbaxMarkers && steps.length > 0 && options.step === undefined) {
     for (const d of [...steps].reverse()) {
       if ((await store.stat(joinKey(d, "index"))) !== undefined && (await isRegularStep(store, d))) {
         return { ...(await openRegular(store, d, `${trimmed}/${d}`)), chosenBy: "the highest regular step under the root" };
@@ -271,7 +287,8 @@ export async function openExportSource(location: string): Promise<ExportSource> 
       break;
     }
   }
-  const step = await openStep(trimmed);
+  // An Orbax step, root or item; with --step, a regular root without that step is said to lack it there.
+  const step = await openStep(trimmed, options.step === undefined ? {} : { step: options.step });
   if (step.leaves.length === 0) throw new MetadataError("the step has no leaves", { path: trimmed });
   return openOrbax(step, step.stepDir === "" ? trimmed : `${trimmed}/${step.stepDir}`);
 }

@@ -18,6 +18,14 @@ const ENVELOPE_SLACK = 1 << 20;
 const utf8 = new TextDecoder();
 /** Children fetched ahead of the one being walked, so a listing over GCS is not one round trip per node. */
 const PREFETCH = 8;
+/**
+ * Decoded nodes are kept after use, the most recently used first, until they hold this many entries in all
+ * (the last one used is kept whatever its size): listing array after array reads a leaf they share once, and
+ * lookups pass the root and the upper levels, always recent; but a database of millions of keys is never
+ * held whole (a listing holds only its path and prefetch): memory follows what is read, not how many keys
+ * the database holds.
+ */
+const ENTRIES_KEPT = 1 << 15;
 
 /** Where a value's bytes are: inline in the tree, or a byte range of an object in the store. */
 export type ValueLocation =
@@ -38,11 +46,13 @@ export interface ReadStats {
 
 /**
  * A read-only view of the latest version of one OCDBT database at `root` (a key prefix of `store`, "" for
- * the store's root). Nodes are fetched lazily and each is read at most once per open.
+ * the store's root). Nodes are fetched lazily; the most recently used are kept (ENTRIES_KEPT).
  */
 export class OcdbtDatabase {
   readonly stats: ReadStats = { nodesRead: 0, nodeBytesRead: 0, leafEntriesVisited: 0 };
-  private readonly nodes = new Map<string, Promise<BtreeNode>>();
+  /** Least recently used first, each with its entry count once decoded (see ENTRIES_KEPT). */
+  private readonly nodes = new Map<string, { node: Promise<BtreeNode>; entries: number }>();
+  private entriesKept = 0;
   private readonly maxNodeBytes: number;
 
   private constructor(
@@ -184,16 +194,33 @@ export class OcdbtDatabase {
     // The same bytes reached at another height or under another prefix would decode differently (a
     // corrupted tree can point a child at its ancestor); only an identical reference shares the cache.
     const id = `${key}@${ref.offset}+${ref.length}#${height}:${Buffer.from(prefix).toString("hex")}`;
-    let p = this.nodes.get(id);
-    if (p === undefined) {
-      p = this.store.readRange(key, ref.offset, ref.length).then((bytes) => {
-        this.stats.nodesRead++;
-        this.stats.nodeBytesRead += bytes.length;
-        const body = decodeEnvelope(bytes, "btreeNode", describe(this.store, key), this.maxNodeBytes, ref.offset);
-        return decodeBtreeNode(body, prefix, ref.file.basePath, height);
-      });
-      this.nodes.set(id, p);
+    const kept = this.nodes.get(id);
+    if (kept !== undefined) {
+      this.nodes.delete(id); // set again: the most recently used
+      this.nodes.set(id, kept);
+      return kept.node;
     }
+    const p = this.store.readRange(key, ref.offset, ref.length).then((bytes) => {
+      this.stats.nodesRead++;
+      this.stats.nodeBytesRead += bytes.length;
+      const body = decodeEnvelope(bytes, "btreeNode", describe(this.store, key), this.maxNodeBytes, ref.offset);
+      return decodeBtreeNode(body, prefix, ref.file.basePath, height);
+    });
+    const entry = { node: p, entries: 0 };
+    this.nodes.set(id, entry);
+    p.then(
+      (node) => {
+        if (this.nodes.get(id) !== entry) return; // evicted meanwhile
+        entry.entries = node.entries.length;
+        this.entriesKept += entry.entries;
+        for (const [oldest, e] of this.nodes) {
+          if (this.entriesKept <= ENTRIES_KEPT || oldest === id) break;
+          this.nodes.delete(oldest);
+          this.entriesKept -= e.entries;
+        }
+      },
+      () => undefined, // the caller sees the failure; a failed read stays cached like a node (the same answer)
+    );
     return p;
   }
 }

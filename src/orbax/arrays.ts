@@ -19,32 +19,43 @@ export interface StoredArray {
   readonly inlineChunks: number;
 }
 
-/** The array leaves of a step, in `_METADATA` order, each with its metadata and chunk locations. */
+/**
+ * The array leaves of a step, in `_METADATA` order, each with its metadata and chunk locations. An array's keys
+ * are streamed, and only its grid's chunks are kept: a database padded with keys that no array's grid has
+ * (`prng_key/1000000`, `weight/junk`) costs time to list, never memory.
+ */
 export async function* listArrays(step: OrbaxStep): AsyncIterable<StoredArray> {
   const preferred = step.metadata?.useZarr3 ? "zarr.json" : ".zarray";
+  const other = preferred === ".zarray" ? "zarr.json" : ".zarray";
   for (const leaf of step.leaves) {
     if (!leaf.isArray) continue;
-    const entries: Entry[] = [];
-    for await (const e of step.source.list(`${leaf.name}/`)) entries.push(e);
-    const rel = (e: Entry) => e.key.slice(leaf.name.length + 1);
-    const metaEntry = entries.find((e) => rel(e) === preferred) ?? entries.find((e) => rel(e) === ".zarray" || rel(e) === "zarr.json");
+    const metaEntry = (await step.source.get(`${leaf.name}/${preferred}`)) ?? (await step.source.get(`${leaf.name}/${other}`));
     if (metaEntry === undefined) {
       throw new NotFoundError(`array ${leaf.path} has no ${preferred}`, { path: step.source.describe(`${leaf.name}/${preferred}`) });
     }
+    const rel = (e: Entry) => e.key.slice(leaf.name.length + 1);
     const kind = rel(metaEntry) as ".zarray" | "zarr.json";
     const meta = parseZarrMetadata(kind, await step.source.read(metaEntry.value), { path: step.source.describe(metaEntry.key) });
     const pattern = chunkKeyPattern(meta.keyEncoding, meta.shape.length);
+    const grid = chunkGrid(meta);
     const chunks = new Map<string, Entry>();
     let storedBytes = 0;
     let inlineChunks = 0;
-    for (const e of entries) {
-      if (!pattern.test(rel(e))) continue;
+    for await (const e of step.source.list(`${leaf.name}/`)) {
+      if (!pattern.test(rel(e)) || !inGrid(rel(e), grid)) continue;
       chunks.set(rel(e), e);
       storedBytes += e.value.kind === "inline" ? e.value.bytes.length : e.value.length;
       if (e.value.kind === "inline") inlineChunks++;
     }
-    yield { leaf, meta, metadataEntry: metaEntry, chunks, gridChunks: product(chunkGrid(meta)), storedBytes, inlineChunks };
+    yield { leaf, meta, metadataEntry: metaEntry, chunks, gridChunks: product(grid), storedBytes, inlineChunks };
   }
+}
+
+/** Whether a chunk key (matching chunkKeyPattern) names a chunk of `grid`, in the canonical form chunkKey writes. */
+function inGrid(key: string, grid: readonly number[]): boolean {
+  if (grid.length === 0) return true; // rank 0: the pattern admits only its one chunk
+  const indices = key.match(/\d+/g) ?? [];
+  return indices.length === grid.length && indices.every((x, d) => String(Number(x)) === x && Number(x) < (grid[d] as number));
 }
 
 /** Names of the chunk keys of an array of `rank` under key encoding `enc` (e.g. `0.1`, `c/0/1`, rank 0: `0`, `c`). */

@@ -146,6 +146,21 @@ export async function openStepIn(store: Store, name: string, options: OpenStepOp
     }
     default:
       if (top.absent) throw new NotFoundError("does not exist", { path: store.url });
+      if (top.file) {
+        throw new UsageError(
+          "is a file, not a directory (expected an Orbax step directory, a root with step_* directories, or a PyTree item)",
+          {
+            path: store.url,
+          },
+        );
+      }
+      // AXLearn's regular step (src/regular): `index` and `gda/`, what convert writes.
+      if (top.files.some((f) => f.key === "index") && top.dirs.includes("gda")) {
+        throw new UsageError(
+          "is an AXLearn regular checkpoint step (index and gda/), not an Orbax checkpoint: this command reads Orbax steps (verify and export-hf also take regular ones)",
+          { path: store.url },
+        );
+      }
       throw new NotFoundError("no Orbax checkpoint here (expected a step directory, a root with step_* directories, or a PyTree item)", {
         path: store.url,
       });

@@ -1,5 +1,5 @@
-import type { Dirent, Stats } from "node:fs";
-import { type FileHandle, link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
+import { constants, type Dirent, type Stats } from "node:fs";
+import { type FileHandle, link, mkdir, open, readdir, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { crc32c } from "../codecs/crc32c.js";
 import { DestinationError, FormatError, ioCause, NotFoundError, Orbax2RegError, StorageIoError } from "../errors.js";
@@ -113,8 +113,33 @@ async function writeAll(out: FileHandle, bytes: Uint8Array): Promise<void> {
  * The bytes [`offset`, `offset + length`) of the file at `path` are not all there: it ends at `end` (its size,
  * or where a read found no more). The file is truncated or the reference to it is wrong: retrying cannot help.
  */
+/**
+ * Opened without waiting for a writer: a named pipe where an object belongs would otherwise block the open (and
+ * the command) until something writes to it. A regular file opens as it always does.
+ */
+const READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK;
+
+/** What a path that is not a regular file (nor a directory) is, in words, for a refusal. */
+function specialFile(st: Stats): string | undefined {
+  if (st.isFile() || st.isDirectory()) return undefined;
+  if (st.isFIFO()) return "a named pipe (FIFO)";
+  if (st.isSocket()) return "a socket";
+  if (st.isCharacterDevice() || st.isBlockDevice()) return "a device";
+  return "a special file";
+}
+
+/** The refusal of a special file where an object belongs: reading it could block forever or never end. */
+function notRegular(path: string, what: string): FormatError {
+  return new FormatError(`is ${what}, not a regular file`, { path });
+}
+
 function shortRead(path: string, offset: number, length: number, end: number): FormatError {
   return new FormatError(`short read: wanted ${length} bytes at offset ${offset}, the object ends at ${end}`, { path, offset });
+}
+
+/** A path whose symbolic links lead back to themselves: nothing can be read there. */
+function symlinkLoop(path: string): FormatError {
+  return new FormatError("a symbolic link loop (too many levels of symbolic links): it never reaches a file or a directory", { path });
 }
 
 /** A directory on the local filesystem. */
@@ -144,12 +169,10 @@ export class LocalStore implements Store {
   }
 
   async read(key: string): Promise<Uint8Array> {
-    const path = this.file(key);
-    try {
-      return new Uint8Array(await holding(READS, 1, () => readFile(path)));
-    } catch (e) {
-      throw this.translate(e, key);
-    }
+    return this.withFile(key, async (handle, info) => {
+      if (info.isDirectory()) throw new NotFoundError("no such file", { path: describe(this, key) });
+      return new Uint8Array(await handle.readFile());
+    });
   }
 
   async readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
@@ -188,18 +211,24 @@ export class LocalStore implements Store {
     });
   }
 
-  /** `work` on the object's file, opened for reading and stat'ed, under a READS slot; its errors as the store's. */
+  /**
+   * `work` on the object's file (or directory), opened for reading and stat'ed, under a READS slot; its errors
+   * as the store's. Anything else there (a named pipe, a device) is refused before a byte is read.
+   */
   private withFile<T>(key: string, work: (handle: FileHandle, info: Stats) => Promise<T>): Promise<T> {
     const path = this.file(key);
     return holding(READS, 1, async () => {
       let handle: FileHandle;
       try {
-        handle = await open(path, "r");
+        handle = await open(path, READ_FLAGS);
       } catch (e) {
         throw this.translate(e, key);
       }
       try {
-        return await work(handle, await handle.stat());
+        const info = await handle.stat();
+        const special = specialFile(info);
+        if (special !== undefined) throw notRegular(describe(this, key), special);
+        return await work(handle, info);
       } catch (e) {
         throw this.translate(e, key);
       } finally {
@@ -243,16 +272,24 @@ export class LocalStore implements Store {
   /**
    * The files below `dir` (keys under `dirKey`) in key order, as they are found: memory holds the directories
    * on the way down, not every file (a step may hold millions). A directory sorts as its name and "/", which
-   * is where its keys fall among its siblings'. Each directory walked joins `dirs`.
+   * is where its keys fall among its siblings'. Each directory walked joins `dirs`. Symbolic links are followed,
+   * but one that leads back to a directory on the way down (`python/python_0/loop -> .`) is refused: followed, it
+   * would list the same files under ever longer keys, 40 levels deep, and a conversion would copy each level.
+   * `above` holds the directories on the way down (device and inode).
    */
-  private async *walkSorted(dir: string, dirKey: string, dirs?: string[]): AsyncIterable<ObjectInfo> {
+  private async *walkSorted(dir: string, dirKey: string, dirs?: string[], above?: ReadonlySet<string>): AsyncIterable<ObjectInfo> {
     let names: string[];
+    let path = above;
     try {
       names = await holding(READS, 1, () => readdir(dir));
+      if (path === undefined) {
+        const st = await stat(dir);
+        path = new Set([`${st.dev}:${st.ino}`]);
+      }
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT" || code === "ENOTDIR") return;
-      throw e;
+      throw this.translate(e, dirKey);
     }
     dirs?.push(dir);
     const stats: (Stats | undefined)[] = new Array(names.length);
@@ -268,8 +305,13 @@ export class LocalStore implements Store {
     entries.sort((a, b) => (a.sortKey < b.sortKey ? -1 : a.sortKey > b.sortKey ? 1 : 0));
     for (const { name, st } of entries) {
       const key = dirKey === "" ? name : `${dirKey}/${name}`;
-      if (st.isDirectory()) yield* this.walkSorted(join(dir, name), key, dirs);
-      else yield { key, size: st.size };
+      if (st.isDirectory()) {
+        const id = `${st.dev}:${st.ino}`;
+        if (path.has(id)) {
+          throw new FormatError("a symbolic link cycle: this directory leads back to a directory above it", { path: describe(this, key) });
+        }
+        yield* this.walkSorted(join(dir, name), key, dirs, new Set([...path, id]));
+      } else yield { key, size: st.size };
     }
   }
 
@@ -281,8 +323,9 @@ export class LocalStore implements Store {
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT") return { files: [], dirs: [], absent: true };
-      if (code === "ENOTDIR") return { files: [], dirs: [] };
-      throw e;
+      if (code === "ENOTDIR")
+        return { files: [], dirs: [], ...((await stat(path).catch(() => undefined))?.isFile() ? { file: true } : {}) };
+      throw this.translate(e, dir);
     }
     const files: ObjectInfo[] = [];
     const dirs: string[] = [];
@@ -403,11 +446,14 @@ export class LocalStore implements Store {
     try {
       releaseRead = await READS.acquire();
       try {
-        input = await open(this.file(key), "r");
+        input = await open(this.file(key), READ_FLAGS);
       } catch (e) {
         throw this.translate(e, key);
       }
-      const size = (await input.stat()).size;
+      const info = await input.stat();
+      const special = specialFile(info);
+      if (special !== undefined) throw notRegular(describe(this, key), special);
+      const size = info.size;
       if (offset + length > size) throw shortRead(describe(this, key), offset, length, size);
       const from = input;
       await target.replaceAtomically(
@@ -547,14 +593,18 @@ export class LocalStore implements Store {
   }
 
   async stat(key: string): Promise<ObjectInfo | undefined> {
+    let st: Stats;
     try {
-      const st = await stat(this.file(key));
-      return st.isFile() ? { key, size: st.size } : undefined;
+      st = await stat(this.file(key));
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT" || code === "ENOTDIR") return undefined;
-      throw e;
+      throw this.translate(e, key);
     }
+    // A directory is no object; a named pipe or a device where one belongs is refused, never read.
+    const special = specialFile(st);
+    if (special !== undefined) throw notRegular(describe(this, key), special);
+    return st.isFile() ? { key, size: st.size } : undefined;
   }
 
   private translate(e: unknown, key: string): unknown {
@@ -562,6 +612,7 @@ export class LocalStore implements Store {
     if (code === "ENOENT" || code === "ENOTDIR" || code === "EISDIR") {
       return new NotFoundError("no such file", { path: describe(this, key) });
     }
+    if (code === "ELOOP") return symlinkLoop(describe(this, key));
     return e;
   }
 

@@ -41,6 +41,8 @@ export interface DirListing {
    * a mistyped path can be said to be one rather than "nothing useful here".
    */
   readonly absent?: boolean;
+  /** True when a file is there instead of a directory (a local store), so that a message can say so. */
+  readonly file?: boolean;
 }
 
 /**

@@ -1,8 +1,9 @@
 // Ordinary destination problems are one line naming the path and the cause, exit 3, no stack trace, and
 // nothing committed: a file where the destination directory goes (ENOTDIR), a directory where `index` goes
-// (EISDIR), no permission (EACCES/EPERM), a full disk (ENOSPC), a bucket that does not exist (404).
+// (EISDIR), no permission (EACCES/EPERM), a full disk (ENOSPC), a symbolic link loop (ELOOP), a bucket that does
+// not exist (404).
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { runCli } from "../helpers/cli.js";
@@ -34,6 +35,13 @@ describe("a local destination that cannot be written", () => {
       r,
       new RegExp(`orbax2reg: ${dest}/${STEP}/\\S+: (a parent of this path is a file, not a directory|a file is in the way of a directory)`),
     );
+  });
+
+  test("a destination root that is a symbolic link to itself (ELOOP): exit 3, one line naming it", async () => {
+    const dest = join(scratch("eloop"), "regular");
+    symlinkSync(dest, dest);
+    const r = await runCli(["convert", tiny.location, dest, "--no-progress"]);
+    expectOneLine(r, new RegExp(`orbax2reg: ${dest}/${STEP}: a symbolic link loop \\(too many levels of symbolic links\\)`));
   });
 
   test("a directory where `index` goes (EISDIR): exit 3, one line naming the index, and nothing committed", async () => {

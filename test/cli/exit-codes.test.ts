@@ -97,6 +97,7 @@ test("README's exit-code table and docs/cli.md's are the same, and give every co
     return table.sort();
   };
   const readme = rows("README.md");
-  expect(readme.map((r) => Number(r.split("|")[1]))).toEqual([0, 1, 2, 3, 4]);
+  // Sorted as text: 141 (a closed pipe: bin/orbax2reg.js) after 1.
+  expect(readme.map((r) => Number(r.split("|")[1]))).toEqual([0, 1, 141, 2, 3, 4]);
   expect(rows("docs/cli.md")).toEqual(readme);
 });

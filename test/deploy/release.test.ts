@@ -90,6 +90,30 @@ describe("npm run release", () => {
     expect(links.filter((l) => !listed.has(`package/${l}`))).toEqual([]);
   });
 
+  test("an engine that cannot pull the base image: the image is skipped with the reason, the rest released", async () => {
+    // A stand-in engine: it runs, has no base image and cannot reach the registry, as podman offline.
+    const engine = join(tempDir("engine"), "podman");
+    writeFileSync(
+      engine,
+      '#!/bin/sh\ncase "$1" in\n  info) exit 0 ;;\n  pull) echo "Error: initializing source $2: pinging container registry: connection refused" >&2; exit 125 ;;\n  *) exit 1 ;;\nesac\n',
+      { mode: 0o755 },
+    );
+    const commit = git("rev-parse", "HEAD");
+    const r = await run(process.execPath, ["scripts/release.mjs", "--snapshot"], {
+      cwd: repo,
+      env: { ...process.env, ORBAX2REG_CONTAINER_ENGINE: engine, ORBAX2REG_IMAGE_BASE: "node:22-bookworm-slim" },
+    });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(
+      `image skipped: ${engine} cannot pull the base image node:22-bookworm-slim (Error: initializing source node:22-bookworm-slim: pinging container registry: connection refused)`,
+    );
+    const label = `${version}-${commit.slice(0, 12)}`;
+    expect(readdirSync(join(repo, "release", label)).sort()).toEqual(
+      ["SHA256SUMS", `orbax2reg-${label}.tgz`, `orbax2reg-${label}-source.tar.gz`].sort(),
+    );
+    rmSync(join(repo, "release", label), { recursive: true });
+  }, 180_000);
+
   test("--snapshot names the artifacts by the commit", async () => {
     const commit = git("rev-parse", "HEAD");
     git("tag", "-d", `v${version}`);
