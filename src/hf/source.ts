@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { ChunkDecoder } from "../codecs/zstd.js";
+import { ChunkDecoder, decodeChunkFrame } from "../codecs/zstd.js";
 import { SHARD_INDEX_BYTES } from "../convert/plan.js";
 import { innerChunkOfShard } from "../convert/transforms.js";
 import { MetadataError, NotFoundError, UsageError } from "../errors.js";
@@ -95,6 +95,35 @@ async function* decoded(compressed: AsyncIterable<Uint8Array>, size: number, pat
   }
 }
 
+/**
+ * A zstd chunk of at most this many decoded bytes is read in one request and decoded whole into one buffer:
+ * what it holds is at most this, less than a streaming decoder's context, windows and pieces (DECODER_BYTES),
+ * and a finely cut source's thousands of small chunks cost a read and a decode call each instead of a window,
+ * a decoder kept open across layers and a copy of every piece (with the cursors' changes, the 2 GB fuji step's
+ * params cut 256 and 1,024 ways, 630 and 157 KB chunks, went from 5.8 and 7.1 s of CPU to 4.5 and 5.6 s, peak
+ * RSS from 467 and 250 MiB to 246 and 170: bench/README.md, "--cuts").
+ */
+export const WHOLE_CHUNK_BYTES = 1 << 20;
+
+/** A zstd chunk: decoded whole when small (WHOLE_CHUNK_BYTES), else streamed a window at a time. */
+function zstdChunk(
+  store: Store,
+  key: string,
+  offset: number,
+  length: number,
+  size: number,
+  window: number,
+  path: string,
+): AsyncIterable<Uint8Array> {
+  // A frame of at most WHOLE_CHUNK_BYTES is at most a few bytes a block longer: a longer one is streamed, and
+  // fails there as corrupt without being read whole.
+  if (size <= WHOLE_CHUNK_BYTES && length <= WHOLE_CHUNK_BYTES + (64 << 10))
+    return (async function* () {
+      yield decodeChunkFrame(await store.readRange(key, offset, length), size, path);
+    })();
+  return decoded(windows(store, key, offset, length, window), size, path);
+}
+
 /** A chunk of the fill value, in pieces of a window. */
 function* filled(fill: Uint8Array, size: number): Iterable<Uint8Array> {
   const piece = fillBuffer(fill, Math.min(size, Math.max(fill.length, Math.floor(READ_WINDOW / fill.length) * fill.length)));
@@ -137,7 +166,7 @@ function orbaxChunk(
   if (value.kind === "file") {
     const range = { kind: "range" as const, key: value.key, offset: value.offset, length: value.length };
     if ((enc.kind === "v2" || enc.kind === "v3") && enc.compressor === "zstd")
-      return decoded(windows(store, value.key, value.offset, value.length, window), size, path);
+      return zstdChunk(store, value.key, value.offset, value.length, size, window, path);
     if (
       enc.kind === "v3-sharded" &&
       enc.compressor === "zstd" &&
@@ -244,7 +273,7 @@ function regularChunk(
   const size = chunkBytes(meta);
   if (value === undefined || value.kind !== "file") return missingChunk(meta, size, path);
   const enc = meta.encoding;
-  if (enc.kind === "v2" && enc.compressor === "zstd") return decoded(windows(store, value.key, 0, value.length, window), size, path);
+  if (enc.kind === "v2" && enc.compressor === "zstd") return zstdChunk(store, value.key, 0, value.length, size, window, path);
   return (async function* () {
     yield decodeChunk(meta, await store.read(value.key), path);
   })();

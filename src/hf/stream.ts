@@ -166,9 +166,14 @@ function copyRun(
 
 /** One chunk's sequential decoder, kept between tensors; reopened (the chunk read again) only when asked to go back. */
 export class ChunkCursor {
-  /** Elements of the chunk handed out so far: `pending` starts here. */
+  /** Elements of the chunk handed out so far (they are in `view` from `viewPos` on, or to come). */
   private pos = 0;
-  private pending: Uint8Array | undefined;
+  /**
+   * The decoded piece being handed out, as elements (chunk elements [viewPos, viewPos + view.length)): one
+   * view per piece, not one per feed (a small chunk is one piece, fed once a layer).
+   */
+  private view: Uint16Array | Uint32Array | undefined;
+  private viewPos = 0;
   private carry: Uint8Array | undefined;
   private it: AsyncIterator<Uint8Array> | undefined;
   reopened = 0;
@@ -188,11 +193,6 @@ export class ChunkCursor {
 
   /** The next element-aligned piece of decoded bytes, or undefined at the chunk's end. */
   private async next(): Promise<Uint8Array | undefined> {
-    if (this.pending !== undefined) {
-      const p = this.pending;
-      this.pending = undefined;
-      return p;
-    }
     this.it ??= this.array.chunk(this.index, this.window)[Symbol.asyncIterator]();
     for (;;) {
       const r = await this.it.next();
@@ -211,39 +211,72 @@ export class ChunkCursor {
     }
   }
 
+  /** The first element any of `walkers` needs and one past the last. */
+  private static span(walkers: readonly Walker[]): [number, number] {
+    let start = Number.POSITIVE_INFINITY;
+    let end = 0;
+    for (const w of walkers) {
+      if (w.start < start) start = w.start;
+      if (w.end > end) end = w.end;
+    }
+    return [start, end];
+  }
+
+  /**
+   * Feeds the walkers at once when every element they need is already decoded (no read, no decode, no
+   * promise: a finely cut source's small chunks are decoded whole, then fed once a layer); false otherwise,
+   * and nothing done.
+   */
+  feedDecoded(walkers: readonly Walker[]): boolean {
+    if (walkers.length === 0) return true;
+    const view = this.view;
+    if (view === undefined || this.evicted) return false;
+    const [start, end] = ChunkCursor.span(walkers);
+    if (start < this.pos || end > this.viewPos + view.length) return false;
+    for (const w of walkers) w.consume(view, this.viewPos);
+    this.pos = end;
+    this.releaseAtEnd();
+    return true;
+  }
+
   /** Feeds the walkers every element they need; they need nothing before their `start`. */
   async feed(walkers: readonly Walker[]): Promise<void> {
     if (walkers.length === 0) return;
-    const start = Math.min(...walkers.map((w) => w.start));
-    const end = Math.max(...walkers.map((w) => w.end));
+    const [start, end] = ChunkCursor.span(walkers);
     if (start < this.pos) {
       // Going back: the chunk is decoded again from its start (a band of a tensor over the memory budget).
       await this.close();
       this.reopened++;
     } else if (this.evicted && start > 0) this.reopened++;
     this.evicted = false;
-    const item = this.itemSize;
     while (this.pos < end) {
-      const piece = await this.next();
-      if (piece === undefined)
-        throw new LimitError(`chunk ended at element ${this.pos}, before element ${end}`, { path: this.array.describeChunk(this.index) });
-      const n = piece.length / item;
-      const take = Math.min(n, end - this.pos);
-      if (this.pos + n > start) {
-        const view =
-          item === 4 ? new Uint32Array(piece.buffer, piece.byteOffset, take) : new Uint16Array(piece.buffer, piece.byteOffset, take);
-        for (const w of walkers) w.consume(view, this.pos);
+      let view = this.view;
+      if (view === undefined || this.pos >= this.viewPos + view.length) {
+        const piece = await this.next();
+        if (piece === undefined)
+          throw new LimitError(`chunk ended at element ${this.pos}, before element ${end}`, { path: this.array.describeChunk(this.index) });
+        view =
+          this.itemSize === 4
+            ? new Uint32Array(piece.buffer, piece.byteOffset, piece.length / 4)
+            : new Uint16Array(piece.buffer, piece.byteOffset, piece.length / 2);
+        this.view = view;
+        this.viewPos = this.pos;
       }
-      if (take < n) this.pending = piece.subarray(take * item);
-      this.pos += take;
+      const upTo = Math.min(this.viewPos + view.length, end);
+      // The walkers take what they need of the piece (nothing past `end`, nothing before `pos`).
+      if (upTo > start) for (const w of walkers) w.consume(view, this.viewPos);
+      this.pos = upTo;
     }
-    // The chunk's last element handed out: its decoder and buffers go (pos stays, so going back reopens).
-    if (this.pos === this.array.meta.chunkShape.reduce((a, b) => a * b, 1)) {
-      const it = this.it;
-      this.it = undefined;
-      this.pending = undefined;
-      await it?.return?.();
-    }
+    this.releaseAtEnd();
+  }
+
+  /** The chunk's last element handed out: its decoder and buffers go (pos stays, so going back reopens). */
+  private releaseAtEnd(): void {
+    if (this.pos !== this.array.meta.chunkShape.reduce((a, b) => a * b, 1)) return;
+    const it = this.it;
+    this.it = undefined;
+    this.view = undefined;
+    void Promise.resolve(it?.return?.()).catch(() => undefined);
   }
 
   /** Whether a decoder is open (its window and buffers held). */
@@ -259,7 +292,7 @@ export class ChunkCursor {
   closeNow(): Promise<unknown> {
     const it = this.it;
     this.it = undefined;
-    this.pending = undefined;
+    this.view = undefined;
     this.carry = undefined;
     this.pos = 0;
     return Promise.resolve(it?.return?.()).catch(() => undefined);
@@ -302,9 +335,10 @@ export class Cursors {
    * the newest keeps the first ones open for the next layer (cap - 1 chunks a layer not re-read).
    */
   trim(busy: ReadonlySet<ChunkCursor> = new Set(), room = 0): void {
-    let live = 0;
-    for (const c of this.open.values()) if (c.live) live++;
+    let live = this.live();
     this.peakOpen = Math.max(this.peakOpen, live);
+    // Under the cap: nothing to close, and no copy of the open cursors (this runs after every chunk's feed).
+    if (live + room <= this.maxOpen) return;
     for (const c of [...this.open.values()].reverse()) {
       if (live + room <= this.maxOpen) return;
       if (!c.live || busy.has(c)) continue;
@@ -313,6 +347,13 @@ export class Cursors {
       c.evicted = true;
       live--;
     }
+  }
+
+  /** Decoders open now. */
+  live(): number {
+    let n = 0;
+    for (const c of this.open.values()) if (c.live) n++;
+    return n;
   }
 
   /** Closes the decoders of `path`'s chunks: the tensors made next come from another array. */
@@ -388,17 +429,39 @@ export async function producePass(requests: readonly BandRequest[], dtype: Safet
   // more chunks than the cap, a quarter of it reads at once and the rest stay open for the next layer.
   const busy = new Set<ChunkCursor>();
   const atOnce = perChunk.size <= cursors.maxOpen ? perChunk.size : Math.max(1, Math.floor(cursors.maxOpen / 4));
-  await forEachLimited([...perChunk.values()], atOnce, async (c) => {
+  // Uncapped cursors (the spill's groups) have nothing to close: the open decoders are counted as they open and
+  // end, not by a walk over every cursor after every chunk (a pass of 191 chunks made that 36,000 steps).
+  const capped = Number.isFinite(cursors.maxOpen);
+  let live = capped ? 0 : cursors.live();
+  // Uncapped, chunks whose elements are decoded already are fed here and now (no promise, no closure: a
+  // finely cut source's small chunks are decoded whole, then fed once a layer); only the others wait for
+  // reads. Capped, every chunk takes its turn, so that the least recently used is the one closed.
+  let reading = [...perChunk.values()];
+  if (!capped) {
+    reading = [];
+    for (const c of perChunk.values()) {
+      const cursor = cursors.get(c.array, c.index);
+      const wasLive = cursor.live;
+      if (cursor.feedDecoded(c.walkers)) live += Number(cursor.live) - Number(wasLive);
+      else reading.push(c);
+    }
+  }
+  await forEachLimited(reading, atOnce, async (c) => {
     const cursor = cursors.get(c.array, c.index);
+    const wasLive = cursor.live;
     // Room for this decoder before it opens: the cap holds while it reads, not only after.
-    if (!cursor.live) cursors.trim(busy, 1);
+    if (capped && !wasLive) cursors.trim(busy, 1);
     busy.add(cursor);
     try {
       await cursor.feed(c.walkers);
     } finally {
       busy.delete(cursor);
     }
-    cursors.trim(busy);
+    if (capped) cursors.trim(busy);
+    else {
+      live += Number(cursor.live) - Number(wasLive);
+      cursors.peakOpen = Math.max(cursors.peakOpen, live);
+    }
   });
   return outputs.map((out) => new Uint8Array(out.buffer));
 }
@@ -438,17 +501,18 @@ function bandWalkers(t: OutputTensor, dtype: SafetensorsDtype, u0: number, u1: n
   const walkers: { index: number[]; walker: Walker }[] = [];
   const index = ranges.map(([a]) => a);
   for (;;) {
-    const lo: number[] = [];
-    const hi: number[] = [];
-    const boxOffset: number[] = [];
+    // Sized up front: a walker per chunk and pass, and arrays grown by push take several times the room.
+    const lo = new Array<number>(r);
+    const hi = new Array<number>(r);
+    const boxOffset = new Array<number>(r);
     for (let d = 0; d < r; d++) {
       const c0 = (index[d] as number) * (chunkShape[d] as number);
       const a = Math.max(origin[d] as number, c0);
       const b = Math.min((origin[d] as number) + (extent[d] as number), c0 + (chunkShape[d] as number));
-      lo.push(a - c0);
-      hi.push(b - c0);
+      lo[d] = a - c0;
+      hi[d] = b - c0;
       // chunk coordinate + boxOffset = box-relative coordinate (the tensor's box, not the band's).
-      boxOffset.push(c0 - (t.origin[d] as number));
+      boxOffset[d] = c0 - (t.origin[d] as number);
     }
     walkers.push({
       index: index.slice(),

@@ -1,0 +1,54 @@
+// The export's sources: a zstd chunk read whole (small) or a window at a time (large) gives the same bytes and
+// the same refusals.
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, test } from "vitest";
+import { FormatError } from "../../src/errors.js";
+import { openExportSource, WHOLE_CHUNK_BYTES } from "../../src/hf/source.js";
+import { tempDir } from "../helpers/tmp.js";
+import { chunkOf, type HostArray, writeRegularStep } from "./fuji-tree.js";
+
+/** A float32 array of `rows` x 1024 (4 KiB a row) with distinct values, in one chunk. */
+function array(path: string, rows: number): HostArray {
+  const data = new Float32Array(rows * 1024);
+  for (let i = 0; i < data.length; i++) data[i] = Math.sin(i) * 1000;
+  return { path, shape: [rows, 1024], data };
+}
+
+async function chunkBytes(dir: string, path: string): Promise<Uint8Array> {
+  const source = await openExportSource(dir);
+  const a = source.arrays.find((x) => x.path === path);
+  if (a === undefined) throw new Error(`no ${path}`);
+  const pieces: Uint8Array[] = [];
+  for await (const piece of a.chunk([0, 0], 64 << 10)) pieces.push(piece);
+  return Buffer.concat(pieces);
+}
+
+describe("a zstd chunk of the source", () => {
+  const small = array("small", WHOLE_CHUNK_BYTES / 4096); // 1 MiB decoded: read and decoded whole
+  const large = array("large", WHOLE_CHUNK_BYTES / 4096 + 1); // 4 KiB more: streamed
+  const dir = tempDir("hf-source");
+  writeRegularStep(dir, [small, large], (a) => [...a.shape]);
+
+  for (const a of [small, large])
+    test(`${a === small ? "of at most WHOLE_CHUNK_BYTES, read whole" : "larger, streamed"}: its decoded bytes, C order`, async () => {
+      const bytes = await chunkBytes(dir, a.path);
+      expect(Buffer.compare(bytes, chunkOf(a, a.shape, [0, 0]))).toBe(0);
+    });
+
+  for (const [what, damage, message] of [
+    ["truncated", (b: Buffer) => b.subarray(0, b.length - 100), /truncated zstd frame/],
+    ["followed by other bytes", (b: Buffer) => Buffer.concat([b, Buffer.from([1, 2, 3])]), /bytes follow the zstd frame/],
+  ] as const)
+    for (const a of [small, large])
+      test(`${what}, ${a === small ? "read whole" : "streamed"}: a FormatError naming the chunk's file`, async () => {
+        const broken = tempDir("hf-source-broken");
+        writeRegularStep(broken, [a], (x) => [...x.shape]);
+        const file = join(broken, "gda", a.path, "0.0");
+        writeFileSync(file, damage(readFileSync(file)));
+        const failure = await chunkBytes(broken, a.path).catch((e: unknown) => e);
+        expect(failure).toBeInstanceOf(FormatError);
+        expect((failure as FormatError).message).toMatch(message);
+        expect(String((failure as FormatError).path)).toContain(join(a.path, "0.0"));
+      });
+});
