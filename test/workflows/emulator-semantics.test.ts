@@ -23,4 +23,5 @@ test.skipIf(missing !== undefined)(
   150_000,
 );
 
-test.skipIf(missing === undefined)(missing ?? "the Workflows emulator is installed", () => {});
+// Where it is missing, one skipped test says why (npm test lists it); where it is there, nothing.
+if (missing !== undefined) test.skip(missing, () => {});
