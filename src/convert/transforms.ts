@@ -3,6 +3,7 @@ import { ChunkDecoder, compress, FRAME_HEADER_MAX, FrameEncoder, readFrameHeader
 import { ChecksumError, FormatError } from "../errors.js";
 import { rangedOf, replayable, replayOf } from "../store/replay.js";
 import { describe, joinKey, type RangeCopy, type Store } from "../store/store.js";
+import { ElementAligner } from "../util/elements.js";
 import { once } from "../util/streams.js";
 import { type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
@@ -262,8 +263,7 @@ function castSource(run: Run, meta: ZarrArrayMeta, d: DataRef, size: number): ((
 
 /**
  * The cast chunk's frame, from the stored chunk's pieces: decoded as TensorStore reads it (ChunkDecoder: one
- * frame of exactly `size` bytes), cast piece by piece (an element split between two pieces is carried over to
- * the next), encoded as one zstd level-1 frame declaring its size (FrameEncoder).
+ * frame of exactly `size` bytes), cast piece by piece (whole elements: ElementAligner), encoded as one zstd level-1 frame declaring its size (FrameEncoder).
  */
 export async function* castStream(
   stored: AsyncIterable<Uint8Array>,
@@ -274,23 +274,10 @@ export async function* castStream(
   const item = meta.dtype.itemSize;
   const out: Uint8Array[] = [];
   const encoder = new FrameEncoder((size / item) * 2, out);
-  const carry = new Uint8Array(item);
-  let carried = 0;
+  const aligned = new ElementAligner(item);
   const castPiece = (piece: Uint8Array): void => {
-    let p = piece;
-    if (carried > 0) {
-      const n = Math.min(item - carried, p.length);
-      carry.set(p.subarray(0, n), carried);
-      carried += n;
-      p = p.subarray(n);
-      if (carried < item) return;
-      encoder.push(castToBfloat16(carry, meta.dtype));
-      carried = 0;
-    }
-    const whole = p.length - (p.length % item);
-    if (whole > 0) encoder.push(castToBfloat16(p.subarray(0, whole), meta.dtype));
-    carry.set(p.subarray(whole));
-    carried = p.length - whole;
+    const whole = aligned.take(piece);
+    if (whole.length > 0) encoder.push(castToBfloat16(whole, meta.dtype));
   };
   const decoder = meta.encoding.compressor === "zstd" ? new ChunkDecoder(size, path, castPiece) : undefined;
   try {
