@@ -1,5 +1,5 @@
 import { crc32c } from "../codecs/crc32c.js";
-import { ChunkDecoder, compress, FRAME_HEADER_MAX, FrameEncoder, readFrameHeader, rleFrame } from "../codecs/zstd.js";
+import { compress, decodeChunkStream, FRAME_HEADER_MAX, FrameEncoder, readFrameHeader, rleFrame } from "../codecs/zstd.js";
 import { ChecksumError, FormatError } from "../errors.js";
 import { rangedOf, replayable, replayOf } from "../store/replay.js";
 import { describe, joinKey, type RangeCopy, type Store } from "../store/store.js";
@@ -279,19 +279,22 @@ export async function* castStream(
     const whole = aligned.take(piece);
     if (whole.length > 0) encoder.push(castToBfloat16(whole, meta.dtype));
   };
-  const decoder = meta.encoding.compressor === "zstd" ? new ChunkDecoder(size, path, castPiece) : undefined;
+  // A chunk stored without a compressor is its elements: cast as they come.
+  const fed = meta.encoding.compressor === "zstd" ? decodeChunkStream(stored, size, path, castPiece) : each(stored, castPiece);
   try {
-    for await (const piece of stored) {
-      if (decoder !== undefined) decoder.push(piece);
-      else castPiece(piece);
-      yield* out.splice(0);
-    }
-    decoder?.end();
+    for await (const _ of fed) yield* out.splice(0);
     encoder.end();
     yield* out.splice(0);
   } finally {
-    decoder?.release();
     encoder.release();
+  }
+}
+
+/** Hands each piece to `onPiece`, yielding after each (decodeChunkStream's shape, for pieces stored as they are). */
+async function* each(pieces: AsyncIterable<Uint8Array>, onPiece: (piece: Uint8Array) => void): AsyncGenerator<void> {
+  for await (const piece of pieces) {
+    onPiece(piece);
+    yield;
   }
 }
 
