@@ -421,3 +421,29 @@ export function decodeChunkFrame(data: Uint8Array, size: number, path: string): 
   }
   return out;
 }
+
+/**
+ * A chunk's compressed pieces decoded as they stream in, as TensorStore reads them (ChunkDecoder: exactly one
+ * frame of exactly `size` bytes), each decoded piece handed to `onData` (valid only during the call). Yields
+ * once after each compressed piece is decoded and once after the frame's end is checked: the caller passes on
+ * what `onData` made before the next piece is read, so no more than one compressed piece's output is held. The
+ * decoder is released however the stream ends.
+ */
+export async function* decodeChunkStream(
+  compressed: AsyncIterable<Uint8Array>,
+  size: number,
+  path: string,
+  onData: (piece: Uint8Array) => void,
+): AsyncGenerator<void> {
+  const decoder = new ChunkDecoder(size, path, onData);
+  try {
+    for await (const piece of compressed) {
+      decoder.push(piece);
+      yield;
+    }
+    decoder.end();
+    yield;
+  } finally {
+    decoder.release();
+  }
+}

@@ -1,8 +1,9 @@
 import { crc32c } from "../codecs/crc32c.js";
-import { ChunkDecoder, compress, FRAME_HEADER_MAX, FrameEncoder, readFrameHeader, rleFrame } from "../codecs/zstd.js";
+import { compress, decodeChunkStream, FRAME_HEADER_MAX, FrameEncoder, readFrameHeader, rleFrame } from "../codecs/zstd.js";
 import { ChecksumError, FormatError } from "../errors.js";
 import { rangedOf, replayable, replayOf } from "../store/replay.js";
 import { describe, joinKey, type RangeCopy, type Store } from "../store/store.js";
+import { ElementAligner } from "../util/elements.js";
 import { once } from "../util/streams.js";
 import { type CastDtype, castTarget, castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
@@ -262,8 +263,7 @@ function castSource(run: Run, meta: ZarrArrayMeta, d: DataRef, size: number): ((
 
 /**
  * The cast chunk's frame, from the stored chunk's pieces: decoded as TensorStore reads it (ChunkDecoder: one
- * frame of exactly `size` bytes), cast piece by piece (an element split between two pieces is carried over to
- * the next), encoded as one zstd level-1 frame declaring its size (FrameEncoder).
+ * frame of exactly `size` bytes), cast piece by piece (whole elements: ElementAligner), encoded as one zstd level-1 frame declaring its size (FrameEncoder).
  */
 export async function* castStream(
   stored: AsyncIterable<Uint8Array>,
@@ -274,37 +274,27 @@ export async function* castStream(
   const item = meta.dtype.itemSize;
   const out: Uint8Array[] = [];
   const encoder = new FrameEncoder((size / item) * 2, out);
-  const carry = new Uint8Array(item);
-  let carried = 0;
+  const aligned = new ElementAligner(item);
   const castPiece = (piece: Uint8Array): void => {
-    let p = piece;
-    if (carried > 0) {
-      const n = Math.min(item - carried, p.length);
-      carry.set(p.subarray(0, n), carried);
-      carried += n;
-      p = p.subarray(n);
-      if (carried < item) return;
-      encoder.push(castToBfloat16(carry, meta.dtype));
-      carried = 0;
-    }
-    const whole = p.length - (p.length % item);
-    if (whole > 0) encoder.push(castToBfloat16(p.subarray(0, whole), meta.dtype));
-    carry.set(p.subarray(whole));
-    carried = p.length - whole;
+    const whole = aligned.take(piece);
+    if (whole.length > 0) encoder.push(castToBfloat16(whole, meta.dtype));
   };
-  const decoder = meta.encoding.compressor === "zstd" ? new ChunkDecoder(size, path, castPiece) : undefined;
+  // A chunk stored without a compressor is its elements: cast as they come.
+  const fed = meta.encoding.compressor === "zstd" ? decodeChunkStream(stored, size, path, castPiece) : each(stored, castPiece);
   try {
-    for await (const piece of stored) {
-      if (decoder !== undefined) decoder.push(piece);
-      else castPiece(piece);
-      yield* out.splice(0);
-    }
-    decoder?.end();
+    for await (const _ of fed) yield* out.splice(0);
     encoder.end();
     yield* out.splice(0);
   } finally {
-    decoder?.release();
     encoder.release();
+  }
+}
+
+/** Hands each piece to `onPiece`, yielding after each (decodeChunkStream's shape, for pieces stored as they are). */
+async function* each(pieces: AsyncIterable<Uint8Array>, onPiece: (piece: Uint8Array) => void): AsyncGenerator<void> {
+  for await (const piece of pieces) {
+    onPiece(piece);
+    yield;
   }
 }
 

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { ChunkDecoder, decodeChunkFrame } from "../codecs/zstd.js";
+import { decodeChunkFrame, decodeChunkStream } from "../codecs/zstd.js";
 import { SHARD_INDEX_BYTES } from "../convert/plan.js";
 import { innerChunkOfShard } from "../convert/transforms.js";
 import { MetadataError, NotFoundError, UsageError } from "../errors.js";
@@ -75,24 +75,10 @@ async function* windows(store: Store, key: string, offset: number, length: numbe
   }
 }
 
-/** Decodes a zstd chunk as it streams in: exactly one frame of exactly `size` bytes (ChunkDecoder). */
+/** Decodes a zstd chunk as it streams in (decodeChunkStream), each decoded piece copied out. */
 async function* decoded(compressed: AsyncIterable<Uint8Array>, size: number, path: string): AsyncIterable<Uint8Array> {
-  let out: Uint8Array[] = [];
-  const decoder = new ChunkDecoder(size, path, (piece) => out.push(piece.slice()));
-  try {
-    for await (const piece of compressed) {
-      decoder.push(piece);
-      if (out.length > 0) {
-        const ready = out;
-        out = [];
-        yield* ready;
-      }
-    }
-    decoder.end();
-    yield* out;
-  } finally {
-    decoder.release();
-  }
+  const out: Uint8Array[] = [];
+  for await (const _ of decodeChunkStream(compressed, size, path, (piece) => out.push(piece.slice()))) yield* out.splice(0);
 }
 
 /**

@@ -1,5 +1,6 @@
 import { LimitError } from "../errors.js";
 import { type Budget, forEachLimited } from "../util/budget.js";
+import { ElementAligner } from "../util/elements.js";
 import { bf16Bits } from "../zarr/cast.js";
 import { chunkGrid } from "../zarr/metadata.js";
 import type { OutputTensor } from "./llama.js";
@@ -174,7 +175,8 @@ export class ChunkCursor {
    */
   private view: Uint16Array | Uint32Array | undefined;
   private viewPos = 0;
-  private carry: Uint8Array | undefined;
+  /** The decoded pieces cut at element boundaries. */
+  private readonly aligned: ElementAligner;
   private it: AsyncIterator<Uint8Array> | undefined;
   reopened = 0;
   /** Closed to stay within the cap on open decoders (Cursors): its next use decodes the chunk from its start. */
@@ -185,7 +187,9 @@ export class ChunkCursor {
     private readonly index: readonly number[],
     /** Compressed bytes read at a time (the source's default when not given). */
     private readonly window?: number,
-  ) {}
+  ) {
+    this.aligned = new ElementAligner(array.meta.dtype.itemSize);
+  }
 
   private get itemSize(): number {
     return this.array.meta.dtype.itemSize;
@@ -197,17 +201,8 @@ export class ChunkCursor {
     for (;;) {
       const r = await this.it.next();
       if (r.done) return undefined;
-      let piece = r.value;
-      if (this.carry !== undefined) {
-        const joined = new Uint8Array(this.carry.length + piece.length);
-        joined.set(this.carry);
-        joined.set(piece, this.carry.length);
-        piece = joined;
-        this.carry = undefined;
-      }
-      const whole = piece.length - (piece.length % this.itemSize);
-      if (whole < piece.length) this.carry = piece.slice(whole);
-      if (whole > 0) return piece.byteOffset % 4 === 0 ? piece.subarray(0, whole) : piece.slice(0, whole);
+      const piece = this.aligned.take(r.value);
+      if (piece.length > 0) return piece.byteOffset % 4 === 0 ? piece : piece.slice();
     }
   }
 
@@ -293,7 +288,7 @@ export class ChunkCursor {
     const it = this.it;
     this.it = undefined;
     this.view = undefined;
-    this.carry = undefined;
+    this.aligned.reset();
     this.pos = 0;
     return Promise.resolve(it?.return?.()).catch(() => undefined);
   }

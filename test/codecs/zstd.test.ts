@@ -1,6 +1,14 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, test } from "vitest";
-import { ChunkDecoder, compress, decodeChunkFrame, decompressBounded, decompressExact, readFrameHeader } from "../../src/codecs/zstd.js";
+import {
+  ChunkDecoder,
+  compress,
+  decodeChunkFrame,
+  decodeChunkStream,
+  decompressBounded,
+  decompressExact,
+  readFrameHeader,
+} from "../../src/codecs/zstd.js";
 import { FormatError, LimitError } from "../../src/errors.js";
 import { blockHeader, cat, u32le, zstdFrame, zstdRawFrame, zstdRleFrameWithoutSize, zstdSkippableFrame } from "../helpers/ocdbt-encode.js";
 import { FIXTURES } from "../helpers/paths.js";
@@ -217,5 +225,29 @@ describe("ChunkDecoder: a chunk as TensorStore reads it, fed piece by piece", ()
 
   test("decodeChunkFrame decodes a whole chunk into its elements", () => {
     expect(decodeChunkFrame(compress(chunk), 16, PATH)).toEqual(chunk);
+  });
+});
+
+describe("decodeChunkStream: a chunk's compressed pieces decoded as they stream in", () => {
+  async function* pieces(data: Uint8Array, cut: number): AsyncGenerator<Uint8Array> {
+    for (let i = 0; i < data.length; i += cut) yield data.subarray(i, i + cut);
+  }
+
+  test("each compressed piece's decoded bytes are handed out before the next piece is read", async () => {
+    const chunk = bytes(300_000);
+    const frame = compress(chunk);
+    const out: Uint8Array[] = [];
+    let ticks = 0;
+    for await (const _ of decodeChunkStream(pieces(frame, 1000), chunk.length, PATH, (p) => out.push(p.slice()))) ticks++;
+    expect(cat(...out)).toEqual(chunk);
+    // One after each piece, one after the end of the frame is checked.
+    expect(ticks).toBe(Math.ceil(frame.length / 1000) + 1);
+  });
+
+  test("a frame that decodes to more than the chunk fails as TensorStore would", async () => {
+    const run = async () => {
+      for await (const _ of decodeChunkStream(pieces(compress(bytes(20)), 4), 16, PATH, () => undefined));
+    };
+    await expect(run()).rejects.toThrow(FormatError);
   });
 });
