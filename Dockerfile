@@ -42,6 +42,8 @@ COPY src ./src
 COPY jobs ./jobs
 COPY bin ./bin
 COPY assets ./assets
+# terraform's build context carries assets/ in base64 (build.tf: its archive takes text only); a checkout's is as is.
+RUN find assets -name '*.b64' -exec sh -c 'base64 -d "$1" > "${1%.b64}" && rm "$1"' _ {} \;
 COPY scripts/image-deps.mjs scripts/build-info.mjs ./scripts/
 # build-info.json only if the context has one (the pattern may match nothing).
 COPY package.json build-info.jso[n] ./

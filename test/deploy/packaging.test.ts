@@ -65,6 +65,20 @@ describe("the job image", () => {
     expect(runtime?.[0]).toMatch(/^FROM \$\{NODE_IMAGE\}$/);
   });
 
+  test("decodes assets/ that terraform's build context carries in base64 back to the repository's bytes", () => {
+    const decode = build?.find((l) => l.startsWith("RUN find assets"))?.slice("RUN ".length);
+    expect(decode).toBeDefined();
+    const dir = tempDir("assets-b64");
+    cpSync("assets", join(dir, "assets"), { recursive: true });
+    const model = "assets/tokenizers/bpe_32k_c4.model";
+    writeFileSync(join(dir, `${model}.b64`), readFileSync(model).toString("base64"));
+    rmSync(join(dir, model));
+    const r = spawnSync("sh", ["-c", decode as string], { cwd: dir, encoding: "utf8" });
+    expect(r.status, r.stderr).toBe(0);
+    expect(readFileSync(join(dir, model)).equals(readFileSync(model))).toBe(true);
+    expect(existsSync(join(dir, `${model}.b64`))).toBe(false);
+  });
+
   test("uses Node 22 or later", () => {
     const image = /^ARG NODE_IMAGE=node:(\d+)/m.exec(dockerfile);
     expect(Number(image?.[1])).toBeGreaterThanOrEqual(22);

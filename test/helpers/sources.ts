@@ -62,26 +62,31 @@ export function moduleSources(root = process.cwd(), vars: Record<string, string>
   }
 }
 
+/**
+ * The repository's files the module reads (its workflow, and what the image's and the function's archives take):
+ * one list for every test that copies them (a copy missing one names the archives by other identities).
+ */
+export const MODULE_REPOSITORY_FILES: readonly string[] = [
+  "workflows",
+  "Dockerfile",
+  "package.json",
+  "package-lock.json",
+  "tsconfig.json",
+  "tsconfig.build.json",
+  "scripts/image-deps.mjs",
+  "scripts/build-info.mjs",
+  "bin",
+  "src",
+  "jobs",
+  "functions",
+  "assets",
+  // Written by the build (the commit `--version` reports); the image's context takes it where it is.
+  ...(existsSync("build-info.json") ? ["build-info.json"] : []),
+];
+
 /** A scratch copy of the repository's files both archives read (and a README, which neither does). */
 export function copyOfSources(): string {
   const root = tempDir("sources-root");
-  for (const entry of [
-    "Dockerfile",
-    "README.md",
-    "package.json",
-    "package-lock.json",
-    "tsconfig.json",
-    "tsconfig.build.json",
-    "scripts/image-deps.mjs",
-    "scripts/build-info.mjs",
-    "bin",
-    "src",
-    "jobs",
-    "functions",
-    "assets",
-    // Written by the build (the commit `--version` reports); the image's context takes it where it is.
-    ...(existsSync("build-info.json") ? ["build-info.json"] : []),
-  ])
-    cpSync(entry, join(root, entry), { recursive: true });
+  for (const entry of [...MODULE_REPOSITORY_FILES, "README.md"]) cpSync(entry, join(root, entry), { recursive: true });
   return root;
 }

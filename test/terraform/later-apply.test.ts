@@ -13,12 +13,13 @@
 // state is written from a first plan's values, with what only the apply learns (ids, emails, the agents) filled in as
 // Google would return it.
 import { randomUUID } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { moduleDashboard } from "../helpers/dashboard-json.js";
+import { MODULE_REPOSITORY_FILES } from "../helpers/sources.js";
 import { GOOGLE_PROVIDER_VERSION, mirrorCliConfig, providerMirror, terraformAsync } from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -29,21 +30,7 @@ if (!present) console.warn(`test/terraform/later-apply.test.ts ${WHY_SKIPPED}`);
 const PROJECT_NUMBER = "123456789012";
 const GCS_AGENT = `service-${PROJECT_NUMBER}@gs-project-accounts.iam.gserviceaccount.com`;
 const PUBSUB_AGENT = `service-${PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com`;
-const REPOSITORY_FILES = [
-  "workflows",
-  "Dockerfile",
-  "package.json",
-  "package-lock.json",
-  "tsconfig.json",
-  "tsconfig.build.json",
-  "scripts/image-deps.mjs",
-  "scripts/build-info.mjs",
-  "bin",
-  "src",
-  "jobs",
-  "functions",
-  ...(existsSync("build-info.json") ? ["build-info.json"] : []),
-];
+const REPOSITORY_FILES = MODULE_REPOSITORY_FILES;
 /** The deployment: the module's required variables, both agent grants on, the trigger's region given. */
 const DEPLOYED: Record<string, string> = {
   project_id: "my-project",

@@ -12,7 +12,7 @@ import { cpSync, existsSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { PYTHON } from "../helpers/paths.js";
-import { moduleSources } from "../helpers/sources.js";
+import { MODULE_REPOSITORY_FILES, moduleSources } from "../helpers/sources.js";
 import {
   ARCHIVE_PROVIDER_VERSION,
   GOOGLE_PROVIDER_VERSION,
@@ -27,22 +27,7 @@ const WHY_SKIPPED = `skipped: no ${missing.join(", ")} (build hashicorp/google v
 if (!present) console.warn(`test/terraform/provider.test.ts ${WHY_SKIPPED}`);
 
 /** What the module reads besides terraform/: the workflow and the sources it archives (sources.tf). */
-const REPOSITORY_FILES = [
-  "workflows",
-  "Dockerfile",
-  "package.json",
-  "package-lock.json",
-  "tsconfig.json",
-  "tsconfig.build.json",
-  "scripts/image-deps.mjs",
-  "scripts/build-info.mjs",
-  "bin",
-  "src",
-  "jobs",
-  "functions",
-  // Written by the build (the commit `--version` reports); the image's context takes it where it is.
-  ...(existsSync("build-info.json") ? ["build-info.json"] : []),
-];
+const REPOSITORY_FILES = MODULE_REPOSITORY_FILES;
 
 /** Values for the module's required variables; trigger_region given so no bucket is read at plan time. */
 const ROOT_VARS = {
@@ -437,7 +422,9 @@ describe.skipIf(!present)(
       test("the archives terraform wrote hold exactly the files sources.tf lists, and the function's package.json and lockfile", async () => {
         const sources = moduleSources();
         const dir = join(EXAMPLE(), ".terraform/orbax2reg");
-        expect(zipEntries(join(dir, "image-source.zip"))).toEqual(sources.imageFiles);
+        // assets/ (binary) goes in base64, under a .b64 name the Dockerfile decodes.
+        const inArchive = sources.imageFiles.map((f) => (f.startsWith("assets/") ? `${f}.b64` : f)).sort();
+        expect(zipEntries(join(dir, "image-source.zip"))).toEqual(inArchive);
         expect(zipEntries(join(dir, "function-source.zip"))).toEqual(
           [...sources.functionFiles, "package.json", "package-lock.json"].sort(),
         );

@@ -97,11 +97,14 @@ data "archive_file" "image_source" {
   type        = "zip"
   output_path = "${local.archive_dir}/image-source.zip"
 
+  # A source block takes text (https://registry.terraform.io/providers/hashicorp/archive/latest/docs/data-sources/file:
+  # `content`, a string; file() reads UTF-8 only), so assets/ (export-hf's sentencepiece vocabularies, binary) goes in
+  # as base64 (filebase64) under a .b64 name, which the Dockerfile decodes.
   dynamic "source" {
     for_each = local.image_source_files
     content {
-      filename = source.value
-      content  = file("${local.repository_root}/${source.value}")
+      filename = startswith(source.value, "assets/") ? "${source.value}.b64" : source.value
+      content  = startswith(source.value, "assets/") ? filebase64("${local.repository_root}/${source.value}") : file("${local.repository_root}/${source.value}")
     }
   }
 }
