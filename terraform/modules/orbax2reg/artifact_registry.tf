@@ -1,3 +1,13 @@
+locals {
+  # Both repositories' cleanup: every code change pushes a new image, kept and billed forever without a policy: of
+  # each package, the newest image_versions_kept versions stay, older ones go once a day old (a keep policy wins over
+  # a delete policy). https://cloud.google.com/artifact-registry/docs/repositories/cleanup-policy
+  image_cleanup_policies = [
+    { id = "delete-old", action = "DELETE", older_than = "86400s", keep_count = null },
+    { id = "keep-newest", action = "KEEP", older_than = null, keep_count = var.image_versions_kept },
+  ]
+}
+
 # Docker repository for the job image (orbax2reg:<tag>). Pushing to it is CI's job, not Terraform's.
 resource "google_artifact_registry_repository" "images" {
   project       = var.project_id
@@ -7,23 +17,25 @@ resource "google_artifact_registry_repository" "images" {
   description   = "orbax2reg container images (Cloud Run jobs: plan, convert-group, finalize)"
   labels        = var.labels
 
-  # Every code change pushes a new image, kept and billed forever without a policy: of each package, the newest
-  # image_versions_kept versions stay, older ones go once a day old (a keep policy wins over a delete policy).
-  # https://cloud.google.com/artifact-registry/docs/repositories/cleanup-policy
   cleanup_policy_dry_run = false
-  cleanup_policies {
-    id     = "delete-old"
-    action = "DELETE"
-    condition {
-      tag_state  = "ANY"
-      older_than = "86400s"
-    }
-  }
-  cleanup_policies {
-    id     = "keep-newest"
-    action = "KEEP"
-    most_recent_versions {
-      keep_count = var.image_versions_kept
+  dynamic "cleanup_policies" {
+    for_each = local.image_cleanup_policies
+    content {
+      id     = cleanup_policies.value.id
+      action = cleanup_policies.value.action
+      dynamic "condition" {
+        for_each = cleanup_policies.value.older_than == null ? [] : [cleanup_policies.value.older_than]
+        content {
+          tag_state  = "ANY"
+          older_than = condition.value
+        }
+      }
+      dynamic "most_recent_versions" {
+        for_each = cleanup_policies.value.keep_count == null ? [] : [cleanup_policies.value.keep_count]
+        content {
+          keep_count = most_recent_versions.value
+        }
+      }
     }
   }
 
@@ -42,23 +54,25 @@ resource "google_artifact_registry_repository" "function_builds" {
   description   = "orbax2reg: images Cloud Build makes of the trigger function (written by the function's build only)"
   labels        = var.labels
 
-  # Every code change pushes a new image, kept and billed forever without a policy: of each package, the newest
-  # image_versions_kept versions stay, older ones go once a day old (a keep policy wins over a delete policy).
-  # https://cloud.google.com/artifact-registry/docs/repositories/cleanup-policy
   cleanup_policy_dry_run = false
-  cleanup_policies {
-    id     = "delete-old"
-    action = "DELETE"
-    condition {
-      tag_state  = "ANY"
-      older_than = "86400s"
-    }
-  }
-  cleanup_policies {
-    id     = "keep-newest"
-    action = "KEEP"
-    most_recent_versions {
-      keep_count = var.image_versions_kept
+  dynamic "cleanup_policies" {
+    for_each = local.image_cleanup_policies
+    content {
+      id     = cleanup_policies.value.id
+      action = cleanup_policies.value.action
+      dynamic "condition" {
+        for_each = cleanup_policies.value.older_than == null ? [] : [cleanup_policies.value.older_than]
+        content {
+          tag_state  = "ANY"
+          older_than = condition.value
+        }
+      }
+      dynamic "most_recent_versions" {
+        for_each = cleanup_policies.value.keep_count == null ? [] : [cleanup_policies.value.keep_count]
+        content {
+          keep_count = most_recent_versions.value
+        }
+      }
     }
   }
 
