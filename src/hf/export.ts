@@ -302,14 +302,7 @@ async function begin(o: Opened, options: ExportOptions & { readonly tasks: numbe
   }
   // Announced once nothing can refuse the destination: a refusal is then the only line printed.
   options.onPlan?.({ tensors: o.plan.tensors.length, bytes: o.totalSize, names: o.plan.tensors.map((t) => t.name) });
-  const starts = planTaskRuns(
-    o.shards.map((s) => s.fileBytes),
-    options.tasks,
-  );
-  const tasks: ExportTask[] = starts.map((from, index) => {
-    const run = o.shards.slice(from, starts[index + 1] ?? o.shards.length);
-    return { index, shards: run.map((s) => s.name), bytes: run.reduce((a, s) => a + s.fileBytes, 0) };
-  });
+  const tasks = taskRuns(o.shards, options.tasks);
   const began = { tasks, shards: o.shards.length, totalSize: o.totalSize, resumed: same, alreadyExported: false };
   if (same && committed && at.foreign.length === 0 && o.files.every((f) => at.recorded.includes(f.name))) {
     let all = true;
@@ -334,6 +327,29 @@ async function begin(o: Opened, options: ExportOptions & { readonly tasks: numbe
   return began;
 }
 
+/** Shards in `tasks` contiguous runs balanced by bytes (planTaskRuns). */
+function taskRuns(shards: readonly ShardPlan[], n: number): ExportTask[] {
+  const starts = planTaskRuns(
+    shards.map((s) => s.fileBytes),
+    n,
+  );
+  return starts.map((from, index) => {
+    const run = shards.slice(from, starts[index + 1] ?? shards.length);
+    return { index, shards: run.map((s) => s.name), bytes: run.reduce((a, s) => a + s.fileBytes, 0) };
+  });
+}
+
+/**
+ * The tasks beginExport plans, from the source alone (nothing read or written at the destination): what a
+ * task that is given only its index and the task count writes (the plan depends on the options and the source).
+ */
+export async function planExportTasks(
+  sourceLocation: string,
+  options: ExportOptions & { readonly tasks: number },
+): Promise<readonly ExportTask[]> {
+  return taskRuns((await prepareExport(sourceLocation, options)).shards, options.tasks);
+}
+
 /** How --memory is shared for this export (the whole plan's, whichever shards a call makes). */
 function memoryOf(o: Opened, options: ExportOptions) {
   const decoders = openDecoders(o.plan.tensors);
@@ -350,7 +366,7 @@ function memoryOf(o: Opened, options: ExportOptions) {
 /** The refusal of a call made for an export that is not (or no longer) the one begun at the destination. */
 function notBegun(o: Opened, what: string): ConflictError {
   return new ConflictError(
-    `${RECORD_NAME} ${o.previous === undefined ? "is missing: no export was begun here" : "is another export's: another export began here since"}; ${what} (beginExport first, with the same options)`,
+    `${RECORD_NAME} ${o.previous === undefined ? "is missing: no export was begun here" : "is another export's: another export began here since"}; ${what} (begin the export first, with the same options)`,
     { path: o.dest.url },
   );
 }
@@ -459,12 +475,12 @@ async function finalize(
   for (const s of o.shards) {
     const info = await dest.stat(s.name);
     if (info === undefined)
-      throw new NotFoundError(`shard ${s.name} is missing: its task has not written it; nothing committed`, {
+      throw new NotFoundError("shard missing: its task has not written it; nothing committed", {
         path: describe(dest, s.name),
       });
     if (!(await shardInPlace(dest, s)))
       throw new ConflictError(
-        `shard ${s.name} is not the planned one (${info.size} bytes, ${s.fileBytes} planned, or another header); its task must write it again; nothing committed`,
+        `shard not the planned one (${info.size} bytes, ${s.fileBytes} planned, or another header): its task must write it again; nothing committed`,
         { path: describe(dest, s.name) },
       );
   }

@@ -12,6 +12,7 @@ import { ConflictError, NotFoundError } from "../../src/errors.js";
 import { beginExport, DEFAULT_EXPORT_MEMORY, exportHf, exportShards, finalizeExport } from "../../src/hf/export.js";
 import { RECORD_NAME } from "../../src/hf/record.js";
 import { INDEX_NAME, planTaskRuns } from "../../src/hf/shards.js";
+import { runBinAsync, runCli } from "../helpers/cli.js";
 import { tempDir } from "../helpers/tmp.js";
 import { fujiArrays, writeRegularStep } from "./fuji-tree.js";
 
@@ -119,7 +120,7 @@ describe("an export fanned out over tasks", () => {
     const e = await finalizeExport(SOURCE, dest, OPTIONS).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(NotFoundError);
     expect((e as NotFoundError).retryable).toBe(false);
-    expect((e as Error).message).toContain(`shard ${missing} is missing`);
+    expect((e as Error).message).toContain(`${missing}: shard missing: its task has not written it`);
     expect(readdirSync(dest).filter((n) => n === INDEX_NAME || n === "config.json")).toEqual([]);
   });
 
@@ -131,7 +132,7 @@ describe("an export fanned out over tasks", () => {
     writeFileSync(join(dest, victim), readFileSync(join(dest, victim)).subarray(0, 1000));
     const e = await finalizeExport(SOURCE, dest, OPTIONS).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(ConflictError);
-    expect((e as Error).message).toContain(`shard ${victim} is not the planned one`);
+    expect((e as Error).message).toContain(`${victim}: shard not the planned one (1000 bytes`);
     expect(existsSync(join(dest, INDEX_NAME))).toBe(false);
   });
 
@@ -179,4 +180,68 @@ describe("an export fanned out over tasks", () => {
     expect((await finalizeExport(SOURCE, dest, OPTIONS)).alreadyExported).toBe(true);
     expect((await beginExport(SOURCE, dest, { ...OPTIONS, tasks: 2 })).alreadyExported).toBe(true);
   });
+});
+
+describe("export-hf --begin, --task-index, --finalize (an export shared by several machines)", () => {
+  const cli = (dest: string, ...extra: string[]) => [
+    "export-hf",
+    SOURCE,
+    dest,
+    "--max-shard-size",
+    String(OPTIONS.maxShardSize),
+    "--no-progress",
+    ...extra,
+  ];
+
+  test("--begin prints each task's shards; tasks as processes at once, then --finalize: export-hf's files", async () => {
+    const one = await reference();
+    const dest = join(tempDir("hf-fan"), "cli");
+    const begun = await runCli(cli(dest, "--begin", "--task-count", "3"));
+    expect(begun.code, begun.stderr).toBe(0);
+    expect(begun.stdout).toMatch(/^begun: \d+ shard\(s\), .* in 3 task\(s\)\ntask 0: model-00001-of-\d+\.safetensors \.\. /);
+    const tasks = await Promise.all(
+      [0, 1, 2].map((i) => runBinAsync([...cli(dest, "--task-index", String(i), "--task-count", "3"), "--json"])),
+    );
+    for (const t of tasks) expect(t.code, t.stderr).toBe(0);
+    expect(tasks.flatMap((t) => JSON.parse(t.stdout).written)).toEqual(readdirSync(one).filter((n) => n.endsWith(".safetensors")));
+    expect(existsSync(join(dest, INDEX_NAME))).toBe(false);
+    const done = await runCli(cli(dest, "--finalize"));
+    expect(done.code, done.stderr).toBe(0);
+    expect(done.stdout).toMatch(/^checked \d+ shard\(s\), .*\ncommitted .*model\.safetensors\.index\.json\n$/m);
+    expectSameFolder(dest, one);
+  });
+
+  test("--task-index with no export begun is refused in one line (exit 2)", async () => {
+    const dest = tempDir("hf-fan");
+    const r = await runCli(cli(dest, "--task-index", "0", "--task-count", "2"));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/is missing: no export was begun here/);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+  });
+
+  test("--finalize before every task is done names the missing shard (exit 2), no index", async () => {
+    const dest = join(tempDir("hf-fan"), "early");
+    expect((await runCli(cli(dest, "--begin", "--task-count", "2"))).code).toBe(0);
+    expect((await runCli(cli(dest, "--task-index", "0", "--task-count", "2"))).code).toBe(0);
+    const r = await runCli(cli(dest, "--finalize"));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/model-\d+-of-\d+\.safetensors: shard missing/);
+    expect(existsSync(join(dest, INDEX_NAME))).toBe(false);
+  });
+
+  for (const [flags, message] of [
+    [["--task-index", "0"], "--task-index needs --task-count"],
+    [["--begin"], "--begin needs --task-count"],
+    [["--task-count", "2"], "--task-count goes with --begin or --task-index"],
+    [["--task-index", "2", "--task-count", "2"], "--task-index 2 is not below --task-count 2"],
+    [["--begin", "--finalize", "--task-count", "2"], "--begin and --finalize are steps of their own: give one"],
+  ] as const) {
+    test(`${flags.join(" ")} is refused: ${message}`, async () => {
+      const dest = join(tempDir("hf-fan"), "flags");
+      const r = await runCli(cli(dest, ...flags));
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain(message);
+      expect(existsSync(dest)).toBe(false);
+    });
+  }
 });
