@@ -14,7 +14,7 @@ import { RECORD_NAME } from "../../src/hf/record.js";
 import { INDEX_NAME, planTaskRuns } from "../../src/hf/shards.js";
 import { runBinAsync, runCli } from "../helpers/cli.js";
 import { tempDir } from "../helpers/tmp.js";
-import { fujiArrays, writeRegularStep } from "./fuji-tree.js";
+import { fujiArrays, shardedChunks, writeRegularStep } from "./fuji-tree.js";
 
 const EXAMPLE = "test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000";
 const DIMS = { layers: 4, dim: 64, heads: 4, kvHeads: 2, headDim: 16, ffn: 128, vocab: 256 };
@@ -103,6 +103,24 @@ describe("an export fanned out over tasks", () => {
     const written = await Promise.all(began.tasks.map((t) => exportShards(SOURCE, dest, OPTIONS, t.shards)));
     expect(written.map((w) => w.bytes)).toEqual(began.tasks.map((t) => t.bytes));
     await finalizeExport(SOURCE, dest, OPTIONS);
+    expectSameFolder(dest, one);
+  });
+
+  test("tasks at once through the spill (weights cut in 64 chunks a layer, --memory 30): scratch apart, the same files, none left", async () => {
+    const root = tempDir("hf-fan");
+    const source = join(root, "step");
+    writeRegularStep(source, fujiArrays({ layers: 4, dim: 64, heads: 4, headDim: 16, ffn: 128, vocab: 64 }, 11), (a) =>
+      a.path.includes("/repeat/layer/") && a.path.endsWith("/weight")
+        ? shardedChunks(a.shape, a.path.endsWith("qkv_proj/weight") || a.path.endsWith("linear2/weight") ? 2 : 1, 64)
+        : [...a.shape],
+    );
+    const options = { memoryBytes: 30 * 2 ** 20, maxShardSize: 100e3 };
+    const one = await reference(source, options);
+    expect((await finalizeExport(source, one, options)).spilledArrays).toBe(5);
+    const dest = join(root, "three");
+    const began = await beginExport(source, dest, { ...options, tasks: 3 });
+    await Promise.all(began.tasks.map((t) => exportShards(source, dest, options, t.shards)));
+    await finalizeExport(source, dest, options);
     expectSameFolder(dest, one);
   });
 
