@@ -276,8 +276,9 @@ async function openExport(sourceLocation: string, destLocation: string, options:
 /**
  * The first step of an export shared by many processes (and of export-hf's own): checks the source and the
  * destination (another checkpoint's files refused, another committed export replaced only with --force),
- * uncommits, clears what is not this export's, writes the record, and plans `tasks` runs of whole shards
- * (planTaskRuns). A rerun of the same export keeps its shards; one already committed is reported as such.
+ * uncommits, clears what is not this export's, writes the record, and plans at most `tasks` runs of whole
+ * shards (taskRuns: fewer when more would not finish sooner). A rerun of the same export keeps its shards; one
+ * already committed is reported as such.
  */
 export async function beginExport(
   sourceLocation: string,
@@ -302,7 +303,7 @@ async function begin(o: Opened, options: ExportOptions & { readonly tasks: numbe
   }
   // Announced once nothing can refuse the destination: a refusal is then the only line printed.
   options.onPlan?.({ tensors: o.plan.tensors.length, bytes: o.totalSize, names: o.plan.tensors.map((t) => t.name) });
-  const tasks = taskRuns(o.shards, options.tasks);
+  const tasks = taskRuns(o.shards, options.tasks, o.st);
   const began = { tasks, shards: o.shards.length, totalSize: o.totalSize, resumed: same, alreadyExported: false };
   if (same && committed && at.foreign.length === 0 && o.files.every((f) => at.recorded.includes(f.name))) {
     let all = true;
@@ -327,11 +328,31 @@ async function begin(o: Opened, options: ExportOptions & { readonly tasks: numbe
   return began;
 }
 
-/** Shards in `tasks` contiguous runs balanced by bytes (planTaskRuns). */
-function taskRuns(shards: readonly ShardPlan[], n: number): ExportTask[] {
+/**
+ * What decoding a byte again (to reach a task's first layer) costs beside making one: the source's bytes are read
+ * and decoded, not cast or copied. Measured on the 2 GB fuji step's 4-task fan-out (bench/export-hf-fanout.mjs):
+ * tasks starting inside an array after 58-80 MB of its output took 0.6-1.2 s more CPU than the first task, which
+ * made 96 MB in 2.9 s: 0.35-0.6 of a made byte. Over a slow link the bytes read count in full: 0.5 between.
+ */
+export const REDECODE_WEIGHT = 0.5;
+
+/**
+ * Shards in at most `n` contiguous runs balanced by work (planTaskRuns): a run's bytes, and for a run starting
+ * inside a stacked array, that array's earlier tensors, which its task decodes again to reach its first
+ * (REDECODE_WEIGHT of their output bytes).
+ */
+function taskRuns(shards: readonly ShardPlan[], n: number, dtype: SafetensorsDtype): ExportTask[] {
+  const prefix = shards.map((s, i) => {
+    const first = s.tensors[0];
+    if (i === 0 || first === undefined || !first.array.path.startsWith(STACKED_PREFIX)) return 0;
+    let bytes = 0;
+    for (const earlier of shards.slice(0, i)) for (const t of earlier.tensors) if (t.array === first.array) bytes += outputBytes(t, dtype);
+    return Math.round(REDECODE_WEIGHT * bytes);
+  });
   const starts = planTaskRuns(
     shards.map((s) => s.fileBytes),
     n,
+    prefix,
   );
   return starts.map((from, index) => {
     const run = shards.slice(from, starts[index + 1] ?? shards.length);
@@ -347,7 +368,8 @@ export async function planExportTasks(
   sourceLocation: string,
   options: ExportOptions & { readonly tasks: number },
 ): Promise<readonly ExportTask[]> {
-  return taskRuns((await prepareExport(sourceLocation, options)).shards, options.tasks);
+  const p = await prepareExport(sourceLocation, options);
+  return taskRuns(p.shards, options.tasks, p.st);
 }
 
 /** How --memory is shared for this export (the whole plan's, whichever shards a call makes). */

@@ -55,10 +55,16 @@ describe("planTaskRuns", () => {
     expect(planTaskRuns([9, 1, 1, 1, 1, 1, 1, 1, 1, 1], 2)).toEqual([0, 1]);
   });
 
-  test("gives every task a shard: fewer tasks when there are fewer shards", () => {
+  test("no more runs than make the largest smaller: fewer tasks when there are fewer shards, or no gain", () => {
     expect(planTaskRuns([5, 5], 4)).toEqual([0, 1]);
-    expect(planTaskRuns([1, 1, 1, 9], 4)).toEqual([0, 1, 2, 3]);
+    expect(planTaskRuns([1, 1, 1, 9], 4)).toEqual([0, 3]);
     expect(planTaskRuns([7], 1)).toEqual([0]);
+  });
+
+  test("counts what a run starting inside an array decodes again: cuts move to where an array starts", () => {
+    // Shards 1-3 continue the array shard 0 starts (prefixes 4, 8, 12); shard 4 starts the next array.
+    expect(planTaskRuns([4, 4, 4, 4, 4, 4], 2)).toEqual([0, 3]);
+    expect(planTaskRuns([4, 4, 4, 4, 4, 4], 2, [0, 4, 8, 12, 0, 4])).toEqual([0, 4]);
   });
 });
 
@@ -67,12 +73,14 @@ describe("an export fanned out over tasks", () => {
     ["the example step AXLearn saved", () => EXAMPLE, { ...OPTIONS, maxShardSize: 1000 }],
     ["a regular step", () => SOURCE, OPTIONS],
   ] as const) {
-    test(`3 tasks, run in reverse order, then finalize: the same files as export-hf's, byte for byte (${what})`, async () => {
+    test(`tasks (3 asked for), run in reverse order, then finalize: the same files as export-hf's, byte for byte (${what})`, async () => {
       const one = await reference(source(), options);
       const dest = join(tempDir("hf-fan"), "three");
       const began = await beginExport(source(), dest, { ...options, tasks: 3 });
       expect(began.shards).toBeGreaterThanOrEqual(6);
-      expect(began.tasks).toHaveLength(3);
+      // At most 3: the example's embedding is most of its bytes, so a third task would not finish sooner.
+      expect(began.tasks.length).toBeGreaterThanOrEqual(2);
+      expect(began.tasks.length).toBeLessThanOrEqual(3);
       expect(began.tasks.flatMap((t) => t.shards)).toEqual(readdirSync(one).filter((n) => n.endsWith(".safetensors")));
       expect(existsSync(join(dest, INDEX_NAME))).toBe(false);
       for (const task of [...began.tasks].reverse())
