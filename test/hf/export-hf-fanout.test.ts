@@ -4,7 +4,7 @@
 // longer the one begun, is refused. On the fuji v2-shaped example step that AXLearn saved (shards of 1 kB: its
 // 32k-token embedding is most of its bytes) and on a small fuji tree written as a regular step with each stacked
 // weight in one chunk spanning every layer (shards of 20 kB, several within each stacked array).
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
@@ -193,6 +193,37 @@ describe("an export fanned out over tasks", () => {
     expect(existsSync(join(dest, temp))).toBe(false);
     await exportShards(SOURCE, dest, OPTIONS, began.tasks[0]?.shards ?? []);
     await finalizeExport(SOURCE, dest, OPTIONS);
+    expectSameFolder(dest, one);
+  });
+
+  test("a task process killed mid-shard leaves its temporary file, which its rerun removes; the export is export-hf's", async () => {
+    const root = tempDir("hf-fan");
+    const source = join(root, "step");
+    // A 32k-token embedding of width 512: a 32 MiB shard, long enough to write to be killed in the middle.
+    writeRegularStep(source, fujiArrays({ layers: 2, dim: 512, heads: 4, kvHeads: 2, headDim: 128, ffn: 1024, vocab: 32768 }, 13), (a) => [
+      ...a.shape,
+    ]);
+    const options = { memoryBytes: DEFAULT_EXPORT_MEMORY, maxShardSize: 4e6 };
+    const one = await reference(source, options);
+    const dest = join(root, "killed");
+    const [task] = (await beginExport(source, dest, { ...options, tasks: 1 })).tasks;
+    const child = spawn(process.execPath, [
+      "bin/orbax2reg.js",
+      ...["export-hf", source, dest, "--max-shard-size", "4000000", "--task-index", "0", "--task-count", "1", "--no-progress"],
+    ]);
+    const exited = new Promise((done) => child.once("exit", done));
+    let temp: string | undefined;
+    for (let i = 0; i < 3000 && temp === undefined; i++) {
+      temp = readdirSync(dest).find((n) => n.includes(".tmp-"));
+      if (temp === undefined) await new Promise((r) => setTimeout(r, 5));
+    }
+    child.kill("SIGKILL");
+    await exited;
+    expect(temp, "a temporary file while the task wrote").toBeDefined();
+    expect(existsSync(join(dest, temp as string))).toBe(true);
+    expect((await exportShards(source, dest, options, task?.shards ?? [])).written.length).toBeGreaterThan(0);
+    expect(readdirSync(dest).filter((n) => n.includes(".tmp-"))).toEqual([]);
+    await finalizeExport(source, dest, options);
     expectSameFolder(dest, one);
   });
 
