@@ -27,6 +27,11 @@ import { chooseTokenizer, type TokenizerChoice } from "./vocabularies.js";
  * The destination (destination.ts): files of another checkpoint there (weights, tokenizer or config files no
  * record names) are refused before anything is written, and removed with --force; what interrupted writes
  * left is removed by every run that goes on.
+ *
+ * Shared among processes (issue 45: the pipeline's tasks, or `export-hf --begin/--task-index/--finalize`):
+ * beginExport does the above up to the record and plans runs of shards, exportShards writes one run (any
+ * order, at once, in any process), finalizeExport checks every shard and writes the small files and the index.
+ * exportHf is the three in one process: one code path, the same bytes.
  */
 export { RECORD_NAME };
 
