@@ -227,6 +227,30 @@ describe("an export fanned out over tasks", () => {
     expectSameFolder(dest, one);
   });
 
+  test("a task stopped by its signal stops between bands with the signal's reason; its rerun finishes the shards", async () => {
+    const dest = join(tempDir("hf-fan"), "stopped");
+    const [task] = (await beginExport(SOURCE, dest, { ...OPTIONS, tasks: 1 })).tasks;
+    const shards = task?.shards ?? [];
+    const stop = new AbortController();
+    const reason = new Error("told to stop");
+    let tensors = 0;
+    const e = await exportShards(
+      SOURCE,
+      dest,
+      { ...OPTIONS, signal: stop.signal, onTensor: () => ++tensors === 12 && stop.abort(reason) },
+      shards,
+    ).catch((x: unknown) => x);
+    expect(e).toBe(reason);
+    const written = readdirSync(dest).filter((n) => n.endsWith(".safetensors"));
+    expect(written.length).toBeGreaterThan(0);
+    expect(written.length).toBeLessThan(shards.length);
+    // The shard it was writing is not there, nor a part of it.
+    expect(readdirSync(dest).filter((n) => n.includes(".tmp-"))).toEqual([]);
+    const rerun = await exportShards(SOURCE, dest, OPTIONS, shards);
+    expect(rerun.kept).toEqual(written);
+    expect([...rerun.kept, ...rerun.written].sort()).toEqual([...shards]);
+  });
+
   test("a task rerun keeps its shards in place; a finalize rerun commits nothing new", async () => {
     const dest = join(tempDir("hf-fan"), "rerun");
     const began = await beginExport(SOURCE, dest, { ...OPTIONS, tasks: 2 });
