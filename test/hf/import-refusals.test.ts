@@ -145,7 +145,9 @@ describe("import-hf refuses what fuji cannot represent, before writing anything"
     const r = await refused((f) => {
       f.tensors.push({ name: "model.layers.2.input_layernorm.weight", dtype: "F32", shape: [16], bytes: new Uint8Array(64) });
     });
-    expect(r.stderr).toMatch(/1 tensor\(s\) a fuji Llama of config\.json's dims does not have, first model\.layers\.2\.input_layernorm\.weight/);
+    expect(r.stderr).toMatch(
+      /1 tensor\(s\) a fuji Llama of config\.json's dims does not have, first model\.layers\.2\.input_layernorm\.weight/,
+    );
   });
 
   test("lm_head.weight beside tie_word_embeddings", async () => {
@@ -159,7 +161,9 @@ describe("import-hf refuses what fuji cannot represent, before writing anything"
     const r = await refused((f) => {
       f.config.intermediate_size = 32;
     });
-    expect(r.stderr).toMatch(/tensor model\.layers\.0\.mlp\.gate_proj\.weight has shape \[24, 16\], config\.json's dims make it \[32, 16\]/);
+    expect(r.stderr).toMatch(
+      /tensor model\.layers\.0\.mlp\.gate_proj\.weight has shape \[24, 16\], config\.json's dims make it \[32, 16\]/,
+    );
   });
 
   test("a model type other than llama", async () => {
