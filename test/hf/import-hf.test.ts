@@ -307,4 +307,12 @@ describe("the CLI", () => {
     );
     expect(j.restore.initStateBuilder).toContain("validation=CheckpointValidationType.EXACT_UP_TO_DTYPE");
   });
+
+  test("verify compares the import with the folder it came from, tensor by tensor", async () => {
+    const { root, hf } = await exported(GQA, "bfloat16", 5, 4000);
+    await importHf(hf, join(root, "ckpt"), {});
+    const v = await runCli(["verify", join(root, "ckpt", "step_00000000"), hf, "--no-progress"]);
+    expect(v.code, v.stdout + v.stderr).toBe(0);
+    expect(v.stdout).toMatch(/ 0 failed/);
+  });
 });
