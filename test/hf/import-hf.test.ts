@@ -1,6 +1,8 @@
 // import-hf: the round trip (a fuji tree written as a regular step, exported by export-hf, imported back: every
 // array the source's, bit for bit in float32; the import exported again: the same shard bytes), and the layout
 // AXLearn reads (index last, .zarray, one chunk per layer).
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
@@ -227,7 +229,94 @@ describe("sources", () => {
   });
 });
 
+/** A Llama folder of random float32 bits (NaNs included: they are copied as bits), one file, `layers` layers. */
+function randomLlama(dir: string, layers: number): void {
+  const D = 512;
+  const F = 2048;
+  const V = 8192;
+  const shapes: [string, number[]][] = [["model.embed_tokens.weight", [V, D]]];
+  for (let i = 0; i < layers; i++) {
+    const p = `model.layers.${i}.`;
+    // 8 heads of 64, 2 key/value heads.
+    for (const [n, rows] of [
+      ["q", D],
+      ["k", 128],
+      ["v", 128],
+      ["o", D],
+    ] as const)
+      shapes.push([`${p}self_attn.${n}_proj.weight`, [rows, D]]);
+    shapes.push([`${p}mlp.gate_proj.weight`, [F, D]], [`${p}mlp.up_proj.weight`, [F, D]], [`${p}mlp.down_proj.weight`, [D, F]]);
+    shapes.push([`${p}input_layernorm.weight`, [D]], [`${p}post_attention_layernorm.weight`, [D]]);
+  }
+  shapes.push(["model.norm.weight", [D]], ["lm_head.weight", [V, D]]);
+  const header: Record<string, unknown> = {};
+  let at = 0;
+  for (const [name, shape] of shapes) {
+    const n = shape.reduce((a, b) => a * b, 1) * 4;
+    header[name] = { dtype: "F32", shape, data_offsets: [at, at + n] };
+    at += n;
+  }
+  mkdirSync(dir, { recursive: true });
+  const json = Buffer.from(JSON.stringify(header));
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(json.length));
+  writeFileSync(join(dir, "model.safetensors"), Buffer.concat([len, json, randomBytes(at)]));
+  writeFileSync(
+    join(dir, "config.json"),
+    JSON.stringify({
+      model_type: "llama",
+      hidden_size: D,
+      intermediate_size: F,
+      num_hidden_layers: layers,
+      num_attention_heads: 8,
+      num_key_value_heads: 2,
+      vocab_size: V,
+    }),
+  );
+}
+
+/** The files under a step's gda/ but the .zarray files (chunks, and temporary files of writes), relative paths. */
+const chunkFiles = (step: string) =>
+  existsSync(join(step, "gda"))
+    ? readdirSync(join(step, "gda"), { recursive: true, withFileTypes: true })
+        .filter((e) => e.isFile() && e.name !== ".zarray")
+        .map((e) => join(e.parentPath, e.name).slice(step.length))
+    : [];
+
 describe("commit and resume", () => {
+  test("killed (SIGKILL) part way, the import leaves no index; the rerun keeps the chunks there and gives the same step", async () => {
+    const root = tempDir("impkill");
+    randomLlama(join(root, "hf"), 6);
+    const dest = join(root, "ckpt");
+    const step = join(dest, "step_00000000");
+    const child = spawn(process.execPath, ["bin/orbax2reg.js", "import-hf", join(root, "hf"), dest, "--no-progress", "--memory", "64"], {
+      stdio: "ignore",
+    });
+    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+    const done = () => chunkFiles(step).filter((f) => /\/[0-9.]+$/.test(f)).length;
+    while (done() < 5 && child.exitCode === null) await new Promise((r) => setTimeout(r, 5));
+    const killed = child.kill("SIGKILL");
+    await exited;
+    expect(killed && child.signalCode === "SIGKILL").toBe(true);
+    expect(existsSync(join(step, "index"))).toBe(false);
+    const kept = done();
+    const r = await runCli(["import-hf", join(root, "hf"), dest, "--json", "--no-progress"]);
+    expect(r.code, r.stderr).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect({ resumed: j.resumed, chunksWritten: j.chunksWritten, chunks: j.chunks, kept }).toEqual({
+      resumed: true,
+      chunksWritten: j.chunks - kept,
+      chunks: j.chunks,
+      kept,
+    });
+    // The same files as an import that was never stopped, byte for byte (temporary files of the killed writer gone).
+    await importHf(join(root, "hf"), join(root, "clean"), {});
+    const clean = join(root, "clean", "step_00000000");
+    const names = chunkFiles(clean).sort();
+    expect(chunkFiles(step).sort()).toEqual(names);
+    for (const n of names) expect(Buffer.compare(readFileSync(step + n), readFileSync(clean + n)), n).toBe(0);
+  });
+
   test("an import stopped part way leaves no index; the rerun keeps its chunks and writes only the rest", async () => {
     const { root, arrays, hf } = await exported(MHA, "float32");
     const dest = join(root, "ckpt");
@@ -314,5 +403,14 @@ describe("the CLI", () => {
     const v = await runCli(["verify", join(root, "ckpt", "step_00000000"), hf, "--no-progress"]);
     expect(v.code, v.stdout + v.stderr).toBe(0);
     expect(v.stdout).toMatch(/ 0 failed/);
+  });
+
+  test("--memory below what the largest chunk needs in flight is refused before anything is written", async () => {
+    const root = tempDir("impmem");
+    randomLlama(join(root, "hf"), 1);
+    const r = await runCli(["import-hf", join(root, "hf"), join(root, "ckpt"), "--memory", "4", "--no-progress"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--memory 4\.0 MiB is below the \d+ MiB the largest chunk needs in flight/);
+    expect(existsSync(join(root, "ckpt"))).toBe(false);
   });
 });
