@@ -16,18 +16,23 @@ import type { StoredDtype } from "./safetensors.js";
 /**
  * `orbax2reg import-hf`: a Hugging Face LlamaForCausalLM checkpoint as an AXLearn regular checkpoint of the
  * fuji model with its dimensions (the export's mapping, llama.ts, read the other way). Everything is checked
- * before anything is written (checkLlama: what fuji cannot represent is refused, naming it); then every output
+ * before anything is written (checkLlamaConfig, checkTensors: what fuji cannot represent is refused, naming it); then every output
  * chunk is made from one ranged read of the source rows it needs and written as it is made: each source byte is
  * read once, and memory holds the chunks in flight (--memory), whatever the model's size.
  *
  * The step (`step_%08d`) holds what AXLearn's TensorStoreStateStorage writes for the model's leaves only
- * (gda/<leaf>/.zarray and its zstd chunks) and `index` LAST, its commit marker; the import's record
+ * (gda/<leaf>/.zarray and its zstd chunks) and `index` LAST, its commit marker: no prng_key, no learner state, which
+ * is what a fine-tuning trainer's ModelStateScopeConverter restores (it empties learner and prng_key before the
+ * builder reads the step; the trainer initializes them: docs/cli.md, "import-hf"); the import's record
  * (.orbax2reg/import-hf.json) says which source and settings made it, so that a rerun keeps the chunks already
  * written (each written atomically) and a different import in the way is refused unless --force.
  */
 export type ImportDtype = "float32" | "bfloat16";
 
-/** `model/` leaves only: what ModelStateScopeConverter restores (learner={} and prng_key={}; docs/cli.md). */
+/**
+ * The import's record in the step's work directory (as convert's plan is): which source and settings made the step.
+ * AXLearn's reader opens only gda/<leaf> and index, so it ignores it.
+ */
 export const RECORD_KEY = ".orbax2reg/import-hf.json";
 
 /**
@@ -36,7 +41,7 @@ export const RECORD_KEY = ".orbax2reg/import-hf.json";
  */
 export const MAX_CHUNK_ELEMENTS = 4 << 20;
 
-/** Default --memory: the chunks in flight (each about 6x its float32 bytes at most: MAX_CHUNK_ELEMENTS * 24). */
+/** Default --memory: the chunks in flight, each counted at most 16 bytes an element (jobWeight: 64 MiB): 4 at once. */
 export const DEFAULT_IMPORT_MEMORY = 256 * 2 ** 20;
 
 /** Chunks made at once: enough to overlap one's read with another's conversion and write. */
