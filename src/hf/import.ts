@@ -52,6 +52,8 @@ export interface ImportOptions {
   readonly dtype?: ImportDtype;
   readonly memoryBytes?: number;
   readonly force?: boolean;
+  /** The largest chunk in elements (default MAX_CHUNK_ELEMENTS): not a flag, tests cut arrays finer with it. */
+  readonly maxChunkElements?: number;
   readonly onPlan?: (plan: ImportSummaryPlan) => void;
   readonly onChunk?: (array: string, bytes: number) => void;
 }
@@ -235,8 +237,8 @@ const product = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 const rowElements = (t: HfTensor) => product(t.shape.slice(1));
 
 /** Rows per chunk along an axis of `extent` rows of `perRow` elements: as few chunks as keep each under the cap. */
-export function rowsPerChunk(extent: number, perRow: number): number {
-  const n = Math.max(1, Math.ceil((extent * perRow) / MAX_CHUNK_ELEMENTS));
+export function rowsPerChunk(extent: number, perRow: number, cap = MAX_CHUNK_ELEMENTS): number {
+  const n = Math.max(1, Math.ceil((extent * perRow) / cap));
   return Math.ceil(extent / n);
 }
 
@@ -246,15 +248,16 @@ type Layout = (
   inner: readonly number[],
   ts: readonly HfTensor[],
   d: Dims,
+  cap: number,
 ) => {
   chunk: number[];
   jobs: Omit<ChunkJob, "array">[];
 };
 
 /** Same elements, same order (embedding, norms, head; o_proj's [D, H*hd] as [D, H, hd]): ranges of rows. */
-const same: Layout = (lead, inner, [t]) => {
+const same: Layout = (lead, inner, [t], _d, cap) => {
   const per = product(inner.slice(1));
-  const rpc = rowsPerChunk(inner[0] as number, per);
+  const rpc = rowsPerChunk(inner[0] as number, per, cap);
   const jobs: Omit<ChunkJob, "array">[] = [];
   for (let r0 = 0, c = 0; r0 < (inner[0] as number); r0 += rpc, c++) {
     const r1 = Math.min(inner[0] as number, r0 + rpc);
@@ -286,9 +289,9 @@ export function transposeInto(src: Uint32Array, a: number, n: number, out: Uint3
 }
 
 /** fuji [a, b] from HF [b, a]: chunks along b, each from HF rows (contiguous) [b0, b1). */
-const transpose: Layout = (lead, inner, [t]) => {
+const transpose: Layout = (lead, inner, [t], _d, cap) => {
   const [a, b] = inner as [number, number];
-  const rpc = rowsPerChunk(b, a);
+  const rpc = rowsPerChunk(b, a, cap);
   const jobs: Omit<ChunkJob, "array">[] = [];
   for (let b0 = 0, c = 0; b0 < b; b0 += rpc, c++) {
     const n = Math.min(b, b0 + rpc) - b0;
@@ -323,9 +326,9 @@ function fillHeads(parts: readonly { first: number; rotary: boolean }[], d: Dims
 }
 
 /** FusedQKVLinear's [3, D, H, hd]: chunks [1, D, heads, hd], q and k rotary-permuted back. */
-const fusedQkv: Layout = (lead, _inner, ts, d) => {
+const fusedQkv: Layout = (lead, _inner, ts, d, cap) => {
   const perm = rotaryPermutation(d.headDim);
-  const rpc = rowsPerChunk(d.heads, d.hidden * d.headDim);
+  const rpc = rowsPerChunk(d.heads, d.hidden * d.headDim, cap);
   const jobs: Omit<ChunkJob, "array">[] = [];
   for (let p = 0; p < 3; p++)
     for (let h0 = 0, c = 0; h0 < d.heads; h0 += rpc, c++) {
@@ -340,10 +343,10 @@ const fusedQkv: Layout = (lead, _inner, ts, d) => {
 };
 
 /** FusedGroupedQKVLinear's [D, H + 2K, hd]: chunks along the heads, from whichever of q, k, v they cover. */
-const groupedQkv: Layout = (lead, _inner, ts, d) => {
+const groupedQkv: Layout = (lead, _inner, ts, d, cap) => {
   const perm = rotaryPermutation(d.headDim);
   const total = d.heads + 2 * d.kvHeads;
-  const rpc = rowsPerChunk(total, d.hidden * d.headDim);
+  const rpc = rowsPerChunk(total, d.hidden * d.headDim, cap);
   const ranges = [
     { first: 0, count: d.heads, rotary: true },
     { first: d.heads, count: d.kvHeads, rotary: true },
@@ -381,12 +384,13 @@ export interface ImportPlan {
 }
 
 /** The output arrays and their chunks (checkTensors has passed). */
-export function planImport(tensors: ReadonlyMap<string, HfTensor>, d: Dims): ImportPlan {
+/** `cap`: the largest chunk in elements (MAX_CHUNK_ELEMENTS; tests make it small to cut every array in many chunks). */
+export function planImport(tensors: ReadonlyMap<string, HfTensor>, d: Dims, cap = MAX_CHUNK_ELEMENTS): ImportPlan {
   const get = (name: string) => tensors.get(name) as HfTensor;
   const arrays: OutArray[] = [];
   const jobs: ChunkJob[] = [];
   const whole = (row: MappingRow, inner: number[]) => {
-    const { chunk, jobs: js } = same([], inner, [get(row.hf[0] as string)], d);
+    const { chunk, jobs: js } = same([], inner, [get(row.hf[0] as string)], d, cap);
     const array = { path: row.leaf, shape: inner, chunkShape: chunk };
     arrays.push(array);
     for (const j of js) jobs.push({ ...j, array });
@@ -405,6 +409,7 @@ export function planImport(tensors: ReadonlyMap<string, HfTensor>, d: Dims): Imp
         l.inner,
         l.row.hf.map((n) => get(`model.layers.${i}.${n}`)),
         d,
+        cap,
       );
       if (l.array === undefined) {
         l.array = { path: STACKED_PREFIX + l.row.leaf, shape: [d.layers, ...l.inner], chunkShape: chunk };
@@ -534,7 +539,7 @@ export async function importHf(sourceLocation: string, destRoot: string, options
   const hf = await openHfCheckpoint(source);
   const dims = checkLlamaConfig(hf.config, describe(source, "config.json"));
   checkTensors(hf.tensors, dims, (f) => describe(source, f));
-  const plan = planImport(hf.tensors, dims);
+  const plan = planImport(hf.tensors, dims, options.maxChunkElements);
   const largest = Math.max(...plan.jobs.map((j) => jobWeight(j, dtype)));
   if (memory < largest)
     throw new UsageError(

@@ -52,6 +52,10 @@ export function readRegularArray(stepDir: string, path: string): { dtype: string
   return { dtype: z.dtype, shape: z.shape, bytes: out };
 }
 
+/** The .zarray of a stacked layer array of an imported step. */
+const zarray = (step: string, leaf: string) =>
+  JSON.parse(readFileSync(join(step, "gda/model/decoder/transformer/repeat/layer", leaf, ".zarray"), "utf8")) as { chunks: number[] };
+
 const bytesOf = (a: HostArray) => new Uint8Array(a.data.buffer, a.data.byteOffset, a.data.byteLength);
 
 /** A fuji tree as a regular step, exported by export-hf in `dtype`: the import's source. */
@@ -111,6 +115,25 @@ describe("import-hf of an export-hf export gives back the fuji tree", () => {
       expect(r.dims).toMatchObject({ layers: dims.layers, heads: dims.heads, kvHeads: dims.kvHeads ?? dims.heads, tied: !dims.lmHead });
       expectArraysEqual(join(root, "ckpt", "step_00000000"), arrays, "float32");
     });
+
+  test("multi-head, cut in chunks of at most 100 elements (edge chunks padded): every array bit-exact", async () => {
+    const { root, arrays, hf } = await exported(MHA, "float32", 8);
+    const r = await importHf(hf, join(root, "ckpt"), { maxChunkElements: 100 });
+    expect(r.chunks).toBeGreaterThan(100);
+    const step = join(root, "ckpt", "step_00000000");
+    // linear1_0's 48 rows of 32 in 16 chunks of 3; each head of q, k and v (32 x 8) a chunk.
+    expect(zarray(step, "feed_forward/linear1_0/weight").chunks).toEqual([1, 32, 3]);
+    expect(zarray(step, "self_attention/attention/i_proj/i_proj/qkv_proj/weight").chunks).toEqual([1, 1, 32, 1, 8]);
+    expectArraysEqual(step, arrays, "float32");
+  });
+
+  test("grouped, chunks of 3 heads across the q/k and k/v boundaries (4 q, 2 k, 2 v heads): every array bit-exact", async () => {
+    const { root, arrays, hf } = await exported(GQA, "float32", 9);
+    await importHf(hf, join(root, "ckpt"), { maxChunkElements: 700 });
+    const step = join(root, "ckpt", "step_00000000");
+    expect(zarray(step, "self_attention/attention/i_proj/i_proj/qkv_proj/weight").chunks).toEqual([1, 32, 3, 8]);
+    expectArraysEqual(step, arrays, "float32");
+  });
 
   test("a bfloat16 export imported as bfloat16 is the source cast", async () => {
     const { root, arrays, hf } = await exported(GQA, "bfloat16");
