@@ -10,7 +10,9 @@ CASES.json: a list of
      "step_dir": <the imported regular step, ROOT/step_XXXXXXXX>,
      "source": <the Hugging Face folder imported (its config.json gives the architecture)>,
      "fixture": <make_llama.py's OUT/<variant>: expected.json, logits_f32.npy, logits_bf16.npy>,
-     "compute": "float32" | "bfloat16"}
+     "compute": "float32" | "bfloat16",
+     "same_as": <another regular step of the same model> (optional: every array of both steps' indexes read with
+                TensorStore must be equal, dtype, shape and bytes: an import against the Python route's)}
 
 For each case:
 1. the model config is the real `fuji.model_config(...)` (axlearn/experiments/text/gpt/fuji.py from the full tree)
@@ -179,6 +181,30 @@ def logits_of(model, params, tokens):
     return np.asarray(run(params))
 
 
+def read_step(step_dir):
+    """Every array of a regular step, read with TensorStore as AXLearn's index lists them."""
+    import tensorstore as ts
+    from axlearn.common.checkpointer import read_index_file
+
+    arrays = {}
+    for path, value in read_index_file(step_dir):
+        if isinstance(value, dict):
+            spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": os.path.join(step_dir, "gda", path)}}
+            arrays[path] = ts.open(spec, open=True).result().read().result()
+    return arrays
+
+
+def compare_steps(a_dir, b_dir, out):
+    a, b = read_step(a_dir), read_step(b_dir)
+    if sorted(a) != sorted(b):
+        out["problems"].append(f"arrays differ from {b_dir}'s: {sorted(set(a) ^ set(b))[:10]}")
+    equal = [p for p in a if p in b and a[p].dtype == b[p].dtype and a[p].shape == b[p].shape
+             and a[p].tobytes() == b[p].tobytes()]
+    out["same_as_equal"] = len(equal)
+    for p in sorted(set(a) & set(b) - set(equal)):
+        out["problems"].append(f"{p}: {a[p].dtype}{a[p].shape} differs from {b_dir}'s {b[p].dtype}{b[p].shape}")
+
+
 def check(case):
     out = {"name": case["name"], "compute": case["compute"], "problems": []}
     with open(os.path.join(case["source"], "config.json")) as f:
@@ -186,6 +212,8 @@ def check(case):
     with open(os.path.join(case["fixture"], "expected.json")) as f:
         e = json.load(f)
     out["fuji_model_config"] = model_args
+    if case.get("same_as"):
+        compare_steps(case["step_dir"], case["same_as"], out)
     with tempfile.TemporaryDirectory() as workdir:
         trainer = restore(case, model_args, workdir)
         state = trainer.trainer_state
