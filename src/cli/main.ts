@@ -141,6 +141,37 @@ export const COMMANDS: readonly CommandSpec[] = [
       ),
   }),
   command({
+    name: "import-hf",
+    summary: "import a Hugging Face Llama checkpoint as an AXLearn fuji regular checkpoint",
+    description:
+      "Import a Hugging Face LlamaForCausalLM checkpoint (config.json and safetensors, sharded or not; float32, bfloat16 or float16) as the model of an AXLearn fuji regular checkpoint at <dest-root>/step_XXXXXXXX, index written last. What fuji cannot represent (biases, rope_scaling, another head_dim or activation) is refused before anything is written. Streamed: memory stays under --memory whatever the model's size.",
+    arguments: [
+      ["source", `the Hugging Face model folder (config.json, model.safetensors or model.safetensors.index.json); ${LOCATION}`],
+      ["dest-root", `the checkpoint root to write step_XXXXXXXX into; ${LOCATION}`],
+    ],
+    options: [
+      { name: "step", description: "the step directory to write: <dest-root>/step_%08d (default 0)" },
+      "importDtype",
+      "importMemory",
+      { name: "force", description: "replace what another import or checkpoint left at that step" },
+      { name: "json", description: "print a JSON summary on stdout, and progress as JSON lines on stderr" },
+      "progress",
+    ],
+    helpAfter:
+      "\nA rerun after an interruption keeps the chunks already written. The summary names the fuji config and the AXLearn settings that restore it for fine-tuning (docs/cli.md, import-hf).\n\nExamples:\n  orbax2reg import-hf ./Llama-3.2-1B ./ckpt\n  orbax2reg import-hf gs://bucket/hf/llama gs://bucket/run/checkpoints --step 0 --dtype bfloat16 --json",
+    run: async (out, o, source, dest) =>
+      (await import("./import-hf.js")).runImportHf(
+        source,
+        dest,
+        {
+          ...o,
+          ...(o.importDtype === undefined ? {} : { dtype: o.importDtype }),
+          ...(o.importMemory === undefined ? {} : { memory: o.importMemory }),
+        },
+        out,
+      ),
+  }),
+  command({
     name: "example",
     summary: "print the path of an example step the package carries",
     description:

@@ -125,6 +125,20 @@ export const OPTIONS = {
       "upper bound on chunk decoders and output tensors held at once (default 336MiB; MiB, or a size such as 1GiB); a larger tensor is made in bands",
     parse: memorySize,
   },
+  // import-hf
+  importDtype: {
+    flags: "--dtype <dtype>",
+    description:
+      "float32 (AXLearn keeps fuji's parameters in float32: common.py's model config dtype) or bfloat16 (rounded to nearest even, as jnp's astype)",
+    parse: hfDtype,
+    default: "float32",
+  },
+  importMemory: {
+    flags: "--memory <size>",
+    description:
+      "upper bound on the chunks made at once: their source bytes, the chunk and its compressed bytes (default 256MiB; MiB, or a size such as 1GiB)",
+    parse: memorySize,
+  },
   fujiVersion: {
     flags: "--fuji-version <v>",
     description: "v1, v2 or v3: the defaults below (default: from the vocabulary and QKV kind)",

@@ -14,6 +14,11 @@ export type SafetensorsDtype = "BF16" | "F32";
 
 export const DTYPE_BYTES: Readonly<Record<SafetensorsDtype, number>> = { BF16: 2, F32: 4 };
 
+/** The dtypes an import reads: an export's, and float16 (Meta's own Llama releases are float16 or bfloat16). */
+export type StoredDtype = SafetensorsDtype | "F16";
+
+export const STORED_BYTES: Readonly<Record<StoredDtype, number>> = { BF16: 2, F32: 4, F16: 2 };
+
 export interface TensorEntry {
   readonly name: string;
   readonly dtype: SafetensorsDtype;
@@ -59,11 +64,11 @@ export function buildHeader(tensors: readonly TensorEntry[], metadata: Readonly<
   return { header, offsets, dataBytes: at, fileBytes: header.length + at };
 }
 
-export interface ParsedHeader {
+export interface ParsedHeader<D extends StoredDtype = SafetensorsDtype> {
   /** 8 + N: where the data section starts. */
   readonly dataStart: number;
   readonly metadata: Record<string, string> | undefined;
-  readonly tensors: readonly (TensorEntry & { readonly begin: number; readonly end: number })[];
+  readonly tensors: readonly (Omit<TensorEntry, "dtype"> & { readonly dtype: D; readonly begin: number; readonly end: number })[];
 }
 
 /** Longest header a reader accepts (the Rust reader's own limit is 100 MB). */
@@ -77,8 +82,14 @@ export function headerLength(first8: Uint8Array, path: string): number {
   return Number(n);
 }
 
-/** Parses the header (`bytes` holds at least its first 8 + N bytes), tensors in the order of their data. */
-export function parseHeader(bytes: Uint8Array, path: string): ParsedHeader {
+/**
+ * Parses the header (`bytes` holds at least its first 8 + N bytes), tensors in the order of their data. Tensors
+ * of another dtype than `accept`'s are refused, naming the tensor and its dtype when `accept` is given.
+ */
+export function parseHeader(bytes: Uint8Array, path: string): ParsedHeader;
+export function parseHeader<D extends StoredDtype>(bytes: Uint8Array, path: string, accept: readonly D[]): ParsedHeader<D>;
+export function parseHeader(bytes: Uint8Array, path: string, accept?: readonly StoredDtype[]): ParsedHeader<StoredDtype> {
+  const dtypes: readonly string[] = accept ?? ["BF16", "F32"];
   const n = headerLength(bytes, path);
   if (bytes.length < 8 + n) throw new FormatError(`safetensors header of ${n} bytes is cut short`, { path });
   let json: unknown;
@@ -90,7 +101,7 @@ export function parseHeader(bytes: Uint8Array, path: string): ParsedHeader {
   if (typeof json !== "object" || json === null || Array.isArray(json))
     throw new FormatError("safetensors header is not an object", { path });
   let metadata: Record<string, string> | undefined;
-  const tensors: (TensorEntry & { begin: number; end: number })[] = [];
+  const tensors: (Omit<TensorEntry, "dtype"> & { dtype: StoredDtype; begin: number; end: number })[] = [];
   for (const [name, v] of Object.entries(json as Record<string, unknown>)) {
     if (name === "__metadata__") {
       metadata = v as Record<string, string>;
@@ -98,8 +109,11 @@ export function parseHeader(bytes: Uint8Array, path: string): ParsedHeader {
     }
     const t = v as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     const offsets = t.data_offsets as [number, number] | undefined;
+    if (accept !== undefined && typeof t.dtype === "string" && !dtypes.includes(t.dtype))
+      throw new FormatError(`tensor ${JSON.stringify(name)} has dtype ${t.dtype} (${dtypes.join(", ")} expected)`, { path });
     if (
-      (t.dtype !== "BF16" && t.dtype !== "F32") ||
+      typeof t.dtype !== "string" ||
+      !dtypes.includes(t.dtype) ||
       !Array.isArray(t.shape) ||
       !Array.isArray(offsets) ||
       offsets.length !== 2 ||
@@ -109,8 +123,8 @@ export function parseHeader(bytes: Uint8Array, path: string): ParsedHeader {
         path,
       });
     }
-    const entry = { name, dtype: t.dtype as SafetensorsDtype, shape: t.shape as number[], begin: offsets[0], end: offsets[1] };
-    if (entry.end - entry.begin !== tensorBytes(entry))
+    const entry = { name, dtype: t.dtype as StoredDtype, shape: t.shape as number[], begin: offsets[0], end: offsets[1] };
+    if (entry.end - entry.begin !== entry.shape.reduce((a, b) => a * b, 1) * STORED_BYTES[entry.dtype])
       throw new FormatError(`tensor ${name}: data_offsets do not match its shape`, { path });
     tensors.push(entry);
   }
