@@ -30,6 +30,13 @@ interface ImportCheck {
   greedy_equal: number;
 }
 
+/** hf_same_tensors.py's summary: two folders' tensors compared by name, dtype, shape and bytes. */
+interface SameTensors {
+  tensors: number;
+  equal: number;
+  differences: string[];
+}
+
 const unavailable =
   axlearnUnavailable() ??
   (existsSync(HF_PYTHON) ? undefined : `no ${HF_PYTHON}: run scripts/install.sh (torch, transformers, safetensors)`);
@@ -62,6 +69,7 @@ describe(`an import of Llama models saved by transformers, restored into a fuji 
   const fixture = (v: Variant) => resolve(root, "fixtures", v);
   const step = (route: Route, v: Variant, dtype: string) => resolve(root, route, `${v}-${dtype}`, "step_00000000");
   const checks = new Map<string, ImportCheck>();
+  const roundTrips = new Map<string, SameTensors>();
   const check = (route: Route, v: Variant, compute: string) => checks.get(`${route} ${v} ${compute}`) as ImportCheck;
 
   beforeAll(async () => {
@@ -103,6 +111,24 @@ describe(`an import of Llama models saved by transformers, restored into a fuji 
         fixture: fixture(v),
         compute: "float32",
       });
+    }
+    // Back again: export-hf of each import, in its dtype, without a tokenizer (these models have none).
+    for (const v of VARIANTS) {
+      for (const [source, dtype] of [
+        ["hf", "float32"],
+        ["hf-bf16", "bfloat16"],
+      ] as const) {
+        const back = join(root, "back", `${v}-${dtype}`);
+        await must(
+          `export-hf ${v} ${dtype}`,
+          cli(["export-hf", step("import-hf", v, dtype), back, "--dtype", dtype, "--tokenizer", "none", "--no-progress"]),
+        );
+        const r = await must(
+          `hf_same_tensors.py ${v} ${dtype}`,
+          run(HF_PYTHON, ["test/python/hf_same_tensors.py", back, join(fixture(v), source)]),
+        );
+        roundTrips.set(`${v} ${dtype}`, JSON.parse(r.stdout.trim().split("\n").pop() as string) as SameTensors);
+      }
     }
     const file = join(root, "cases.json");
     writeFileSync(file, JSON.stringify(cases));
@@ -154,4 +180,17 @@ describe(`an import of Llama models saved by transformers, restored into a fuji 
       expect(c.greedy_equal).toBe(c.greedy_positions);
     },
   );
+
+  test.for([
+    ["mha-tied", "float32"],
+    ["gqa-untied", "float32"],
+    ["mha-tied", "bfloat16"],
+    ["gqa-untied", "bfloat16"],
+  ] as const)("%s, %s: export-hf of the import gives back the source's tensors byte for byte", ([v, dtype], ctx) => {
+    if (unavailable !== undefined) ctx.skip();
+    const same = roundTrips.get(`${v} ${dtype}`) as SameTensors;
+    expect(same.differences).toEqual([]);
+    expect(same.equal).toBe(same.tensors);
+    expect(same.tensors).toBe(v === "mha-tied" ? 2 + 9 * 2 : 3 + 9 * 3);
+  });
 });
