@@ -40,11 +40,15 @@ export function restoreSettings(r: ImportResult): { modelConfig: string; initSta
     notes.push(
       `config.json's rms_norm_eps is ${r.rmsNormEps}, fuji.model_config's RMSNorm eps ${FUJI_EPS}: set the norms' eps to ${r.rmsNormEps} (set_norm_recursively) for the same outputs`,
     );
+  // EXACT compares dtypes too: a bfloat16 import restores into fuji's float32 parameters only up to dtype (the
+  // read casts: TensorStoreStateStorage reads through ts.cast to the target's dtype).
+  const validation = r.dtype === "float32" ? "EXACT" : "EXACT_UP_TO_DTYPE";
   return {
     modelConfig: `fuji.model_config(${args.join(", ")})`,
     initStateBuilder:
-      `RestoreAndConvertBuilder.default_config().set(builder=TensorStoreStateStorageBuilder.default_config().set(dir="${r.stepDir}"), ` +
-      "converter=ModelStateScopeConverter.default_config().set(source_trainer_config=<a config_for_function of a trainer with that model>))",
+      "RestoreAndConvertBuilder.default_config().set(builder=TensorStoreStateStorageBuilder.default_config().set(" +
+      `dir="${r.stepDir}", validation=CheckpointValidationType.${validation}), ` +
+      "converter=ModelStateScopeConverter.default_config().set(source_trainer_config=<a config_for_function of the trainer config with that model>))",
     notes,
   };
 }

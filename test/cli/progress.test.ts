@@ -112,7 +112,7 @@ describe("convert's stderr, not on a terminal", () => {
 test("every command that shows progress takes --no-progress", async () => {
   const { COMMANDS } = await import("../../src/cli/main.js");
   const taking = COMMANDS.filter((c) => c.options.some((u) => (typeof u === "string" ? u : u.name) === "progress")).map((c) => c.name);
-  expect(taking).toEqual(["inspect", "convert", "export-hf", "convert-group", "verify"]);
+  expect(taking).toEqual(["inspect", "convert", "export-hf", "import-hf", "convert-group", "verify"]);
 });
 
 describe("the progress line's ETA", () => {

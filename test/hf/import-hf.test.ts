@@ -1,15 +1,20 @@
 // import-hf: the round trip (a fuji tree written as a regular step, exported by export-hf, imported back: every
 // array the source's, bit for bit in float32; the import exported again: the same shard bytes), and the layout
 // AXLearn reads (index last, .zarray, one chunk per layer).
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { decompressExact } from "../../src/codecs/zstd.js";
 import { exportHf } from "../../src/hf/export.js";
-import { importHf } from "../../src/hf/import.js";
+import { importHf, toF32Bits } from "../../src/hf/import.js";
+import { parseHeader } from "../../src/hf/safetensors.js";
 import { parseIndex } from "../../src/regular/index-file.js";
 import { castToBfloat16 } from "../../src/zarr/cast.js";
 import { chunkGrid, product } from "../../src/zarr/metadata.js";
+import { runCli } from "../helpers/cli.js";
+import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { tempDir } from "../helpers/tmp.js";
 import { type Dims, F32, fujiArrays, type HostArray, writeRegularStep } from "./fuji-tree.js";
 
@@ -50,13 +55,38 @@ export function readRegularArray(stepDir: string, path: string): { dtype: string
 const bytesOf = (a: HostArray) => new Uint8Array(a.data.buffer, a.data.byteOffset, a.data.byteLength);
 
 /** A fuji tree as a regular step, exported by export-hf in `dtype`: the import's source. */
-async function exported(dims: Dims, dtype: "float32" | "bfloat16", seed = 3) {
+async function exported(dims: Dims, dtype: "float32" | "bfloat16", seed = 3, maxShardSize?: number) {
   const root = tempDir("imp");
   const arrays = fujiArrays(dims, seed);
   writeRegularStep(join(root, "fuji", "step_00000007"), arrays, (a) => [...a.shape]);
   const hf = join(root, "hf");
-  await exportHf(join(root, "fuji", "step_00000007"), hf, { dtype, memoryBytes: 64 * 2 ** 20, tokenizer: "none" });
+  await exportHf(join(root, "fuji", "step_00000007"), hf, {
+    dtype,
+    memoryBytes: 64 * 2 ** 20,
+    tokenizer: "none",
+    ...(maxShardSize === undefined ? {} : { maxShardSize }),
+  });
   return { root, arrays, hf };
+}
+
+/** Every tensor of a safetensors folder, by name. */
+function readTensors(dir: string): Map<string, { dtype: string; shape: number[]; bytes: Uint8Array }> {
+  const out = new Map<string, { dtype: string; shape: number[]; bytes: Uint8Array }>();
+  for (const file of readdirSync(dir).filter((f) => f.endsWith(".safetensors"))) {
+    const data = readFileSync(join(dir, file));
+    const h = parseHeader(data, file, ["F32", "BF16", "F16"]);
+    for (const t of h.tensors)
+      out.set(t.name, { dtype: t.dtype, shape: [...t.shape], bytes: data.subarray(h.dataStart + t.begin, h.dataStart + t.end) });
+  }
+  return out;
+}
+
+/** float16 bits as the float32 they are, the plain way. */
+function f16Value(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const e = (h >> 10) & 0x1f;
+  const m = h & 0x3ff;
+  return sign * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
 }
 
 function expectArraysEqual(stepDir: string, arrays: readonly HostArray[], dtype: "float32" | "bfloat16") {
@@ -124,5 +154,263 @@ describe("the step AXLearn reads", () => {
       zarr_format: 2,
     });
     expect(existsSync(join(step, "gda/model/decoder/transformer/repeat/layer/feed_forward/linear1_0/weight/2.0.0"))).toBe(true);
+  });
+});
+
+describe("sources", () => {
+  test("elements at any byte offset (a Buffer view into a pool, as a read may return) convert as aligned ones", () => {
+    const f32 = new Float32Array([1.5, -2.25, 3e-40]);
+    const pool = Buffer.alloc(64);
+    pool.set(new Uint8Array(f32.buffer), 7);
+    expect([...new Float32Array(toF32Bits(pool.subarray(7, 19), "F32").buffer)]).toEqual([...f32]);
+    const bf16 = Buffer.from([0, 0xc0, 0x3f, 0x80, 0xbf]); // 1.5, -1.0 behind one byte
+    expect([...new Float32Array(toF32Bits(bf16.subarray(1, 5), "BF16").buffer)]).toEqual([1.5, -1]);
+  });
+
+  test("float16 tensors: every value exactly its float32 (subnormals too), through the same mapping", async () => {
+    const { root, hf } = await exported(GQA, "float32");
+    // The export's tensors rewritten as float16 of random finite bits (exponents up to 15: no inf or NaN).
+    const tensors = readTensors(hf);
+    let s = 7;
+    const f16 = new Map<string, Uint16Array>();
+    const header: Record<string, unknown> = {};
+    let at = 0;
+    for (const [name, t] of tensors) {
+      const bits = new Uint16Array(t.bytes.length / 4);
+      for (let i = 0; i < bits.length; i++) {
+        s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+        bits[i] = (s >>> 16) & 0xbfff;
+      }
+      f16.set(name, bits);
+      header[name] = { dtype: "F16", shape: t.shape, data_offsets: [at, at + bits.byteLength] };
+      at += bits.byteLength;
+    }
+    const src = join(root, "f16");
+    mkdirSync(src);
+    const json = Buffer.from(JSON.stringify(header));
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(json.length));
+    writeFileSync(join(src, "model.safetensors"), Buffer.concat([len, json, ...[...f16.values()].map((b) => Buffer.from(b.buffer))]));
+    writeFileSync(join(src, "config.json"), readFileSync(join(hf, "config.json")));
+    await importHf(src, join(root, "ckpt"), {});
+    const back = join(root, "back");
+    await exportHf(join(root, "ckpt", "step_00000000"), back, { dtype: "float32", memoryBytes: 64 * 2 ** 20, tokenizer: "none" });
+    for (const [name, t] of readTensors(back)) {
+      const got = new Float32Array(new Uint8Array(t.bytes).buffer);
+      const want = Float32Array.from(f16.get(name) as Uint16Array, f16Value);
+      const bad = got.findIndex((v, i) => !Object.is(v, want[i]));
+      expect(bad < 0 ? "" : `${bad}: ${got[bad]} vs ${want[bad]} (bits ${(f16.get(name) as Uint16Array)[bad]?.toString(16)})`, name).toBe(
+        "",
+      );
+    }
+  });
+
+  test("a sharded source on gs:// imports to the same step as from the local folder, and into gs://", async () => {
+    const { root, hf } = await exported(GQA, "bfloat16", 3, 4000);
+    expect(readdirSync(hf).filter((f) => f.endsWith(".safetensors")).length).toBeGreaterThan(3);
+    const bucket = await newBucket("imphf");
+    await uploadDir(hf, bucket, "models/llama");
+    await importHf(hf, join(root, "local"), {});
+    const r = await runCli(["import-hf", `gs://${bucket}/models/llama`, join(root, "remote"), "--no-progress"]);
+    expect(r.code, r.stderr).toBe(0);
+    const files = (dir: string) => readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile());
+    const local = join(root, "local", "step_00000000");
+    const remote = join(root, "remote", "step_00000000");
+    const names = files(local).map((e) => join(e.parentPath, e.name).slice(local.length));
+    expect(files(remote).length).toBe(names.length);
+    for (const n of names.filter((x) => !x.includes(".orbax2reg")))
+      expect(Buffer.compare(readFileSync(local + n), readFileSync(remote + n)), n).toBe(0);
+    const g = await runCli(["import-hf", `gs://${bucket}/models/llama`, `gs://${bucket}/ckpt`, "--no-progress"]);
+    expect(g.code, g.stderr).toBe(0);
+    const [objects] = await emulatorStorage().bucket(bucket).getFiles({ prefix: "ckpt/step_00000000/" });
+    const keys = objects.map((o) => o.name.slice("ckpt/step_00000000/".length));
+    expect(keys).toContain("index");
+    expect(keys.length).toBe(names.length);
+  });
+});
+
+/** A Llama folder of random float32 bits (NaNs included: they are copied as bits), one file, `layers` layers. */
+function randomLlama(dir: string, layers: number): void {
+  const D = 512;
+  const F = 2048;
+  const V = 8192;
+  const shapes: [string, number[]][] = [["model.embed_tokens.weight", [V, D]]];
+  for (let i = 0; i < layers; i++) {
+    const p = `model.layers.${i}.`;
+    // 8 heads of 64, 2 key/value heads.
+    for (const [n, rows] of [
+      ["q", D],
+      ["k", 128],
+      ["v", 128],
+      ["o", D],
+    ] as const)
+      shapes.push([`${p}self_attn.${n}_proj.weight`, [rows, D]]);
+    shapes.push([`${p}mlp.gate_proj.weight`, [F, D]], [`${p}mlp.up_proj.weight`, [F, D]], [`${p}mlp.down_proj.weight`, [D, F]]);
+    shapes.push([`${p}input_layernorm.weight`, [D]], [`${p}post_attention_layernorm.weight`, [D]]);
+  }
+  shapes.push(["model.norm.weight", [D]], ["lm_head.weight", [V, D]]);
+  const header: Record<string, unknown> = {};
+  let at = 0;
+  for (const [name, shape] of shapes) {
+    const n = shape.reduce((a, b) => a * b, 1) * 4;
+    header[name] = { dtype: "F32", shape, data_offsets: [at, at + n] };
+    at += n;
+  }
+  mkdirSync(dir, { recursive: true });
+  const json = Buffer.from(JSON.stringify(header));
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(json.length));
+  writeFileSync(join(dir, "model.safetensors"), Buffer.concat([len, json, randomBytes(at)]));
+  writeFileSync(
+    join(dir, "config.json"),
+    JSON.stringify({
+      model_type: "llama",
+      hidden_size: D,
+      intermediate_size: F,
+      num_hidden_layers: layers,
+      num_attention_heads: 8,
+      num_key_value_heads: 2,
+      vocab_size: V,
+    }),
+  );
+}
+
+/** The files under a step's gda/ but the .zarray files (chunks, and temporary files of writes), relative paths. */
+const chunkFiles = (step: string) =>
+  existsSync(join(step, "gda"))
+    ? readdirSync(join(step, "gda"), { recursive: true, withFileTypes: true })
+        .filter((e) => e.isFile() && e.name !== ".zarray")
+        .map((e) => join(e.parentPath, e.name).slice(step.length))
+    : [];
+
+describe("commit and resume", () => {
+  test("killed (SIGKILL) part way, the import leaves no index; the rerun keeps the chunks there and gives the same step", async () => {
+    const root = tempDir("impkill");
+    randomLlama(join(root, "hf"), 6);
+    const dest = join(root, "ckpt");
+    const step = join(dest, "step_00000000");
+    const child = spawn(process.execPath, ["bin/orbax2reg.js", "import-hf", join(root, "hf"), dest, "--no-progress", "--memory", "64"], {
+      stdio: "ignore",
+    });
+    const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
+    const done = () => chunkFiles(step).filter((f) => /\/[0-9.]+$/.test(f)).length;
+    while (done() < 5 && child.exitCode === null) await new Promise((r) => setTimeout(r, 5));
+    const killed = child.kill("SIGKILL");
+    await exited;
+    expect(killed && child.signalCode === "SIGKILL").toBe(true);
+    expect(existsSync(join(step, "index"))).toBe(false);
+    const kept = done();
+    const r = await runCli(["import-hf", join(root, "hf"), dest, "--json", "--no-progress"]);
+    expect(r.code, r.stderr).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect({ resumed: j.resumed, chunksWritten: j.chunksWritten, chunks: j.chunks, kept }).toEqual({
+      resumed: true,
+      chunksWritten: j.chunks - kept,
+      chunks: j.chunks,
+      kept,
+    });
+    // The same files as an import that was never stopped, byte for byte (temporary files of the killed writer gone).
+    await importHf(join(root, "hf"), join(root, "clean"), {});
+    const clean = join(root, "clean", "step_00000000");
+    const names = chunkFiles(clean).sort();
+    expect(chunkFiles(step).sort()).toEqual(names);
+    for (const n of names) expect(Buffer.compare(readFileSync(step + n), readFileSync(clean + n)), n).toBe(0);
+  });
+
+  test("an import stopped part way leaves no index; the rerun keeps its chunks and writes only the rest", async () => {
+    const { root, arrays, hf } = await exported(MHA, "float32");
+    const dest = join(root, "ckpt");
+    let made = 0;
+    const stop = new Error("stopped");
+    await expect(
+      importHf(hf, dest, {
+        onChunk: () => {
+          if (++made === 6) throw stop;
+        },
+      }),
+    ).rejects.toBe(stop);
+    expect(existsSync(join(dest, "step_00000000", "index"))).toBe(false);
+    const kept = readdirSync(join(dest, "step_00000000", "gda"), { recursive: true, withFileTypes: true }).filter(
+      (e) => e.isFile() && e.name !== ".zarray",
+    ).length;
+    expect(kept).toBeGreaterThanOrEqual(6);
+    const r = await importHf(hf, dest, {});
+    expect(r.resumed).toBe(true);
+    expect(r.chunksWritten).toBe(r.chunks - kept);
+    expectArraysEqual(join(dest, "step_00000000"), arrays, "float32");
+  });
+
+  test("the same import again writes nothing", async () => {
+    const { root, hf } = await exported(MHA, "float32");
+    await importHf(hf, join(root, "ckpt"), {});
+    const r = await importHf(hf, join(root, "ckpt"), {});
+    expect(r).toMatchObject({ alreadyImported: true, chunksWritten: 0 });
+  });
+
+  test("another model committed at the step is refused without --force, replaced with it", async () => {
+    const a = await exported(MHA, "float32");
+    const b = await exported(GQA, "float32");
+    const dest = join(a.root, "ckpt");
+    await importHf(a.hf, dest, {});
+    const r = await runCli(["import-hf", b.hf, dest, "--no-progress"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/step_00000000.*holds a committed checkpoint this import did not write.*--force replaces it/);
+    expectArraysEqual(join(dest, "step_00000000"), a.arrays, "float32");
+    const f = await runCli(["import-hf", b.hf, dest, "--force", "--no-progress"]);
+    expect(f.code, f.stderr).toBe(0);
+    expectArraysEqual(join(dest, "step_00000000"), b.arrays, "float32");
+    // Nothing of the first import is left (its arrays' directories included).
+    expect(
+      existsSync(
+        join(
+          dest,
+          "step_00000000",
+          "gda/model/decoder/transformer/repeat/layer/self_attention/attention/i_proj/i_proj/qkv_proj/weight/0.0.0.0.0",
+        ),
+      ),
+    ).toBe(false);
+  });
+
+  test("files of another writer at the step (no index: an interrupted save) are refused without --force", async () => {
+    const { root, hf } = await exported(MHA, "float32");
+    const stray = join(root, "ckpt", "step_00000000", "gda", "x");
+    mkdirSync(stray, { recursive: true });
+    writeFileSync(join(stray, ".zarray"), "{}");
+    const r = await runCli(["import-hf", hf, join(root, "ckpt"), "--no-progress"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/holds files this import did not write/);
+    expect((await runCli(["import-hf", hf, join(root, "ckpt"), "--force", "--no-progress"])).code).toBe(0);
+    expect(existsSync(join(stray, ".zarray"))).toBe(false);
+  });
+});
+
+describe("the CLI", () => {
+  test("--json: the summary, the fuji config and the AXLearn settings that restore it", async () => {
+    const { root, hf } = await exported(GQA, "float32");
+    const r = await runCli(["import-hf", hf, join(root, "ckpt"), "--step", "3", "--dtype", "bfloat16", "--json", "--no-progress"]);
+    expect(r.code, r.stderr).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j).toMatchObject({ step: 3, dtype: "bfloat16", committed: true, dims: { layers: 2, heads: 4, kvHeads: 2, tied: false } });
+    expect(j.restore.modelConfig).toBe(
+      "fuji.model_config(num_layers=2, hidden_dim=32, num_heads=4, num_kv_heads=2, vocab_size=24, rope_theta=500000.0, shared_lm_head=False, ffn_dim=40)",
+    );
+    expect(j.restore.initStateBuilder).toContain("validation=CheckpointValidationType.EXACT_UP_TO_DTYPE");
+  });
+
+  test("verify compares the import with the folder it came from, tensor by tensor", async () => {
+    const { root, hf } = await exported(GQA, "bfloat16", 5, 4000);
+    await importHf(hf, join(root, "ckpt"), {});
+    const v = await runCli(["verify", join(root, "ckpt", "step_00000000"), hf, "--no-progress"]);
+    expect(v.code, v.stdout + v.stderr).toBe(0);
+    expect(v.stdout).toMatch(/ 0 failed/);
+  });
+
+  test("--memory below what the largest chunk needs in flight is refused before anything is written", async () => {
+    const root = tempDir("impmem");
+    randomLlama(join(root, "hf"), 1);
+    const r = await runCli(["import-hf", join(root, "hf"), join(root, "ckpt"), "--memory", "4", "--no-progress"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--memory 4\.0 MiB is below the \d+ MiB the largest chunk needs in flight/);
+    expect(existsSync(join(root, "ckpt"))).toBe(false);
   });
 });

@@ -44,3 +44,22 @@ test("a header whose offsets disagree with its shape is refused", () => {
   bytes.set(new TextEncoder().encode(json), 8);
   expect(() => parseHeader(bytes, "x")).toThrow(/data_offsets do not match/);
 });
+
+/** A header of `json` alone, as parseHeader reads it. */
+function headerOf(json: string): Uint8Array {
+  const bytes = new Uint8Array(8 + json.length);
+  new DataView(bytes.buffer).setBigUint64(0, BigInt(json.length), true);
+  bytes.set(new TextEncoder().encode(json), 8);
+  return bytes;
+}
+
+test("an import's reader takes F16 tensors (2 bytes each) when asked to; an export's does not", () => {
+  const bytes = headerOf('{"a":{"dtype":"F16","shape":[3],"data_offsets":[0,6]}}');
+  expect(parseHeader(bytes, "x", ["F32", "BF16", "F16"]).tensors[0]).toMatchObject({ name: "a", dtype: "F16", begin: 0, end: 6 });
+  expect(() => parseHeader(bytes, "x")).toThrow(/is not a BF16\/F32 tensor/);
+});
+
+test("with the dtypes given, another dtype is refused naming the tensor and its dtype", () => {
+  const bytes = headerOf('{"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}');
+  expect(() => parseHeader(bytes, "x", ["F32", "BF16", "F16"])).toThrow('tensor "w" has dtype F64 (F32, BF16, F16 expected)');
+});
