@@ -29,7 +29,8 @@ export function restoreSettings(r: ImportResult): { modelConfig: string; initSta
     `num_layers=${d.layers}`,
     `hidden_dim=${d.hidden}`,
     `num_heads=${d.heads}`,
-    ...(d.qkv === "grouped" ? [`num_kv_heads=${d.kvHeads}`] : []),
+    // No default in fuji.model_config: None is its multi-head (fused QKV) choice.
+    `num_kv_heads=${d.qkv === "grouped" ? d.kvHeads : "None"}`,
     `vocab_size=${d.vocab}`,
     `rope_theta=${pythonFloat(r.ropeTheta)}`,
     `shared_lm_head=${d.tied ? "True" : "False"}`,
