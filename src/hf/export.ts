@@ -1,16 +1,16 @@
 import { assertNoOverlap } from "../convert/convert.js";
-import { ConflictError, UsageError } from "../errors.js";
+import { ConflictError, NotFoundError, UsageError } from "../errors.js";
 import { openStore } from "../store/open.js";
-import type { Store } from "../store/store.js";
+import { describe, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { type BuiltConfig, buildConfig, type ConfigFlags, configText } from "./config.js";
 import { foreignFilesError, inspectDestination, removeInterruptedWrites } from "./destination.js";
 import { type Dims, type OutputTensor, planExport, STACKED_PREFIX } from "./llama.js";
-import { type ExportFile, makeRecord, RECORD_NAME, recordText } from "./record.js";
+import { type ExportFile, makeRecord, RECORD_NAME, recordText, sha256 } from "./record.js";
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
-import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, shardName } from "./shards.js";
+import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, planTaskRuns, shardName } from "./shards.js";
 import { type ExportSource, MAX_GCS_READ_WINDOW, openExportSource, READ_WINDOW, readWindow } from "./source.js";
-import { planSpill, Spill, type SpillPlan } from "./spill.js";
+import { planSpill, SPILL_PREFIX, Spill, type SpillPlan } from "./spill.js";
 import { bands, Cursors, outputBytes, produceInOrder } from "./stream.js";
 import { chooseTokenizer, type TokenizerChoice } from "./vocabularies.js";
 
@@ -228,7 +228,41 @@ export async function prepareExport(sourceLocation: string, options: ExportOptio
   return { source, plan, dtype, st, built, tokenizer, shards, totalSize, weightMap, files, record };
 }
 
-export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
+/** One task of a fanned-out export: whole shards (a contiguous run of them, by name) and their bytes. */
+export interface ExportTask {
+  readonly index: number;
+  readonly shards: readonly string[];
+  readonly bytes: number;
+}
+
+export interface BeganExport {
+  readonly tasks: readonly ExportTask[];
+  readonly shards: number;
+  readonly totalSize: number;
+  readonly alreadyExported: boolean;
+}
+
+export interface ShardsWritten {
+  /** Shards this call wrote, and those it found in place (planned size and header) and kept. */
+  readonly written: string[];
+  readonly kept: string[];
+  /** Bytes of the shards written. */
+  readonly bytes: number;
+  /**
+   * Chunks decoded more than once: for lack of --memory, and the chunks of the array this call's first shard
+   * starts inside, whose earlier layers are decoded again to reach it (another task makes those layers).
+   */
+  readonly chunkRereads: number;
+}
+
+/** An export opened at a destination: its plan, the store, the record it writes and the one there. */
+type Opened = Awaited<ReturnType<typeof prepareExport>> & {
+  readonly dest: Store;
+  readonly wanted: string;
+  readonly previous: string | undefined;
+};
+
+async function openExport(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<Opened> {
   if (options.memoryBytes < MIN_EXPORT_MEMORY)
     throw new UsageError(
       `--memory ${(options.memoryBytes / 2 ** 20).toFixed(1)} MiB is below the ${MIN_EXPORT_MEMORY / 2 ** 20} MiB export-hf needs at least (8 chunk decoders of ${DECODER_BYTES / 2 ** 20} MiB and ${MIN_BAND_BYTES / 2 ** 20} MiB of output tensors)`,
@@ -236,64 +270,53 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   const p = await prepareExport(sourceLocation, options);
   const dest = await openStore(destLocation);
   await assertNoOverlap(p.source.location, dest.url);
-  const wanted = recordText(p.record);
-  const previous = await readText(dest, RECORD_NAME);
+  return { ...p, dest, wanted: recordText(p.record), previous: await readText(dest, RECORD_NAME) };
+}
+
+/**
+ * The first step of an export shared by many processes (and of export-hf's own): checks the source and the
+ * destination (another checkpoint's files refused, another committed export replaced only with --force),
+ * uncommits, clears what is not this export's, writes the record, and plans `tasks` runs of whole shards
+ * (planTaskRuns). A rerun of the same export keeps its shards; one already committed is reported as such.
+ */
+export async function beginExport(
+  sourceLocation: string,
+  destLocation: string,
+  options: ExportOptions & { readonly tasks: number },
+): Promise<BeganExport> {
+  const b = await begin(await openExport(sourceLocation, destLocation, options), options);
+  return { tasks: b.tasks, shards: b.shards, totalSize: b.totalSize, alreadyExported: b.alreadyExported };
+}
+
+async function begin(o: Opened, options: ExportOptions & { readonly tasks: number }) {
+  const { dest } = o;
   const committed = (await dest.stat(INDEX_NAME)) !== undefined;
-  const same = previous === wanted;
-  const at = await inspectDestination(dest, previous);
+  const same = o.previous === o.wanted;
+  const at = await inspectDestination(dest, o.previous);
   if (at.foreign.length > 0 && !options.force) throw foreignFilesError(dest, at.foreign);
   if (committed && !same && !options.force) {
     throw new ConflictError(
-      `holds another export (${INDEX_NAME} is there and ${RECORD_NAME} ${previous === undefined ? "is missing" : "differs"}); --force replaces it`,
-      {
-        path: dest.url,
-      },
+      `holds another export (${INDEX_NAME} is there and ${RECORD_NAME} ${o.previous === undefined ? "is missing" : "differs"}); --force replaces it`,
+      { path: dest.url },
     );
   }
   // Announced once nothing can refuse the destination: a refusal is then the only line printed.
-  options.onPlan?.({ tensors: p.plan.tensors.length, bytes: p.totalSize, names: p.plan.tensors.map((t) => t.name) });
-  const summary = (written: Set<string>, already: boolean, rereads: number, peak: number): ExportResult => ({
-    source: {
-      kind: p.source.kind,
-      location: p.source.location,
-      step: p.source.step,
-      ...(p.source.chosenBy === undefined ? {} : { chosenBy: p.source.chosenBy }),
-    },
-    destination: dest.url,
-    dims: p.plan.dims,
-    built: p.built,
-    tokenizer: { line: p.tokenizer.line, files: p.tokenizer.tokenizer?.files(0).map((f) => f.name) ?? [] },
-    dtype: p.dtype,
-    shards: p.shards.map((s) => ({ name: s.name, tensors: s.tensors.length, bytes: s.fileBytes, written: written.has(s.name) })),
-    tensors: p.plan.tensors.length,
-    totalSize: p.totalSize,
-    skipped: p.plan.skipped,
-    alreadyExported: already,
-    resumed: same && !already,
-    chunkRereads: rereads,
-    openDecoders: Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values()),
-    decodersNeeded: decoders,
-    decoderBytes: Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values()) * decoderBytes(window),
-    peakOpenDecoders: peak,
-    spilledArrays: spillPlan.groupSize.size,
-    ...(rereads > 0 && spillPlan.memoryWithoutRereads !== undefined ? { memoryWithoutRereads: spillPlan.memoryWithoutRereads } : {}),
+  options.onPlan?.({ tensors: o.plan.tensors.length, bytes: o.totalSize, names: o.plan.tensors.map((t) => t.name) });
+  const starts = planTaskRuns(
+    o.shards.map((s) => s.fileBytes),
+    options.tasks,
+  );
+  const tasks: ExportTask[] = starts.map((from, index) => {
+    const run = o.shards.slice(from, starts[index + 1] ?? o.shards.length);
+    return { index, shards: run.map((s) => s.name), bytes: run.reduce((a, s) => a + s.fileBytes, 0) };
   });
-  const decoders = openDecoders(p.plan.tensors);
-  const window = exportWindow(p.source.location, decoders, options.memoryBytes);
-  const memory = memoryPlan(decoders, options.memoryBytes, largestStacked(p.plan.tensors, p.st), decoderBytes(window));
-  // Arrays cut in more chunks per layer than the plan keeps open (or with a layer's tensor over its bands) go
-  // through the spill of chunk groups, each chunk decoded once; the scratch writer's buffer is counted.
-  const scratchBuffer = Math.min(dest.writeBuffer ?? 0, 8 * 2 ** 20);
-  const spillPlan = planSpill(p.plan.tensors, p.st, options.memoryBytes, memory, decoderBytes(window), scratchBuffer);
-  // Shards already in place: a matching record, the planned size and the planned header.
-  const done = new Set<string>();
-  if (same) {
-    for (const s of p.shards) if (await shardInPlace(dest, s)) done.add(s.name);
-    const filesInPlace = p.files.every((f) => at.recorded.includes(f.name));
-    if (committed && done.size === p.shards.length && filesInPlace && at.foreign.length === 0) {
+  const began = { tasks, shards: o.shards.length, totalSize: o.totalSize, resumed: same, alreadyExported: false };
+  if (same && committed && at.foreign.length === 0 && o.files.every((f) => at.recorded.includes(f.name))) {
+    let all = true;
+    for (const s of o.shards) if (!(await shardInPlace(dest, s))) all = false;
+    if (all) {
       await removeInterruptedWrites(dest);
-      for (const s of p.shards) options.onTensor?.(s.name, s.fileBytes);
-      return summary(new Set(), true, 0, 0);
+      return { ...began, resumed: false, alreadyExported: true };
     }
   }
   // Uncommit before changing anything; clear what is not this export's (another checkpoint's files, only with
@@ -304,44 +327,214 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
   for (const name of at.foreign) await dest.delete(name);
   if (!same) {
     for (const name of at.recorded) await dest.delete(name);
-    await dest.write(RECORD_NAME, text.encode(wanted));
+    await dest.write(RECORD_NAME, text.encode(o.wanted));
   }
+  // Scratch objects an interrupted export left go before any task makes its own.
+  await Spill.removeAll(dest);
+  return began;
+}
+
+/** How --memory is shared for this export (the whole plan's, whichever shards a call makes). */
+function memoryOf(o: Opened, options: ExportOptions) {
+  const decoders = openDecoders(o.plan.tensors);
+  const window = exportWindow(o.source.location, decoders, options.memoryBytes);
+  const memory = memoryPlan(decoders, options.memoryBytes, largestStacked(o.plan.tensors, o.st), decoderBytes(window));
+  // Arrays cut in more chunks per layer than the plan keeps open (or with a layer's tensor over its bands) go
+  // through the spill of chunk groups, each chunk decoded once; the scratch writer's buffer is counted.
+  const scratchBuffer = Math.min(o.dest.writeBuffer ?? 0, 8 * 2 ** 20);
+  const spillPlan = planSpill(o.plan.tensors, o.st, options.memoryBytes, memory, decoderBytes(window), scratchBuffer);
+  const open = Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values());
+  return { decoders, window, memory, scratchBuffer, spillPlan, open };
+}
+
+/** The refusal of a call made for an export that is not (or no longer) the one begun at the destination. */
+function notBegun(o: Opened, what: string): ConflictError {
+  return new ConflictError(
+    `${RECORD_NAME} ${o.previous === undefined ? "is missing: no export was begun here" : "is another export's: another export began here since"}; ${what} (beginExport first, with the same options)`,
+    { path: o.dest.url },
+  );
+}
+
+/**
+ * Writes the given shards of a begun export (names from beginExport's tasks), skipping those in place; writes
+ * no index. Refused (ConflictError) unless the record at the destination is this export's. Any number of calls
+ * may run at once, in any processes, on disjoint shards: each writes its shards atomically and its scratch
+ * objects under its own names. Bounded by options.memoryBytes as export-hf; stopped by `signal` between bands.
+ */
+export async function exportShards(
+  sourceLocation: string,
+  destLocation: string,
+  options: ExportOptions & { readonly signal?: AbortSignal },
+  shards: readonly string[],
+): Promise<ShardsWritten> {
+  const o = await openExport(sourceLocation, destLocation, options);
+  if (o.previous !== o.wanted) throw notBegun(o, "its shards are not written");
+  return (await writeShards(o, options, shards)).result;
+}
+
+async function writeShards(o: Opened, options: ExportOptions & { readonly signal?: AbortSignal }, names: readonly string[]) {
+  const { dest } = o;
+  const byName = new Map(o.shards.map((s) => [s.name, s]));
+  for (const name of names)
+    if (!byName.has(name))
+      throw new UsageError(`${name} is not a shard of this export (${o.shards.length} shards planned)`, { path: dest.url });
+  const wantedNames = new Set(names);
+  const mine = o.shards.filter((s) => wantedNames.has(s.name));
+  const m = memoryOf(o, options);
+  // Shards already in place: the planned size and the planned header (the record is this export's).
+  const done = new Set<string>();
+  for (const s of mine) if (await shardInPlace(dest, s)) done.add(s.name);
+  // Another task's writes in flight are never touched (removeInterruptedWrites takes a dead writer's only).
+  await removeInterruptedWrites(dest);
   // --memory is shared: the open chunk decoders first (up to all but 16 MiB of it; past that they are capped
   // and chunks re-read), the output tensors' bands the rest.
-  const { maxOpen, maxBand } = memory;
+  const { maxOpen, maxBand } = m.memory;
   const budget = new Budget(maxBand);
   // One producer, shards in order, sharing one set of cursors: tensors come array by array, each array's in
-  // layer order, so every chunk is decoded once across all shards, with one array's decoders open at a time.
-  // Decoding and the layout's copy are this thread's work (CPU-bound: zstd-napi decodes synchronously on this
-  // thread), so shards made at once in this process would not decode faster, and a shard starting within an
-  // array would decode that array's earlier layers again to reach its own; what runs in parallel is the reading
-  // ahead, the decoding and the writing of each shard (a local file's writes and flushes, a GCS upload).
-  const cursors = new Cursors(maxOpen, window);
-  const spill = new Spill(dest, p.st, window, scratchBuffer);
-  const producer: Producer = { dtype: p.st, maxBand, budget, cursors, spill, plan: spillPlan, ...todo(p.shards, done) };
-  const written = new Set<string>();
-  // Scratch objects an interrupted export left (whether or not this one spills) go before anything is made.
-  await Spill.removeAll(dest);
+  // layer order, so every chunk is decoded once across the call's shards, with one array's decoders open at a
+  // time. Decoding and the layout's copy are this thread's work (CPU-bound: zstd-napi decodes synchronously on
+  // this thread), so shards made at once in this process would not decode faster, and a shard starting within
+  // an array decodes that array's earlier layers again to reach its own (counted: Cursors.prefixRereads); what
+  // runs in parallel is the reading ahead, the decoding and the writing of each shard, and other processes.
+  const cursors = new Cursors(maxOpen, m.window);
+  // Scratch objects under names of this call's shards: calls on other shards at once keep theirs.
+  const scratch = spillPrefix(mine.map((s) => s.name));
+  const spill = new Spill(dest, o.st, m.window, m.scratchBuffer, scratch);
+  const signal = options.signal;
+  const producer: Producer = { dtype: o.st, maxBand, budget, cursors, spill, plan: m.spillPlan, signal, ...todo(mine, done) };
+  const written: string[] = [];
+  let bytes = 0;
+  // What an interrupted call on these shards left, before anything is made.
+  await Spill.removeAll(dest, scratch);
   try {
-    for (const s of p.shards) {
+    for (const s of mine) {
       if (done.has(s.name)) {
-        for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, p.st));
+        for (const t of s.tensors) options.onTensor?.(t.name, outputBytes(t, o.st));
         continue;
       }
+      signal?.throwIfAborted();
       await dest.write(s.name, shardBytes(s, producer, options.onTensor));
-      written.add(s.name);
+      written.push(s.name);
+      bytes += s.fileBytes;
     }
   } finally {
     await cursors.closeAll();
-    if (spillPlan.groupSize.size > 0) await Spill.removeAll(dest);
+    if (m.spillPlan.groupSize.size > 0) await Spill.removeAll(dest, scratch);
   }
-  const rereads = cursors.reopened + spill.reopened;
-  for (const f of p.files) await dest.write(f.name, f.bytes);
-  await dest.makeDurable?.("");
-  await dest.write(INDEX_NAME, text.encode(indexText(p.totalSize, p.weightMap)));
-  await dest.makeDurable?.(INDEX_NAME);
-  await dest.flushed?.();
-  return summary(written, false, rereads, Math.max(cursors.peakOpen, spill.peakOpen));
+  const reopened = cursors.reopened + spill.reopened;
+  const result: ShardsWritten = {
+    written,
+    kept: mine.filter((s) => done.has(s.name)).map((s) => s.name),
+    bytes,
+    chunkRereads: reopened + cursors.prefixRereads + spill.prefixRereads,
+  };
+  return { result, reopened, peak: Math.max(cursors.peakOpen, spill.peakOpen), m };
+}
+
+/**
+ * The last step: checks that every planned shard is in place (a missing or wrong one is a NotFoundError or
+ * ConflictError naming it, not retryable: a task must write it again), writes config.json,
+ * generation_config.json and the tokenizer's files, then the index LAST. Refused unless the record at the
+ * destination is this export's.
+ */
+export async function finalizeExport(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
+  const o = await openExport(sourceLocation, destLocation, options);
+  if (o.previous !== o.wanted) throw notBegun(o, "nothing committed");
+  const index = await readText(o.dest, INDEX_NAME);
+  const at = index === undefined ? undefined : await inspectDestination(o.dest, o.previous);
+  const already =
+    index === indexText(o.totalSize, o.weightMap) &&
+    at !== undefined &&
+    at.foreign.length === 0 &&
+    o.files.every((f) => at.recorded.includes(f.name));
+  return finalize(o, options, { written: new Set(), rereads: 0, peak: 0, resumed: false, already });
+}
+
+async function finalize(
+  o: Opened,
+  options: ExportOptions,
+  run: { written: ReadonlySet<string>; rereads: number; peak: number; resumed: boolean; already: boolean },
+): Promise<ExportResult> {
+  const { dest } = o;
+  for (const s of o.shards) {
+    const info = await dest.stat(s.name);
+    if (info === undefined)
+      throw new NotFoundError(`shard ${s.name} is missing: its task has not written it; nothing committed`, {
+        path: describe(dest, s.name),
+      });
+    if (!(await shardInPlace(dest, s)))
+      throw new ConflictError(
+        `shard ${s.name} is not the planned one (${info.size} bytes, ${s.fileBytes} planned, or another header); its task must write it again; nothing committed`,
+        { path: describe(dest, s.name) },
+      );
+  }
+  if (!run.already) {
+    await removeInterruptedWrites(dest);
+    // Every task is done: scratch objects any left go.
+    await Spill.removeAll(dest);
+    for (const f of o.files) await dest.write(f.name, f.bytes);
+    await dest.makeDurable?.("");
+    await dest.write(INDEX_NAME, text.encode(indexText(o.totalSize, o.weightMap)));
+    await dest.makeDurable?.(INDEX_NAME);
+    await dest.flushed?.();
+  }
+  const m = memoryOf(o, options);
+  return {
+    source: {
+      kind: o.source.kind,
+      location: o.source.location,
+      step: o.source.step,
+      ...(o.source.chosenBy === undefined ? {} : { chosenBy: o.source.chosenBy }),
+    },
+    destination: dest.url,
+    dims: o.plan.dims,
+    built: o.built,
+    tokenizer: { line: o.tokenizer.line, files: o.tokenizer.tokenizer?.files(0).map((f) => f.name) ?? [] },
+    dtype: o.dtype,
+    shards: o.shards.map((s) => ({ name: s.name, tensors: s.tensors.length, bytes: s.fileBytes, written: run.written.has(s.name) })),
+    tensors: o.plan.tensors.length,
+    totalSize: o.totalSize,
+    skipped: o.plan.skipped,
+    alreadyExported: run.already,
+    resumed: run.resumed,
+    chunkRereads: run.rereads,
+    openDecoders: m.open,
+    decodersNeeded: m.decoders,
+    decoderBytes: m.open * decoderBytes(m.window),
+    peakOpenDecoders: run.peak,
+    spilledArrays: m.spillPlan.groupSize.size,
+    ...(run.rereads > 0 && m.spillPlan.memoryWithoutRereads !== undefined
+      ? { memoryWithoutRereads: m.spillPlan.memoryWithoutRereads }
+      : {}),
+  };
+}
+
+/** export-hf: beginExport, every shard (exportShards) and finalizeExport in this process, the source opened once. */
+export async function exportHf(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
+  const o = await openExport(sourceLocation, destLocation, options);
+  const b = await begin(o, { ...options, tasks: 1 });
+  if (b.alreadyExported) {
+    for (const s of o.shards) options.onTensor?.(s.name, s.fileBytes);
+    return finalize(o, options, { written: new Set(), rereads: 0, peak: 0, resumed: false, already: true });
+  }
+  const w = await writeShards(
+    o,
+    options,
+    o.shards.map((s) => s.name),
+  );
+  // The memory warning counts the re-reads --memory forced; a resumed run's start inside an array is not one.
+  return finalize(o, options, {
+    written: new Set(w.result.written),
+    rereads: w.reopened,
+    peak: w.peak,
+    resumed: b.resumed,
+    already: false,
+  });
+}
+
+/** The scratch objects' prefix of a call making `shards`: a run's own, so that calls at once never share one. */
+function spillPrefix(shards: readonly string[]): string {
+  return `${SPILL_PREFIX}${sha256(text.encode(shards.join("\n"))).slice(0, 12)}.`;
 }
 
 /** What makes the shards' tensors: the streaming engine's cursors, and the spill for the arrays it holds. */
@@ -352,6 +545,7 @@ interface Producer {
   readonly cursors: Cursors;
   readonly spill: Spill;
   readonly plan: SpillPlan;
+  readonly signal: AbortSignal | undefined;
   /** The tensors still to write, by array (what a spill makes), and how many of each are left. */
   readonly needed: ReadonlyMap<OutputTensor["array"], OutputTensor[]>;
   readonly left: Map<OutputTensor["array"], number>;
@@ -379,6 +573,7 @@ async function* shardBytes(s: ShardPlan, p: Producer, onTensor?: (name: string, 
       let j = i + 1;
       while (j < s.tensors.length && !p.plan.groupSize.has((s.tensors[j] as OutputTensor).array.path)) j++;
       for await (const piece of produceInOrder(s.tensors.slice(i, j), p.dtype, p.maxBand, p.cursors, p.budget)) {
+        p.signal?.throwIfAborted();
         yield piece.bytes;
         if (piece.last) onTensor?.(piece.t.name, outputBytes(piece.t, p.dtype));
       }
@@ -393,6 +588,7 @@ async function* shardBytes(s: ShardPlan, p: Producer, onTensor?: (name: string, 
     for (const [u0, u1] of bands(t, p.dtype, p.maxBand)) {
       const release = await p.budget.acquire((outputBytes(t, p.dtype) * (u1 - u0)) / (t.extent[t.bandDim] as number));
       try {
+        p.signal?.throwIfAborted();
         yield await p.spill.band(t, u0, u1);
       } finally {
         release();

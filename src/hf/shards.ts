@@ -81,3 +81,52 @@ export function indexText(totalSize: number, weightMap: ReadonlyMap<string, stri
   const map = sorted.map(([k, v]) => `    ${JSON.stringify(k)}: ${JSON.stringify(v)}`).join(",\n");
   return `{\n  "metadata": {\n    "total_size": ${totalSize}\n  },\n  "weight_map": {\n${map}\n  }\n}\n`;
 }
+
+/**
+ * Shards (by their file sizes, in order) into at most `tasks` contiguous runs, the largest run's bytes as small
+ * as can be: each run's first index. Runs, not a greedy largest-first spread: a task's shards are made by one
+ * producer in order, so a task decodes again only the prefix of the array its first shard starts inside (a
+ * chunk's zstd stream is decoded from its start: stream.ts); spread shards would each start inside an array.
+ * The shards are all about --max-shard-size but the last, so runs balance as well as any grouping would.
+ */
+export function planTaskRuns(sizes: readonly number[], tasks: number): number[] {
+  const n = sizes.length;
+  const k = Math.max(1, Math.min(Math.floor(tasks), n));
+  if (n === 0) return [];
+  // The least bound on a run's bytes that k greedy runs meet (binary search over the bound).
+  const runsUnder = (bound: number) => {
+    let runs = 1;
+    let bytes = 0;
+    for (const s of sizes) {
+      if (bytes + s > bound) {
+        runs++;
+        bytes = 0;
+      }
+      bytes += s;
+    }
+    return runs;
+  };
+  let lo = Math.max(...sizes);
+  let hi = sizes.reduce((a, b) => a + b, 0);
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (runsUnder(mid) <= k) hi = mid;
+    else lo = mid + 1;
+  }
+  // Cut greedily under the bound, but leave at least one shard for each run still to come: exactly k runs.
+  const starts = [0];
+  let bytes = 0;
+  sizes.forEach((s, i) => {
+    if (i === 0) {
+      bytes = s;
+      return;
+    }
+    const runsLeft = k - starts.length;
+    if (runsLeft > 0 && (bytes + s > lo || n - i === runsLeft)) {
+      starts.push(i);
+      bytes = 0;
+    }
+    bytes += s;
+  });
+  return starts;
+}

@@ -18,7 +18,7 @@ import { Cursors, outputBytes, producePass } from "./stream.js";
  * earlier run are removed before and after every export.
  */
 
-/** Scratch objects' names, at the destination's top: `<prefix><array number>.<group>`. */
+/** Scratch objects' names, at the destination's top: `<prefix><call's tag>.<array number>.<group>` (export.ts spillPrefix). */
 export const SPILL_PREFIX = ".orbax2reg-spill.";
 
 /** Chunks a stacked array's one layer covers (its grid without the layer axis). */
@@ -228,6 +228,8 @@ export class Spill {
   private arrays = 0;
   /** Chunks decoded more than once (none: each group's chunks are read forwards once), and the most open at once. */
   reopened = 0;
+  /** Chunks whose decoding started past their start (Cursors.prefixRereads). */
+  prefixRereads = 0;
   peakOpen = 0;
 
   constructor(
@@ -237,6 +239,8 @@ export class Spill {
     private readonly window: number,
     /** What the scratch writer may buffer (a GCS upload's chunk). */
     private readonly bufferBytes: number,
+    /** The scratch objects' names begin so (SPILL_PREFIX, then one export call's own tag). */
+    private readonly prefix: string = SPILL_PREFIX,
   ) {}
 
   has(array: SourceArray): boolean {
@@ -257,7 +261,7 @@ export class Spill {
       tensors.some((t) => t.perm !== undefined),
     );
     for (const [g, box] of tiles.entries()) {
-      const key = `${SPILL_PREFIX}${n}.${g}`;
+      const key = `${this.prefix}${n}.${g}`;
       keys.push(key);
       const cursors = new Cursors(Number.POSITIVE_INFINITY, this.window);
       const placements = this.placements;
@@ -290,6 +294,7 @@ export class Spill {
       } finally {
         await cursors.closeAll();
         this.reopened += cursors.reopened;
+        this.prefixRereads += cursors.prefixRereads;
         this.peakOpen = Math.max(this.peakOpen, cursors.peakOpen);
       }
     }
@@ -358,10 +363,10 @@ export class Spill {
     this.keys.set(array, []);
   }
 
-  /** Removes every scratch object under the destination (this export's, and any an interrupted one left). */
-  static async removeAll(store: Store): Promise<void> {
+  /** Removes every scratch object under the destination whose name begins with `prefix` (every export call's by default). */
+  static async removeAll(store: Store, prefix: string = SPILL_PREFIX): Promise<void> {
     const keys: string[] = [];
-    for await (const o of store.list(SPILL_PREFIX)) keys.push(o.key);
+    for await (const o of store.list(prefix)) keys.push(o.key);
     for (const key of keys) await store.delete(key);
   }
 }

@@ -179,6 +179,11 @@ export class ChunkCursor {
   private readonly aligned: ElementAligner;
   private it: AsyncIterator<Uint8Array> | undefined;
   reopened = 0;
+  /**
+   * Opened to hand out elements past its start: the elements before them are decoded and dropped (another
+   * call, or an earlier run, made the tensors they belong to: a shard starting inside a stacked array).
+   */
+  startedPast = 0;
   /** Closed to stay within the cap on open decoders (Cursors): its next use decodes the chunk from its start. */
   evicted = false;
 
@@ -243,6 +248,7 @@ export class ChunkCursor {
       await this.close();
       this.reopened++;
     } else if (this.evicted && start > 0) this.reopened++;
+    else if (this.it === undefined && this.pos === 0 && start > 0) this.startedPast++;
     this.evicted = false;
     while (this.pos < end) {
       let view = this.view;
@@ -305,6 +311,8 @@ export class ChunkCursor {
 export class Cursors {
   private readonly open = new Map<string, ChunkCursor>();
   reopened = 0;
+  /** Chunks of closed cursors first decoded from past their start (ChunkCursor.startedPast). */
+  prefixRereads = 0;
   /** The most decoders seen open at once (after a chunk's feed, before the cap is kept). */
   peakOpen = 0;
 
@@ -356,6 +364,7 @@ export class Cursors {
     for (const [key, c] of this.open) {
       if (!key.startsWith(`${path}|`)) continue;
       this.reopened += c.reopened;
+      this.prefixRereads += c.startedPast;
       await c.close();
       this.open.delete(key);
     }
@@ -364,6 +373,7 @@ export class Cursors {
   async closeAll(): Promise<void> {
     for (const c of this.open.values()) {
       this.reopened += c.reopened;
+      this.prefixRereads += c.startedPast;
       await c.close();
     }
     this.open.clear();
