@@ -244,6 +244,35 @@ export function jobEnvironment(a: CheckedArgument, execution: string | undefined
 }
 
 /**
+ * What the export jobs read besides jobEnvironment's: the export (ORBAX2REG_EXPORT, the argument's "export" as
+ * checked, JSON) and the run directory (ORBAX2REG_RUN), where export-begin answers and export-shards reads its task.
+ */
+export function exportEnvironment(a: CheckedArgument, execution: string | undefined, run: string): EnvVar[] {
+  if (a.export === undefined) throw new UsageError("the argument asks for no export");
+  const e = a.export;
+  const raw = {
+    destination: e.destination,
+    dtype: e.dtype,
+    ...(e.tokenizer === undefined ? {} : { tokenizer: e.tokenizer === "none" ? "none" : e.tokenizer.file }),
+    max_shard_size: e.maxShardSize,
+    tasks: e.tasks,
+    force: e.force,
+  };
+  return [...jobEnvironment(a, execution), { name: "ORBAX2REG_EXPORT", value: JSON.stringify(raw) }, { name: "ORBAX2REG_RUN", value: run }];
+}
+
+/** ORBAX2REG_EXPORT as the export jobs read it: the same checks as the argument's "export". */
+export function parseExportText(text: string, source: string): CheckedExport {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new UsageError(`ORBAX2REG_EXPORT is not JSON: ${(e as Error).message}`);
+  }
+  return parseExport(value, source);
+}
+
+/**
  * The step's work directory as an object name prefix in the destination's bucket, ending in "/"
  * (`run/regular/step_00001000/.orbax2reg/`): where the convert-group and finalize jobs leave their failure
  * reports for the workflow to list.
