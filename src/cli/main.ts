@@ -119,6 +119,10 @@ export const COMMANDS: readonly CommandSpec[] = [
       "maxPositionEmbeddings",
       "tokenizer",
       { name: "force", description: "replace another export committed at the destination" },
+      "begin",
+      { name: "taskIndex", description: "with --task-count, after --begin: write this task's shards only (no index)" },
+      { name: "taskCount", description: "the number of tasks the shards are shared among (--begin, --task-index)" },
+      "finalize",
       {
         name: "json",
         description: "print a JSON summary on stdout (each config value's source too), and progress as JSON lines on stderr",
@@ -126,7 +130,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       "progress",
     ],
     helpAfter:
-      "\nA rerun after an interruption keeps the shards already written. The tokenizer files (tokenizer.json, tokenizer_config.json) are written for fuji's own vocabularies, or from --tokenizer; config.json carries AXLearn's bos/eos/pad ids.\n\nExamples:\n  orbax2reg export-hf gs://bucket/run/checkpoints/step_00001000 ./hf\n  orbax2reg export-hf ./ckpt/step_00001000 gs://bucket/hf --fuji-version v3 --max-shard-size 2GB --json",
+      "\nA rerun after an interruption keeps the shards already written. On several machines: --begin --task-count N once, then --task-index I --task-count N on each (any order, at once), then --finalize once, all with the same options. The tokenizer files (tokenizer.json, tokenizer_config.json) are written for fuji's own vocabularies, or from --tokenizer; config.json carries AXLearn's bos/eos/pad ids.\n\nExamples:\n  orbax2reg export-hf gs://bucket/run/checkpoints/step_00001000 ./hf\n  orbax2reg export-hf ./ckpt/step_00001000 gs://bucket/hf --fuji-version v3 --max-shard-size 2GB --json",
     run: async (out, o, source, dest) =>
       (await import("./export-hf.js")).runExportHf(
         source,

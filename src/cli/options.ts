@@ -146,6 +146,11 @@ export const OPTIONS = {
     description:
       "the export's tokenizer: a sentencepiece .model or a tokenizer.json (local or gs://), or none (default: AXLearn's vocabulary for fuji's 32k and 128k embeddings)",
   },
+  begin: {
+    flags: "--begin",
+    description: "with --task-count: check the destination, write the record, print each task's shards; no shard written",
+  },
+  finalize: { flags: "--finalize", description: "check every shard is in place, then write the small files and the index last" },
   // inspect, ocdbt ls
   checksums: { flags: "--checksums", description: "decode every array and add the sha256 of its raw little-endian C-order bytes" },
   keyPrefix: { flags: "--prefix <p>", description: "only keys starting with this prefix" },

@@ -27,6 +27,11 @@ import { chooseTokenizer, type TokenizerChoice } from "./vocabularies.js";
  * The destination (destination.ts): files of another checkpoint there (weights, tokenizer or config files no
  * record names) are refused before anything is written, and removed with --force; what interrupted writes
  * left is removed by every run that goes on.
+ *
+ * Shared among processes (issue 45: the pipeline's tasks, or `export-hf --begin/--task-index/--finalize`):
+ * beginExport does the above up to the record and plans runs of shards, exportShards writes one run (any
+ * order, at once, in any process), finalizeExport checks every shard and writes the small files and the index.
+ * exportHf is the three in one process: one code path, the same bytes.
  */
 export { RECORD_NAME };
 
@@ -276,8 +281,9 @@ async function openExport(sourceLocation: string, destLocation: string, options:
 /**
  * The first step of an export shared by many processes (and of export-hf's own): checks the source and the
  * destination (another checkpoint's files refused, another committed export replaced only with --force),
- * uncommits, clears what is not this export's, writes the record, and plans `tasks` runs of whole shards
- * (planTaskRuns). A rerun of the same export keeps its shards; one already committed is reported as such.
+ * uncommits, clears what is not this export's, writes the record, and plans at most `tasks` runs of whole
+ * shards (taskRuns: fewer when more would not finish sooner). A rerun of the same export keeps its shards; one
+ * already committed is reported as such.
  */
 export async function beginExport(
   sourceLocation: string,
@@ -302,14 +308,7 @@ async function begin(o: Opened, options: ExportOptions & { readonly tasks: numbe
   }
   // Announced once nothing can refuse the destination: a refusal is then the only line printed.
   options.onPlan?.({ tensors: o.plan.tensors.length, bytes: o.totalSize, names: o.plan.tensors.map((t) => t.name) });
-  const starts = planTaskRuns(
-    o.shards.map((s) => s.fileBytes),
-    options.tasks,
-  );
-  const tasks: ExportTask[] = starts.map((from, index) => {
-    const run = o.shards.slice(from, starts[index + 1] ?? o.shards.length);
-    return { index, shards: run.map((s) => s.name), bytes: run.reduce((a, s) => a + s.fileBytes, 0) };
-  });
+  const tasks = taskRuns(o.shards, options.tasks, o.st);
   const began = { tasks, shards: o.shards.length, totalSize: o.totalSize, resumed: same, alreadyExported: false };
   if (same && committed && at.foreign.length === 0 && o.files.every((f) => at.recorded.includes(f.name))) {
     let all = true;
@@ -334,6 +333,50 @@ async function begin(o: Opened, options: ExportOptions & { readonly tasks: numbe
   return began;
 }
 
+/**
+ * What decoding a byte again (to reach a task's first layer) costs beside making one: the source's bytes are read
+ * and decoded, not cast or copied. Measured on the 2 GB fuji step's 4-task fan-out (bench/export-hf-fanout.mjs):
+ * tasks starting inside an array after 58-80 MB of its output took 0.6-1.2 s more CPU than the first task, which
+ * made 96 MB in 2.9 s: 0.35-0.6 of a made byte. Over a slow link the bytes read count in full: 0.5 between.
+ */
+export const REDECODE_WEIGHT = 0.5;
+
+/**
+ * Shards in at most `n` contiguous runs balanced by work (planTaskRuns): a run's bytes, and for a run starting
+ * inside a stacked array, that array's earlier tensors, which its task decodes again to reach its first
+ * (REDECODE_WEIGHT of their output bytes).
+ */
+function taskRuns(shards: readonly ShardPlan[], n: number, dtype: SafetensorsDtype): ExportTask[] {
+  const prefix = shards.map((s, i) => {
+    const first = s.tensors[0];
+    if (i === 0 || first === undefined || !first.array.path.startsWith(STACKED_PREFIX)) return 0;
+    let bytes = 0;
+    for (const earlier of shards.slice(0, i)) for (const t of earlier.tensors) if (t.array === first.array) bytes += outputBytes(t, dtype);
+    return Math.round(REDECODE_WEIGHT * bytes);
+  });
+  const starts = planTaskRuns(
+    shards.map((s) => s.fileBytes),
+    n,
+    prefix,
+  );
+  return starts.map((from, index) => {
+    const run = shards.slice(from, starts[index + 1] ?? shards.length);
+    return { index, shards: run.map((s) => s.name), bytes: run.reduce((a, s) => a + s.fileBytes, 0) };
+  });
+}
+
+/**
+ * The tasks beginExport plans, from the source alone (nothing read or written at the destination): what a
+ * task that is given only its index and the task count writes (the plan depends on the options and the source).
+ */
+export async function planExportTasks(
+  sourceLocation: string,
+  options: ExportOptions & { readonly tasks: number },
+): Promise<readonly ExportTask[]> {
+  const p = await prepareExport(sourceLocation, options);
+  return taskRuns(p.shards, options.tasks, p.st);
+}
+
 /** How --memory is shared for this export (the whole plan's, whichever shards a call makes). */
 function memoryOf(o: Opened, options: ExportOptions) {
   const decoders = openDecoders(o.plan.tensors);
@@ -350,7 +393,7 @@ function memoryOf(o: Opened, options: ExportOptions) {
 /** The refusal of a call made for an export that is not (or no longer) the one begun at the destination. */
 function notBegun(o: Opened, what: string): ConflictError {
   return new ConflictError(
-    `${RECORD_NAME} ${o.previous === undefined ? "is missing: no export was begun here" : "is another export's: another export began here since"}; ${what} (beginExport first, with the same options)`,
+    `${RECORD_NAME} ${o.previous === undefined ? "is missing: no export was begun here" : "is another export's: another export began here since"}; ${what} (begin the export first, with the same options)`,
     { path: o.dest.url },
   );
 }
@@ -459,12 +502,12 @@ async function finalize(
   for (const s of o.shards) {
     const info = await dest.stat(s.name);
     if (info === undefined)
-      throw new NotFoundError(`shard ${s.name} is missing: its task has not written it; nothing committed`, {
+      throw new NotFoundError("shard missing: its task has not written it; nothing committed", {
         path: describe(dest, s.name),
       });
     if (!(await shardInPlace(dest, s)))
       throw new ConflictError(
-        `shard ${s.name} is not the planned one (${info.size} bytes, ${s.fileBytes} planned, or another header); its task must write it again; nothing committed`,
+        `shard not the planned one (${info.size} bytes, ${s.fileBytes} planned, or another header): its task must write it again; nothing committed`,
         { path: describe(dest, s.name) },
       );
   }

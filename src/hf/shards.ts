@@ -83,50 +83,47 @@ export function indexText(totalSize: number, weightMap: ReadonlyMap<string, stri
 }
 
 /**
- * Shards (by their file sizes, in order) into at most `tasks` contiguous runs, the largest run's bytes as small
- * as can be: each run's first index. Runs, not a greedy largest-first spread: a task's shards are made by one
- * producer in order, so a task decodes again only the prefix of the array its first shard starts inside (a
- * chunk's zstd stream is decoded from its start: stream.ts); spread shards would each start inside an array.
- * The shards are all about --max-shard-size but the last, so runs balance as well as any grouping would.
+ * Shards (by their file sizes, in order) into at most `tasks` contiguous runs: each run's first index. A run's
+ * work is its shards' bytes plus `prefix[first]`: what a task starting at that shard decodes again to reach it
+ * (the earlier layers of the stacked array the shard starts inside: a chunk's zstd stream is decoded from its
+ * start, stream.ts). The largest run's work is as small as can be; among the cuts that achieve it, the fewest
+ * runs (each task costs its start), then the least decoded again. Runs, not a greedy largest-first spread: a
+ * task's shards are made by one producer in order, so a task decodes again only the prefix of the one array its
+ * first shard starts inside; spread shards would each start inside an array.
  */
-export function planTaskRuns(sizes: readonly number[], tasks: number): number[] {
+export function planTaskRuns(sizes: readonly number[], tasks: number, prefix: readonly number[] = []): number[] {
   const n = sizes.length;
-  const k = Math.max(1, Math.min(Math.floor(tasks), n));
   if (n === 0) return [];
-  // The least bound on a run's bytes that k greedy runs meet (binary search over the bound).
-  const runsUnder = (bound: number) => {
-    let runs = 1;
-    let bytes = 0;
-    for (const s of sizes) {
-      if (bytes + s > bound) {
-        runs++;
-        bytes = 0;
+  const k = Math.max(1, Math.min(Math.floor(tasks), n));
+  const before = (i: number) => (i === 0 ? 0 : (prefix[i] ?? 0));
+  const total = sizes.reduce((a, b) => a + b, 0);
+  // best[b]: the fewest runs covering shards [0, b) with no run's work over `bound`, then the least prefix.
+  const cover = (bound: number) => {
+    const best: { runs: number; extra: number; from: number }[] = [{ runs: 0, extra: 0, from: -1 }];
+    for (let b = 1; b <= n; b++) {
+      let pick = { runs: Number.POSITIVE_INFINITY, extra: 0, from: -1 };
+      let bytes = 0;
+      for (let a = b - 1; a >= 0; a--) {
+        bytes += sizes[a] as number;
+        if (bytes > bound) break;
+        const p = best[a] as { runs: number; extra: number };
+        if (bytes + before(a) > bound || !Number.isFinite(p.runs)) continue;
+        const c = { runs: p.runs + 1, extra: p.extra + before(a), from: a };
+        if (c.runs < pick.runs || (c.runs === pick.runs && c.extra < pick.extra)) pick = c;
       }
-      bytes += s;
+      best.push(pick);
     }
-    return runs;
+    return best;
   };
   let lo = Math.max(...sizes);
-  let hi = sizes.reduce((a, b) => a + b, 0);
+  let hi = total + Math.max(0, ...prefix);
   while (lo < hi) {
     const mid = Math.floor((lo + hi) / 2);
-    if (runsUnder(mid) <= k) hi = mid;
+    if ((cover(mid)[n] as { runs: number }).runs <= k) hi = mid;
     else lo = mid + 1;
   }
-  // Cut greedily under the bound, but leave at least one shard for each run still to come: exactly k runs.
-  const starts = [0];
-  let bytes = 0;
-  sizes.forEach((s, i) => {
-    if (i === 0) {
-      bytes = s;
-      return;
-    }
-    const runsLeft = k - starts.length;
-    if (runsLeft > 0 && (bytes + s > lo || n - i === runsLeft)) {
-      starts.push(i);
-      bytes = 0;
-    }
-    bytes += s;
-  });
+  const best = cover(lo);
+  const starts: number[] = [];
+  for (let b = n; b > 0; b = (best[b] as { from: number }).from) starts.unshift((best[b] as { from: number }).from);
   return starts;
 }
