@@ -252,7 +252,7 @@ describe.skipIf(!present)(
       expect(job.name).toBe("orbax2reg-export");
       const container = (job.template as { template: { containers: Record<string, unknown>[] }[] }[])[0]?.template[0]?.containers[0];
       expect(container?.args).toEqual(["dist/jobs/main.js", "export-shards"]);
-      expect(container?.resources).toEqual([expect.objectContaining({ limits: { cpu: "2", memory: "2Gi" } })]);
+      expect(container?.resources).toEqual([expect.objectContaining({ limits: { cpu: "1", memory: "1Gi" } })]);
       expect(container?.env).toEqual(expect.arrayContaining([{ name: "ORBAX2REG_EXPORT_KEEP_LAST_N", value: "3", value_source: [] }]));
       expect(after(changes, 'google_cloud_run_v2_job_iam_member.workflow_runs_jobs["export-shards"]')).toMatchObject({
         name: "orbax2reg-export",

@@ -1,5 +1,5 @@
 import { WORK_DIR } from "../../convert/work-dir.js";
-import { MAX_GROUPS } from "../../defaults.js";
+import { DEFAULT_EXPORT_TASKS, MAX_GROUPS } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
 import { DEFAULT_MAX_SHARD_SIZE, parseSize } from "../../hf/shards.js";
 import { parseStepName, stepDirName } from "../../orbax/step.js";
@@ -65,8 +65,7 @@ export interface CheckedExport {
   readonly force: boolean;
 }
 
-/** The export's tasks when the argument does not say: enough to spread fuji-7B's 3 shards, little for a small step. */
-export const DEFAULT_EXPORT_TASKS = 4;
+export { DEFAULT_EXPORT_TASKS };
 
 /** Seven days: the most Cloud Run lets one task run, and what terraform checks the jobs' retries fit in. */
 export const DEFAULT_JOB_TIMEOUT = 604800;

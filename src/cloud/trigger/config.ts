@@ -1,6 +1,7 @@
 import {
   DEFAULT_CONVERT_EVERY_N_STEPS,
   DEFAULT_DESTINATION_TEMPLATE,
+  DEFAULT_EXPORT_TASKS,
   DEFAULT_GROUPS,
   FULL_WORKFLOW_ID,
   LONGEST_CLAIM_LEASE_SECONDS,
@@ -130,7 +131,7 @@ function exportFromEnv(env: Env): { export?: ExportSelection; exportSettings?: O
       dtype,
       ...(tokenizer === "" ? {} : { tokenizer }),
       max_shard_size: optionalString(env, "ORBAX2REG_EXPORT_MAX_SHARD_SIZE", "5GB"),
-      tasks: integer(env, "ORBAX2REG_EXPORT_TASKS", { min: 1, max: 10_000, fallback: 4 }),
+      tasks: integer(env, "ORBAX2REG_EXPORT_TASKS", { min: 1, max: 10_000, fallback: DEFAULT_EXPORT_TASKS }),
     },
   };
 }

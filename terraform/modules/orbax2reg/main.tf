@@ -138,8 +138,8 @@ locals {
   export_job = {
     "export-shards" = {
       name            = local.names.export_job
-      cpu             = local.export_on ? var.hf_export.cpu : "2"
-      memory          = local.export_on ? var.hf_export.memory : "2Gi"
+      cpu             = local.export_on ? var.hf_export.cpu : "1"
+      memory          = local.export_on ? var.hf_export.memory : "1Gi"
       cpu_variable    = "hf_export.cpu"
       memory_variable = "hf_export.memory"
     }

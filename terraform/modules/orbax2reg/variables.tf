@@ -228,7 +228,8 @@ variable "hf_export" {
       ("5GB" style), tasks (Cloud Run tasks of the export-shards execution; fewer when there are fewer shards).
     - keep_last_n / keep_every_n_steps: retention of the exports (AXLearn's rule, as keep_last_n / keep_every_n_steps),
       apart from the regular checkpoints'; null: keep every export.
-    - cpu / memory: each export task's (the engine keeps a task's peak RSS under 512 MiB).
+    - tasks default 8, cpu / memory 1 vCPU / 1Gi each: docs/operations.md's figures (a task's peak RSS stays under
+      512 MiB, and more vCPUs per task would not decode faster).
   EOT
   type = object({
     every_n_steps        = optional(number)
@@ -237,11 +238,11 @@ variable "hf_export" {
     dtype                = optional(string, "bfloat16")
     tokenizer            = optional(string)
     max_shard_size       = optional(string, "5GB")
-    tasks                = optional(number, 4)
+    tasks                = optional(number, 8)
     keep_last_n          = optional(number)
     keep_every_n_steps   = optional(number)
-    cpu                  = optional(string, "2")
-    memory               = optional(string, "2Gi")
+    cpu                  = optional(string, "1")
+    memory               = optional(string, "1Gi")
   })
   default = null
 

@@ -159,12 +159,12 @@ describe("the workflow argument", () => {
 describe("the argument's export", () => {
   const HF = "gs://train/runs/exp/hf/step_00001000";
 
-  test("an export with only its destination gets export-hf's defaults and 4 tasks, and the step is converted too", () => {
+  test("an export with only its destination gets export-hf's defaults and 8 tasks, and the step is converted too", () => {
     expect(parse({ export: { destination: `${HF}/` } })).toMatchObject({
       convert: true,
       export: { destination: HF, dtype: "bfloat16", tokenizer: undefined, maxShardSize: 5e9, tasks: DEFAULT_EXPORT_TASKS, force: false },
     });
-    expect(DEFAULT_EXPORT_TASKS).toBe(4);
+    expect(DEFAULT_EXPORT_TASKS).toBe(8);
   });
 
   test("convert false with an export asks for the export alone", () => {
