@@ -18,7 +18,7 @@ vi.setConfig({ testTimeout: 300_000 });
 // Issue 45 end to end on loopback, as pipeline.test.ts runs the conversion: terraform's hf_export evaluated from the
 // module (test/e2e/deployed.ts: the function's environment, the export job's), a fuji-shaped step committed to a
 // fake-gcs-server bucket, its commit event delivered to the real function (three times, two at once), which starts
-// one workflow execution; the workflow converts the step, then exports it on the export job over 4 tasks (the job
+// one workflow execution; the workflow converts the step, then exports it on the export job over its tasks (the job
 // entry point as local processes, test/e2e/connector-hook.mjs) and publishes export.succeeded to the Pub/Sub emulator.
 // The export is the CLI's byte for byte, and transformers loads it with the logits the CLI's export gives.
 
@@ -153,7 +153,7 @@ print(json.dumps(out))
 }
 
 describe("the pipeline with hf_export", () => {
-  test("a committed fuji step is converted and exported over 4 tasks once, under duplicate events: the CLI's export, byte for byte", async () => {
+  test("a committed fuji step is converted and exported once, fanned out, under duplicate events: the CLI's export, byte for byte", async () => {
     const bucket = await newBucket("hf-train");
     await uploadDir(EXAMPLE, bucket, STEP);
     // AXLearn's step commit marker, last, as Orbax writes it (the example was saved without one).
@@ -172,7 +172,8 @@ describe("the pipeline with hf_export", () => {
     const done = await finished(started[0] as Execution);
     expect(done.error?.payload ?? null).toBeNull();
     expect(done.state).toBe("SUCCEEDED");
-    expect(JSON.parse(done.result as string)).toMatchObject({ converted: true, export: { destination: hf, tasks: 4, shards: 8 } });
+    // 4 tasks asked, 2 planned: the example's 32k-token embedding is most of its bytes, and more would not finish sooner.
+    expect(JSON.parse(done.result as string)).toMatchObject({ converted: true, export: { destination: hf, tasks: 2, shards: 8 } });
 
     const got = await download(bucket, "runs/exp/hf/step_00001000", join(work, "pipeline-export"));
     const names = readdirSync(reference).sort();

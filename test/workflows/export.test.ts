@@ -6,13 +6,16 @@ import { INDEX_NAME } from "../../src/hf/shards.js";
 import { removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
+import { fujiArrays, writeRegularStep } from "../hf/fuji-tree.js";
 import { PROJECT, runWorkflow, startConvertWorkflow } from "./emulator.js";
 
 // workflows/convert.yaml's Hugging Face export (issue 45) on the Workflows emulator: the argument's "export" runs
 // export-begin, one export-shards execution of as many tasks as it planned, and export-finalize, on the export job
 // (its phase an args override), after the conversion or, with "convert": false, instead of it. Cloud Run, GCS and
 // Pub/Sub are played by test/e2e/connector-hook.mjs: real job processes against fake-gcs-server. The step is the
-// fuji v2-shaped example AXLearn saved; 1 kB shards make it 8 of them, so 4 tasks have work.
+// fuji v2-shaped example AXLearn saved; 1 kB shards make it 8 of them, which the export plans in 2 tasks however many
+// are asked (its 32k-token embedding is most of its bytes: more tasks would not finish sooner). A regular fuji step of
+// a 256-token vocabulary, 19 shards of 20 kB, is planned in 4.
 
 const EXAMPLE = "test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000";
 const STEP = "runs/exp/checkpoints/step_00001000";
@@ -95,7 +98,7 @@ const converted = async (bucket: string) =>
   (await emulatorStorage().bucket(bucket).file("runs/exp/regular/step_00001000/index").exists())[0];
 
 describe("convert.yaml with an export", () => {
-  test("converts the step, then exports it over 4 tasks: export-hf's files byte for byte, the index last", async () => {
+  test("converts the step, then exports it over the tasks its plan has: export-hf's files byte for byte, the index last", async () => {
     const { bucket, destination, hf, argument } = await setUp();
     const run = await runWorkflow(
       emulator,
@@ -105,16 +108,52 @@ describe("convert.yaml with an export", () => {
     );
     expect(run.error).toBeUndefined();
     expect(run.state).toBe("SUCCEEDED");
-    expect(run.result).toMatchObject({ converted: true, export: { destination: hf, tasks: 4, shards: 8, already_exported: false } });
+    expect(run.result).toMatchObject({ converted: true, export: { destination: hf, tasks: 2, shards: 8, already_exported: false } });
     expect(await converted(bucket)).toBe(true);
     expect(runs(destination, "export-begin").map((c) => c.taskCount)).toEqual([1]);
-    expect(runs(destination, "export-shards").map((c) => c.taskCount)).toEqual([4]);
+    expect(runs(destination, "export-shards").map((c) => c.taskCount)).toEqual([2]);
     expect(runs(destination, "export-finalize").map((c) => c.taskCount)).toEqual([1]);
     expectSameFiles(await download(bucket, "runs/exp/hf/step_00001000"), reference);
     expect(events(bucket).map((e) => [e.type, e.destination])).toEqual([
       ["conversion.succeeded", destination],
       ["export.succeeded", hf],
     ]);
+  }, 300_000);
+
+  test("a regular fuji step exported alone fans out over 4 tasks, one execution: export-hf's files byte for byte", async () => {
+    const local = join(work, "regular", "step_00000100");
+    writeRegularStep(
+      local,
+      fujiArrays({ layers: 4, dim: 64, heads: 4, kvHeads: 2, headDim: 16, ffn: 128, vocab: 256 }, 5),
+      (a) => [...a.shape],
+      100,
+    );
+    const want = join(work, "regular-cli-export");
+    await exportHf(local, want, { memoryBytes: DEFAULT_EXPORT_MEMORY, maxShardSize: 20e3 });
+    const bucket = await newBucket("export");
+    await uploadDir(local, bucket, "runs/reg/step_00000100");
+    const destination = `gs://${bucket}/runs/reg/regular`;
+    const hf = `gs://${bucket}/runs/reg/hf/step_00000100`;
+    writeFileSync(file("faults.json"), "[]");
+    const run = await runWorkflow(
+      emulator,
+      "convert",
+      {
+        source: `gs://${bucket}/runs/reg/step_00000100`,
+        destination,
+        convert: false,
+        export: { destination: hf, max_shard_size: 20e3, tasks: 4 },
+      },
+      240_000,
+    );
+    expect(run.state).toBe("SUCCEEDED");
+    expect(run.result).toMatchObject({ export: { tasks: 4, shards: 19 } });
+    expect(runs(destination, "export-shards").map((c) => c.taskCount)).toEqual([4]);
+    const tasks = lines<HookCall>("hooks.jsonl").filter(
+      (c) => c.connector === "task" && c.job === "export-shards" && c.destination === destination,
+    );
+    expect(tasks.map((c) => c.task).sort()).toEqual([0, 1, 2, 3]);
+    expectSameFiles(await download(bucket, "runs/reg/hf/step_00000100"), want);
   }, 300_000);
 
   test("convert false exports the step straight from its Orbax source and converts nothing", async () => {
