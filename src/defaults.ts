@@ -67,3 +67,10 @@ export const DEFAULT_CLAIM_LEASE_SECONDS = DEFAULT_FUNCTION_TIMEOUT_SECONDS + CL
  * over while its delivery may still start an execution.
  */
 export const LONGEST_CLAIM_LEASE_SECONDS = MAX_FUNCTION_TIMEOUT_SECONDS + CLAIM_LEASE_MARGIN_SECONDS;
+
+/**
+ * The pipeline's export tasks when neither the argument nor terraform's hf_export.tasks says: docs/operations.md's
+ * proposal from the fan-out's measured figures (fuji-7B-v2 ~4 -> ~1.5 min, fuji-70B ~38 -> ~7 min); the export's
+ * plan may use fewer.
+ */
+export const DEFAULT_EXPORT_TASKS = 8;

@@ -1,6 +1,7 @@
 import { executionsClient, workflowsExecutions } from "../cloud/api/executions.js";
 import type { Logger } from "../cloud/api/log.js";
 import { runExecutionsClient, runJobExecutions } from "../cloud/api/run-executions.js";
+import { parseWorkflowArgument } from "../cloud/job/workflow-argument.js";
 import { type BackfillEntry, backfill } from "../cloud/ops/backfill.js";
 import { cancelStep } from "../cloud/ops/cancel.js";
 import { type CloudFlags, resolveCloudSettings } from "../cloud/ops/settings.js";
@@ -111,6 +112,10 @@ export interface StartFlags extends FleetFlags {
   readonly destination?: string;
   readonly force?: boolean;
   readonly paramsOnly?: boolean;
+  /** --export: the export's folder; --export-only: no conversion; --export-tasks. */
+  readonly export?: string;
+  readonly exportOnly?: boolean;
+  readonly exportTasks?: number;
 }
 
 /** `orbax2reg cloud start <step-dir>`: exactly the argument the console takes, claimed as the function claims. */
@@ -121,6 +126,8 @@ export async function runCloudStart(stepDir: string, flags: StartFlags, out: Out
   if (step === undefined || !trimmed.startsWith("gs://")) {
     throw new UsageError(`expected gs://BUCKET/PATH/step_XXXXXXXX (an Orbax step directory), got ${JSON.stringify(stepDir)}`);
   }
+  if (flags.export === undefined && (flags.exportOnly || flags.exportTasks !== undefined))
+    throw new UsageError("--export-only and --export-tasks need --export <folder>: where the export goes");
   const deps = await fleetDeps(flags, out);
   const root = parseRoot(trimmed.slice(0, trimmed.length - name.length - 1));
   const where = locate(root, step, deps.destinationTemplate);
@@ -131,7 +138,13 @@ export async function runCloudStart(stepDir: string, flags: StartFlags, out: Out
     step,
     groups: deps.groups,
     ...(Object.keys(options).length > 0 ? { options } : {}),
+    ...(flags.exportOnly ? { convert: false } : {}),
+    ...(flags.export === undefined
+      ? {}
+      : { export: { destination: flags.export, ...(flags.exportTasks !== undefined ? { tasks: flags.exportTasks } : {}) } }),
   };
+  // The plan job checks the rest of the argument; the export's folder is checked here too, before anything is claimed.
+  if (argument.export !== undefined) parseWorkflowArgument(argument, deps.groups);
   const outcome = await startByHand({ argument }, deps);
   if (outcome.kind === "refused") throw new UsageError(`the workflow refused to start: ${outcome.message}`);
   if (flags.json) out.stdout(JSON.stringify({ step, outcome: outcome.kind, execution: outcome.execution, argument }, null, 2));

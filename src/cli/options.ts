@@ -197,6 +197,13 @@ export const OPTIONS = {
   watch: { flags: "--watch", description: "refresh until nothing is running" },
   interval: { flags: "--interval <seconds>", description: "with --watch: seconds between refreshes", parse: positive, default: 10 },
   destination: { flags: "--destination <root>", description: "the regular checkpoint root (default: from the destination template)" },
+  // cloud start: the workflow argument's export (src/cloud/job/workflow-argument.ts)
+  exportTo: { flags: "--export <folder>", description: "also export the step as a Hugging Face checkpoint into this gs:// folder" },
+  exportOnly: {
+    flags: "--export-only",
+    description: "with --export: export the step straight from its Orbax source, without converting it",
+  },
+  exportTasks: { flags: "--export-tasks <n>", description: "Cloud Run tasks writing the export's shards (default 4)", parse: positive },
   from: { flags: "--from <n>", description: "first step", parse: wholeNumber },
   to: { flags: "--to <n>", description: "last step", parse: wholeNumber },
   every: { flags: "--every <k>", description: "only steps divisible by k", parse: positive, default: 1 },

@@ -20,6 +20,7 @@ import { joinKey } from "../store/store.js";
  *   cancelled/<execution id>.json      `cloud cancel`'s marker: that execution's jobs stop
  * <destination>/.orbax2reg/executions/<execution id>/
  *   argument.json, plan.json (RunPlan), failures/<attempt>/...   the plan job's answer to the workflow
+ *   export.json (ExportBegun)          the export-begin job's answer: the export's tasks
  * ```
  */
 export const WORK_DIR = ".orbax2reg";
@@ -66,7 +67,7 @@ export interface ClaimRecord {
 
 // ---- What the Cloud Run jobs leave for the workflow and `cloud status` (src/cloud/job) -----------------------
 
-export type JobPhase = "plan" | "convert-group" | "finalize";
+export type JobPhase = "plan" | "convert-group" | "finalize" | "export-begin" | "export-shards" | "export-finalize";
 
 /** Written by the plan job: what the workflow fans out over. Small on purpose (Workflows holds it in memory). */
 export const SUMMARY_KEY = `${WORK_DIR}/summary.json`;
@@ -115,6 +116,10 @@ export const RUN_PLAN_KEY = "plan.json";
 
 /** What the workflow reads from `<run>/plan.json` once the plan job succeeded. */
 export interface RunPlan extends PlanSummary {
+  /** False for an export alone: nothing is converted (the plan's counts are then 0). */
+  readonly convert: boolean;
+  /** The export the argument asks for, as the workflow runs it; null when none. */
+  readonly export: RunExport | null;
   /** The argument's source and destination, trailing slashes removed. */
   readonly source: string;
   readonly destination: string;
@@ -124,6 +129,30 @@ export interface RunPlan extends PlanSummary {
   readonly jobTimeout: number;
   /** The container override environment of every convert-group and finalize job execution. */
   readonly jobEnv: readonly { readonly name: string; readonly value: string }[];
+}
+
+/** What the workflow needs to run an export's three phases. */
+export interface RunExport {
+  /** The export's folder (gs://). */
+  readonly destination: string;
+  /** Where the export jobs report failures: the step's work directory, as `work`. */
+  readonly work: string;
+  readonly jobTimeout: number;
+  /** The container override environment of every export job execution. */
+  readonly jobEnv: readonly { readonly name: string; readonly value: string }[];
+}
+
+/** In the run directory: the export-begin job's answer (ExportBegun). */
+export const RUN_EXPORT_KEY = "export.json";
+
+/** What export-begin answers: the shard plan split into tasks; task I of export-shards writes assignments[I]. */
+export interface ExportBegun {
+  /** How many export-shards tasks to run (assignments.length; 0 when already exported). */
+  readonly tasks: number;
+  readonly shards: number;
+  readonly totalSize: number;
+  readonly alreadyExported: boolean;
+  readonly assignments: readonly { readonly index: number; readonly shards: readonly string[]; readonly bytes: number }[];
 }
 
 /**
@@ -181,6 +210,7 @@ export function progressKey(phase: JobPhase, group: number | null, task: number)
     if (group === null || !isIndex(group)) throw new Error(`convert-group progress needs a group, got ${group}`);
     return `${PROGRESS_PREFIX}group-${group}.task-${task}.json`;
   }
+  if (phase === "export-shards") return `${PROGRESS_PREFIX}export-shards.task-${task}.json`;
   return `${PROGRESS_PREFIX}${phase}.json`;
 }
 

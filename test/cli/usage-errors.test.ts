@@ -67,6 +67,14 @@ describe("a usage error", () => {
     expect(r.stderr).toMatch(/^orbax2reg: unknown command 'stats', did you mean status\? \(see 'orbax2reg cloud --help'\)\n$/);
   });
 
+  test("cloud start --export-only or --export-tasks without --export is refused before any setting is read", async () => {
+    for (const extra of [["--export-only"], ["--export-tasks", "8"]]) {
+      const r = await runCli(["cloud", "start", "gs://b/runs/exp/step_00000100", ...extra]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toBe("orbax2reg: --export-only and --export-tasks need --export <folder>: where the export goes\n");
+    }
+  });
+
   test("the executable prints exactly that line and exits 2", () => {
     const r = runBin(["convert", "--foo", TINY, "/tmp/regular"]);
     expect(r.code).toBe(2);

@@ -2,7 +2,8 @@
 // what the Google API would, against the local emulators. Exit 0 with the result as JSON on stdout, or
 // exit 1 with the error map ({message, tags, code}) the real connector would raise.
 //
-// Cloud Run is played by local processes: jobs.run with connector_params.skip_polling starts a detached
+// Cloud Run is played by local processes (the export job runs the phase its execution's args override names, as
+// Cloud Run replaces a job's args with an override's): jobs.run with connector_params.skip_polling starts a detached
 // "execution" (this file with --run) that runs `node dist/jobs/main.js <phase>` once per task and records its
 // outcome in a state file; operations.get reads that state (holding the answer briefly while the execution
 // runs, so polling loops do not spin); jobs.executions.cancel kills the execution's processes. Without
@@ -26,6 +27,8 @@
 //                    {"phase": "plan", "fault": "http", "code": 500}   jobs.run itself answers HTTP 500
 //                    {"group": 1, "fault": "poll", "code": 403}  operations.get on its execution answers HTTP 403
 //                    {"fault": "publish", "type": "conversion.succeeded", "code": 403}   publishing fails
+//                    {"phase": "export-shards", "fault": "kill", "task": 1, "afterMs": 300}   task 1's first attempt
+//                                                       is killed (SIGKILL) that long after it starts; Cloud Run retries it
 //                  "times": N applies a fault to the first N matching calls only.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -88,10 +91,10 @@ function takeFault(test) {
  * (https://cloud.google.com/run/docs/jobs-retries, https://cloud.google.com/run/docs/container-contract#jobs-env-vars).
  * Each attempt is logged ("task": its job's phase, group, task, attempt and exit code).
  */
-async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}) {
+async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}, jobKey = phase) {
   const runTask = async (task) => {
     for (let attempt = 0; ; attempt++) {
-      const code = await runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn);
+      const code = await runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn, jobKey);
       record("task", {
         job: phase,
         group: env.ORBAX2REG_GROUP ?? null,
@@ -109,13 +112,13 @@ async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}) {
 }
 
 /** One attempt of one task: its exit code. */
-function runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn) {
+function runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn, jobKey = phase) {
   const child = spawn(process.execPath, [...NODE_ARGS, JOB_MAIN, phase], {
     env: {
       ...process.env,
       // E2E_JOB_ENV, {phase: {NAME: VALUE}}: the job's own env (jobs.tf), under the execution's overrides, which
       // win: Cloud Run merges a job's env with an execution's container overrides.
-      ...(process.env.E2E_JOB_ENV ? JSON.parse(process.env.E2E_JOB_ENV)[phase] : undefined),
+      ...(process.env.E2E_JOB_ENV ? JSON.parse(process.env.E2E_JOB_ENV)[jobKey] : undefined),
       ...env,
       CLOUD_RUN_TASK_INDEX: String(task),
       CLOUD_RUN_TASK_COUNT: String(taskCount),
@@ -129,6 +132,15 @@ function runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn) {
     stdio: ["ignore", "pipe", "pipe"],
   });
   onSpawn(child, task);
+  const killed =
+    attempt === 0 &&
+    takeFault(
+      (f) =>
+        f.fault === "kill" &&
+        String(f.task ?? 0) === String(task) &&
+        faultMatches(f, { destination: env.ORBAX2REG_DESTINATION, phase, group: env.ORBAX2REG_GROUP ?? null }),
+    );
+  if (killed) setTimeout(() => child.kill("SIGKILL"), killed.afterMs ?? 300);
   child.stdout.on("data", jobLog);
   child.stderr.on("data", jobLog);
   return new Promise((resolve) => child.on("close", (code) => resolve(code ?? 1)));
@@ -148,10 +160,14 @@ function operationOf(s) {
 // googleapis.run.v2.projects.locations.jobs.run
 async function runJob(args) {
   const name = args.name;
-  const phase = ["plan", "convert-group", "finalize"].find((p) => name.endsWith(`/jobs/orbax2reg-${p}`));
-  if (phase === undefined)
-    fail({ message: `HTTP server responded with error code 404: Job ${name} not found`, code: 404, tags: ["HttpError"] });
   const overrides = args.body?.overrides ?? {};
+  // The job's key in jobs.tf (its default phase argument); the export job's phase is its execution's args override.
+  const jobKey =
+    ["plan", "convert-group", "finalize"].find((p) => name.endsWith(`/jobs/orbax2reg-${p}`)) ??
+    (name.endsWith("/jobs/orbax2reg-export") ? "export-shards" : undefined);
+  if (jobKey === undefined)
+    fail({ message: `HTTP server responded with error code 404: Job ${name} not found`, code: 404, tags: ["HttpError"] });
+  const phase = overrides.containerOverrides?.[0]?.args?.[1] ?? jobKey;
   const env = Object.fromEntries((overrides.containerOverrides?.[0]?.env ?? []).map((e) => [e.name, e.value]));
   const taskCount = overrides.taskCount ?? 1;
   const group = env.ORBAX2REG_GROUP ?? null;
@@ -170,7 +186,7 @@ async function runJob(args) {
   if (args.connector_params?.skip_polling !== true) {
     // Blocking form: the connector waits for the operation and raises OperationError if it fails.
     if (fault) fail({ message: `The execution ${execution} failed: task 0 was terminated (injected)`, tags: ["OperationError"] });
-    const failed = await runTasks(phase, env, taskCount, execution);
+    const failed = await runTasks(phase, env, taskCount, execution, undefined, jobKey);
     if (failed > 0)
       fail({ message: `The execution ${execution} failed: ${failed} of ${taskCount} tasks failed`, tags: ["OperationError"] });
     return executionResource({ execution, job: name, taskCount }, { succeeded: taskCount, failed: 0, cancelled: 0 });
@@ -181,6 +197,7 @@ async function runJob(args) {
     execution,
     job: name,
     phase,
+    jobKey,
     group,
     destination,
     taskCount,
@@ -268,10 +285,17 @@ async function execute(id) {
     return;
   }
   // Per-task state, so that executions.get counts running tasks (started and not finished).
-  const failed = await runTasks(s.phase, s.env, s.taskCount, s.execution, (child, task) => {
-    setTask(task, "running");
-    child.on("close", (code) => setTask(task, code === 0 ? "succeeded" : "failed"));
-  });
+  const failed = await runTasks(
+    s.phase,
+    s.env,
+    s.taskCount,
+    s.execution,
+    (child, task) => {
+      setTask(task, "running");
+      child.on("close", (code) => setTask(task, code === 0 ? "succeeded" : "failed"));
+    },
+    s.jobKey ?? s.phase,
+  );
   if (failed > 0) finish({ error: { code: 2, message: `The execution ${s.execution} failed: ${failed} of ${s.taskCount} tasks failed` } });
   else
     finish({

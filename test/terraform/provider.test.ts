@@ -242,6 +242,49 @@ describe.skipIf(!present)(
       );
     });
 
+    test("with hf_export: the export job (its phases are args overrides), the workflow's grant to run it and the jobs' write grant on the exports only", async () => {
+      const { summary, changes } = await plan({
+        hf_export: '{every_n_steps = 5000, destination_template = "gs://{bucket}/{root}/hf/{step}", tasks = 8, keep_last_n = 3}',
+      });
+      // The default plan's 54, and the export job, the workflow's executor grant on it, the jobs' export write grant.
+      expect(summary).toBe("Plan: 57 to add, 0 to change, 0 to destroy.");
+      const job = after(changes, 'google_cloud_run_v2_job.phase["export-shards"]');
+      expect(job.name).toBe("orbax2reg-export");
+      const container = (job.template as { template: { containers: Record<string, unknown>[] }[] }[])[0]?.template[0]?.containers[0];
+      expect(container?.args).toEqual(["dist/jobs/main.js", "export-shards"]);
+      expect(container?.resources).toEqual([expect.objectContaining({ limits: { cpu: "1", memory: "1Gi" } })]);
+      expect(container?.env).toEqual(expect.arrayContaining([{ name: "ORBAX2REG_EXPORT_KEEP_LAST_N", value: "3", value_source: [] }]));
+      expect(after(changes, 'google_cloud_run_v2_job_iam_member.workflow_runs_jobs["export-shards"]')).toMatchObject({
+        name: "orbax2reg-export",
+        role: "roles/run.jobsExecutorWithOverrides",
+      });
+      const write = after(changes, "google_storage_bucket_iam_member.jobs_export_object_user[0]");
+      expect(write.role).toBe("roles/storage.objectUser");
+      expect((write.condition as { expression: string }[])[0]?.expression).toBe(
+        'resource.name.startsWith("projects/_/buckets/ckpts/objects/hf/step_") || ' +
+          'resource.name.extract("projects/_/buckets/ckpts/objects/{root}/hf/step_") != ""',
+      );
+    });
+
+    test("with hf_export in the checkpoint bucket where no condition can tell exports from sources, the plan fails saying why", async () => {
+      const out = join(tempDir("tf-plan"), "tfplan");
+      const r = await tf(
+        [
+          "plan",
+          "-refresh=false",
+          "-input=false",
+          "-no-color",
+          `-out=${out}`,
+          ...Object.entries(ROOT_VARS).flatMap(([k, v]) => ["-var", `${k}=${v}`]),
+          "-var",
+          'hf_export={steps = [1000], destination_template = "gs://{bucket}/{root}/{step}"}',
+        ],
+        MODULE(),
+      );
+      expect(r.code).not.toBe(0);
+      expect(r.out.replace(/\s+/g, " ")).toContain("puts the exports where no IAM condition can tell them from the source checkpoints");
+    });
+
     test("with notification_channels: the Monitoring API and the three alert policies (failed conversion, dropped event, undelivered events) to those channels", async () => {
       const channel = "projects/my-project/notificationChannels/1234";
       const { summary, changes } = await plan({ notification_channels: JSON.stringify([channel]) });

@@ -103,7 +103,15 @@ function resource(dir: TfDir, type: string, name: string): Obj {
 function instance(dir: TfDir, type: string, name: string, key: string): Obj {
   const r = resource(dir, type, name);
   const map = /^local\.(\w+)$/.exec(bare(r.for_each))?.[1];
-  const values = map === undefined ? undefined : at(dir.locals, map, key);
+  // A local that merges literal maps (local.jobs: the conversion's jobs and, with hf_export, the export job): the key's
+  // entry in the one of them that has it.
+  const merged = (m: string): unknown => {
+    const v = at(dir.locals, m);
+    if (isObj(v)) return v[key];
+    const parts = [...bare(v).matchAll(/\blocal\.(\w+)/g)].map((x) => at(dir.locals, x[1] as string));
+    return parts.find((p) => isObj(p) && isObj(p[key]))?.[key as never];
+  };
+  const values = map === undefined ? undefined : merged(map);
   if (!isObj(values)) throw new Error(`resource ${type}.${name}: no local.<map> for_each with the key ${key}`);
   const put = (v: unknown): unknown => {
     if (Array.isArray(v)) return v.map(put);
@@ -266,7 +274,20 @@ describe("Cloud Function", () => {
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
       ORBAX2REG_CLAIM_LEASE_SECONDS: ex("tostring(var.function_timeout_seconds + 60)"),
       ORBAX2REG_CONVERT_EVERY_N_STEPS: ex("tostring(var.convert_every_n_steps)"),
+      ORBAX2REG_EXPORT_DESTINATION_TEMPLATE: ex('local.export_on ? var.hf_export.destination_template : ""'),
+      ORBAX2REG_EXPORT_EVERY_N_STEPS: ex('local.export_on ? tostring(coalesce(var.hf_export.every_n_steps, 0)) : ""'),
+      ORBAX2REG_EXPORT_STEPS: ex('local.export_on ? join(",", [for s in var.hf_export.steps : tostring(s)]) : ""'),
+      ORBAX2REG_EXPORT_DTYPE: ex('local.export_on ? var.hf_export.dtype : ""'),
+      ORBAX2REG_EXPORT_TOKENIZER: ex('local.export_on ? (var.hf_export.tokenizer == null ? "" : var.hf_export.tokenizer) : ""'),
+      ORBAX2REG_EXPORT_MAX_SHARD_SIZE: ex('local.export_on ? var.hf_export.max_shard_size : ""'),
+      ORBAX2REG_EXPORT_TASKS: ex('local.export_on ? tostring(var.hf_export.tasks) : ""'),
     });
+  });
+
+  test("exports nothing unless hf_export is set (default null: every export variable empty)", () => {
+    const v = mod.variable.hf_export;
+    expect(v && "default" in v && v.default === null).toBe(true);
+    expect(mod.locals.export_on).toBe(ex("var.hf_export != null"));
   });
 
   test("converts every step by default (convert_every_n_steps = 1, never null)", () => {
@@ -322,6 +343,7 @@ describe("Workflow", () => {
       ORBAX2REG_PLAN_JOB: ex('google_cloud_run_v2_job.phase["plan"].name'),
       ORBAX2REG_GROUP_JOB: ex('google_cloud_run_v2_job.phase["convert-group"].name'),
       ORBAX2REG_FINALIZE_JOB: ex('google_cloud_run_v2_job.phase["finalize"].name'),
+      ORBAX2REG_EXPORT_JOB: ex("local.names.export_job"),
       ORBAX2REG_EVENTS_TOPIC: ex("google_pubsub_topic.events.id"),
       ORBAX2REG_MAX_PARALLEL_GROUPS: ex("tostring(var.max_parallel_groups)"),
       ORBAX2REG_GROUPS: ex("tostring(var.groups)"),
@@ -362,7 +384,10 @@ describe("Cloud Run jobs", () => {
   test("plan, convert-group and finalize run `node --max-semi-space-size=1 dist/jobs/main.js <phase>` from the same image", () => {
     expect(Object.keys(mod.resource.google_cloud_run_v2_job ?? {})).toEqual(["phase"]);
     expect(resource(mod, "google_cloud_run_v2_job", "phase").for_each).toBe(ex("local.jobs"));
-    expect(Object.keys(mod.locals.jobs as Obj).sort()).toEqual([...PHASES].sort());
+    expect(Object.keys(mod.locals.conversion_jobs as Obj).sort()).toEqual([...PHASES].sort());
+    // With hf_export, one more: the export job, keyed by the phase it runs most (the others are args overrides).
+    expect(mod.locals.jobs).toBe(ex("merge(local.conversion_jobs, { for k, v in local.export_job : k => v if local.export_on })"));
+    expect(Object.keys(mod.locals.export_job as Obj)).toEqual(["export-shards"]);
     for (const phase of PHASES) {
       expect(at(container(phase), "image"), phase).toBe(ex("local.image"));
       expect(at(container(phase), "command"), phase).toEqual(["node", "--max-semi-space-size=1"]);
@@ -478,6 +503,7 @@ describe("Cloud Run jobs", () => {
       plan: ex("merge(var.job_env, local.job_location_env)"),
       "convert-group": ex("merge(var.job_env, local.job_location_env)"),
       finalize: ex("merge(var.job_env, local.job_location_env, local.finalize_env)"),
+      "export-shards": ex("merge(var.job_env, local.job_location_env, local.export_env)"),
     });
   });
 
@@ -547,6 +573,8 @@ describe("IAM", () => {
       "roles/logging.logWriter @ project",
       "roles/pubsub.publisher @ topic google_pubsub_topic.events",
       'roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.phase["convert-group"]',
+      // With hf_export: the export job (the grant's for_each is every instance of the job resource).
+      'roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.phase["export-shards"]',
       'roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.phase["finalize"]',
       'roles/run.jobsExecutorWithOverrides @ job google_cloud_run_v2_job.phase["plan"]',
       "roles/run.viewer @ project",
@@ -556,6 +584,8 @@ describe("IAM", () => {
       "roles/pubsub.publisher @ topic google_pubsub_topic.events",
       // Writes only where main.tf's jobs_write_condition allows: test/terraform/jobs-access.test.ts evaluates it.
       `roles/storage.objectUser @ bucket local.destination_bucket if ${ex("local.jobs_write_condition")}`,
+      // With hf_export: the exports' folders only (main.tf's export_write_condition).
+      `roles/storage.objectUser @ bucket local.export_bucket if ${ex("local.export_write_condition")}`,
       "roles/storage.objectViewer @ bucket local.destination_bucket",
       "roles/storage.objectViewer @ bucket var.checkpoint_bucket",
     ],
@@ -595,8 +625,17 @@ describe("IAM", () => {
 
   /** The scopes a binding covers; a for_each binding covers every resource its map names. */
   function scopes(type: string, b: Obj): string[] {
+    // A for_each over the job resource's instances covers every job local.jobs can hold.
+    const jobInstances = () =>
+      ["conversion_jobs", "export_job"]
+        .flatMap((m) => Object.keys(at(mod.locals, m) as Obj))
+        .map((k) => `google_cloud_run_v2_job.phase["${k}"]`);
     const target = (expr: unknown): string[] =>
-      bare(expr) === "each.value" && isObj(b.for_each) ? Object.values(b.for_each).map(resourceOf) : [resourceOf(expr)];
+      bare(expr) === "each.value" && isObj(b.for_each)
+        ? Object.values(b.for_each).map(resourceOf)
+        : bare(expr) === "each.value" && /^\{\s*for \w+, \w+ in google_cloud_run_v2_job\.phase :/.test(bare(b.for_each))
+          ? jobInstances()
+          : [resourceOf(expr)];
     switch (type) {
       case "google_project_iam_member":
         expect(b.project).toBe(ex("var.project_id"));
@@ -689,6 +728,7 @@ describe("IAM", () => {
       "google_project_iam_member.build_reads_function_source": ex("var.function_build_service_account == null ? 1 : 0"),
       "google_project_iam_member.pubsub_agent_token_creator": ex("var.pubsub_agent_token_creator ? 1 : 0"),
       "google_storage_bucket_iam_member.jobs_destination_object_viewer": ex("local.destination_apart ? 1 : 0"),
+      "google_storage_bucket_iam_member.jobs_export_object_user": ex("local.export_on ? 1 : 0"),
       "google_artifact_registry_repository_iam_member.build_writes_function_images": ex(
         "var.function_build_service_account == null ? 1 : 0",
       ),
@@ -756,7 +796,7 @@ describe("IAM", () => {
       ex("var.image_build_service_account != null ? var.image_build_service_account : one(google_service_account.image_build[*].id)"),
     );
     expect(resource(mod, "google_workflows_workflow", "convert").service_account).toBe(ex("google_service_account.workflow.id"));
-    for (const phase of Object.keys(mod.locals.jobs as Obj)) {
+    for (const phase of ["conversion_jobs", "export_job"].flatMap((m) => Object.keys(mod.locals[m] as Obj))) {
       const job = instance(mod, "google_cloud_run_v2_job", "phase", phase);
       expect(at(job, "template", 0, "template", 0, "service_account"), phase).toBe(ex("google_service_account.jobs.email"));
     }
@@ -768,7 +808,7 @@ describe("IAM", () => {
     for (const role of roles) expect(readme, role).toContain(`\`${role}\``);
     const section = readme.slice(readme.indexOf("## Roles"), readme.indexOf("## First deployment"));
     const rows = section.split("\n").filter((l) => /^\| .*`roles\//.test(l));
-    expect(rows.length).toBe(Object.values(EXPECTED).flat().length - 2); // the three job grants share one row
+    expect(rows.length).toBe(Object.values(EXPECTED).flat().length - 3); // the four job grants share one row
     for (const row of rows) expect(row, row).toMatch(/https:\/\/cloud\.google\.com\//);
   });
 });

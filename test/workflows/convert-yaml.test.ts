@@ -16,6 +16,7 @@ import {
   progressKey,
   RECORDS_DIR,
   RUN_ARGUMENT_KEY,
+  RUN_EXPORT_KEY,
   RUN_PLAN_KEY,
   recordsDir,
   runDirKey,
@@ -228,6 +229,7 @@ describe("workflows/convert.yaml's work-directory keys", () => {
     cancelMarkerKey(ID),
     `${runDirKey(ID)}${RUN_PLAN_KEY}`,
     `${runDirKey(ID)}${RUN_ARGUMENT_KEY}`,
+    `${runDirKey(ID)}${RUN_EXPORT_KEY}`,
     ...[WORK_DIR, ""].flatMap((under) => [
       failuresPrefix(ID, under),
       ...[true, false].map((permanent) => failureKey(ID, { permanent, task: 0, taskAttempt: 0 }, under)),

@@ -2,7 +2,14 @@
  * The one event schema published on the events topic (see docs/events.md). Attributes carry `type` and
  * `step` so subscriptions can filter without parsing the body.
  */
-export type ConversionEventType = "conversion.requested" | "conversion.succeeded" | "conversion.failed" | "conversion.pruned";
+export type ConversionEventType =
+  | "conversion.requested"
+  | "conversion.succeeded"
+  | "conversion.failed"
+  | "conversion.pruned"
+  // A Hugging Face export of the step (workflows/convert.yaml's export_step): destination is the export's folder.
+  | "export.succeeded"
+  | "export.failed";
 
 export interface ConversionEvent {
   readonly type: ConversionEventType;

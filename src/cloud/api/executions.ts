@@ -22,6 +22,22 @@ export interface WorkflowArgument {
   readonly job_timeout?: number;
   /** params_only keeps only the model/ leaves and prng_key; force replaces an already committed step. */
   readonly options?: { readonly params_only?: boolean; readonly force?: boolean };
+  /** false: only the export is made (from the Orbax source); absent or true: the step is converted. */
+  readonly convert?: boolean;
+  /** A Hugging Face export of the step (src/cloud/job/workflow-argument.ts, CheckedExport, reads it). */
+  readonly export?: WorkflowExport;
+}
+
+/** The argument's "export": only destination is required. */
+export interface WorkflowExport {
+  readonly destination: string;
+  readonly dtype?: "bfloat16" | "float32";
+  /** A gs:// tokenizer file or "none"; absent: the vocabulary's own. */
+  readonly tokenizer?: string;
+  /** Bytes, or a size such as "5GB". */
+  readonly max_shard_size?: number | string;
+  readonly tasks?: number;
+  readonly force?: boolean;
 }
 
 /**

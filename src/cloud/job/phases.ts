@@ -18,9 +18,10 @@ import type { Env } from "../api/env.js";
 import * as fromEnv from "../api/env.js";
 import type { Logger } from "../api/log.js";
 import { stopIfCancelled } from "./cancelled.js";
+import { runExportPhase } from "./export-phases.js";
 import type { Progress } from "./progress.js";
 import { pruneAfterFinalize, retentionFromEnv } from "./retention.js";
-import { type CheckedArgument, jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix } from "./workflow-argument.js";
+import { type CheckedArgument, exportEnvironment, jobEnvironment, parseWorkflowArgumentText, stepWorkPrefix } from "./workflow-argument.js";
 
 /**
  * What each Cloud Run job phase does (src/cloud/job/run.ts runs one and reports how it ended): read its settings from
@@ -67,6 +68,20 @@ export async function runPhase(
   };
   await stopIfRunCancelled();
   if (phase === "plan") return planJob(env, destination, knownStep, log, started, progress);
+  if (phase === "export-begin" || phase === "export-shards" || phase === "export-finalize")
+    return runExportPhase(
+      phase,
+      env,
+      log,
+      started,
+      progress,
+      async () => {
+        stop?.throwIfAborted();
+        await stopIfRunCancelled();
+        stop?.throwIfAborted();
+      },
+      stop,
+    );
   const step = fromEnv.integer(env, "ORBAX2REG_STEP", WHOLE);
   if (phase === "convert-group") {
     const group = fromEnv.integer(env, "ORBAX2REG_GROUP", WHOLE);
@@ -127,6 +142,34 @@ export async function runPhase(
   }
 }
 
+/** The plan job's answer to the workflow (RunPlan): the conversion's summary, or none for an export alone. */
+function runPlan(argument: CheckedArgument, execution: string, run: string, summary: PlanSummary | { convert: false }): RunPlan {
+  const converted: PlanSummary =
+    "convert" in summary
+      ? { step: argument.step, stepDir: argument.stepDir, groups: 0, arrays: 0, objects: 0, bytes: 0, reused: false, committed: false }
+      : summary;
+  const work = stepWorkPrefix(argument);
+  return {
+    ...converted,
+    convert: argument.convert,
+    source: argument.source,
+    destination: argument.destination,
+    work,
+    tasksPerGroup: argument.tasksPerGroup,
+    jobTimeout: argument.jobTimeout,
+    jobEnv: jobEnvironment(argument, execution || undefined),
+    export:
+      argument.export === undefined
+        ? null
+        : {
+            destination: argument.export.destination,
+            work,
+            jobTimeout: argument.jobTimeout,
+            jobEnv: exportEnvironment(argument, execution || undefined, run),
+          },
+  };
+}
+
 /**
  * The plan phase. Started by the workflow, it gets the execution's argument as given (ORBAX2REG_ARGUMENT),
  * reads it (src/cloud/job/workflow-argument.ts) and answers in the run directory (ORBAX2REG_RUN), where the
@@ -161,6 +204,14 @@ async function planJob(
     await stopIfCancelled(destinationStore, argument.stepDir, execution);
     await runStore?.write(RUN_ARGUMENT_KEY, encodeJson(argument));
   }
+  if (argument !== undefined && runStore !== undefined && !argument.convert) {
+    // An export alone: nothing to plan here (export-begin plans the export), and no summary.json, which says a
+    // conversion's state to `cloud status`.
+    progress.at(argument.stepDir);
+    await runStore.write(RUN_PLAN_KEY, encodeJson(runPlan(argument, execution, run, { convert: false })));
+    log.info("export only; nothing to convert", { phase: "plan", step: argument.step, seconds: (Date.now() - started) / 1000 });
+    return;
+  }
   const step = argument?.step ?? knownStep;
   const { plan, reused, committed } = await planPhase(argument?.source ?? fromEnv.requiredString(env, "ORBAX2REG_SOURCE"), destination, {
     groups: argument?.groups ?? fromEnv.integer(env, "ORBAX2REG_GROUPS", { min: 1, max: WHOLE.max, fallback: DEFAULT_PLAN_GROUPS }),
@@ -183,16 +234,7 @@ async function planJob(
   progress.at(plan.destination.stepDir);
   await destinationStore.write(joinKey(plan.destination.stepDir, SUMMARY_KEY), encodeJson(summary));
   if (argument !== undefined && runStore !== undefined) {
-    const answer: RunPlan = {
-      ...summary,
-      source: argument.source,
-      destination: argument.destination,
-      work: stepWorkPrefix(argument),
-      tasksPerGroup: argument.tasksPerGroup,
-      jobTimeout: argument.jobTimeout,
-      jobEnv: jobEnvironment(argument, execution || undefined),
-    };
-    await runStore.write(RUN_PLAN_KEY, encodeJson(answer));
+    await runStore.write(RUN_PLAN_KEY, encodeJson(runPlan(argument, execution, run, summary)));
   }
   log.info(committed ? "already converted; nothing to do" : reused ? "reusing existing plan" : "plan written", {
     phase: "plan",

@@ -14,7 +14,7 @@ import { recordedGroup, reportFailure } from "./reports.js";
  * help. Logs are single-line JSON for Cloud Logging.
  */
 
-const PHASES: readonly JobPhase[] = ["plan", "convert-group", "finalize"];
+const PHASES: readonly JobPhase[] = ["plan", "convert-group", "finalize", "export-begin", "export-shards", "export-finalize"];
 const isPhase = (p: string | undefined): p is JobPhase => PHASES.includes(p as JobPhase);
 
 /**
@@ -50,7 +50,7 @@ export async function runJob(
   const unobserve = observeRetries(retryWarnings(log.with({ phase })));
   try {
     if (!isPhase(phase) || progress === undefined)
-      throw new UsageError(`unknown phase ${JSON.stringify(phase)} (expected plan, convert-group or finalize)`);
+      throw new UsageError(`unknown phase ${JSON.stringify(phase)} (expected ${PHASES.join(", ")})`);
     stop?.throwIfAborted();
     progress.write();
     const work = runPhase(phase, env, log, started, progress, stop);

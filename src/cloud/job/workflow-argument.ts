@@ -1,6 +1,7 @@
 import { WORK_DIR } from "../../convert/work-dir.js";
-import { MAX_GROUPS } from "../../defaults.js";
+import { DEFAULT_EXPORT_TASKS, MAX_GROUPS } from "../../defaults.js";
 import { UsageError } from "../../errors.js";
+import { DEFAULT_MAX_SHARD_SIZE, parseSize } from "../../hf/shards.js";
 import { parseStepName, stepDirName } from "../../orbax/step.js";
 import { parseLocation } from "../../store/open.js";
 import { joinKey } from "../../store/store.js";
@@ -13,7 +14,14 @@ import { joinKey } from "../../store/store.js";
  *
  *   {"source": "gs://B/run/checkpoints/step_00001000", "destination": "gs://B/run/regular",
  *    "step": 1000, "groups": 8, "tasks_per_group": 1, "job_timeout": 604800,
- *    "options": {"params_only": false, "force": false}}
+ *    "options": {"params_only": false, "force": false},
+ *    "convert": true,
+ *    "export": {"destination": "gs://B/run/hf/step_00001000", "dtype": "bfloat16", "tokenizer": "gs://B/tok.model",
+ *               "max_shard_size": "5GB", "tasks": 4, "force": false}}
+ *
+ * "export" asks for a Hugging Face export of the step besides (or, with "convert": false, instead of) its
+ * conversion; it is always made from the Orbax source, so that it is the same export whether or not the step is
+ * converted, and never waits on the regular checkpoint's bytes.
  *
  * Only source and destination are required; a field given as null counts as absent. Whole numbers may be
  * JSON integers or strings of digits (the console makes it easy to type either). CheckedArgument is the
@@ -36,7 +44,28 @@ export interface CheckedArgument {
   readonly jobTimeout: number;
   readonly paramsOnly: boolean;
   readonly force: boolean;
+  /** Whether the step is converted to the regular format (false only with an export: exported alone). */
+  readonly convert: boolean;
+  /** The Hugging Face export asked for, if any. */
+  readonly export?: CheckedExport;
 }
+
+/** The argument's "export", checked: what the export phases (src/cloud/job/phases.ts) pass to the engine. */
+export interface CheckedExport {
+  /** The export's folder, gs://BUCKET/PATH, trailing slashes removed. */
+  readonly destination: string;
+  readonly dtype: "bfloat16" | "float32";
+  /** A gs:// tokenizer file, "none", or undefined: the vocabulary's own (export-hf --tokenizer). */
+  readonly tokenizer: { readonly file: string } | "none" | undefined;
+  /** Bytes; "5GB"-style strings as export-hf --max-shard-size reads them. */
+  readonly maxShardSize: number;
+  /** Cloud Run tasks of the export-shards execution (fewer are used when there are fewer shards). */
+  readonly tasks: number;
+  /** Replaces another committed export in the destination (export-hf --force). */
+  readonly force: boolean;
+}
+
+export { DEFAULT_EXPORT_TASKS };
 
 /** Seven days: the most Cloud Run lets one task run, and what terraform checks the jobs' retries fit in. */
 export const DEFAULT_JOB_TIMEOUT = 604800;
@@ -112,6 +141,11 @@ export function parseWorkflowArgument(args: unknown, defaultGroups: number): Che
     if (step === undefined) throw new UsageError(`cannot tell the step from the source's last path segment ${last}; pass "step"`);
   }
   const stepNumber = wholeNumber(step, "step");
+  const convert = given(args, "convert") ?? true;
+  if (typeof convert !== "boolean") throw new UsageError(`convert must be true or false, got ${shown(convert)}`);
+  const exported = given(args, "export");
+  const checkedExport = exported === undefined ? undefined : parseExport(exported, source);
+  if (!convert && checkedExport === undefined) throw new UsageError('convert is false and there is no "export": nothing to do');
   return {
     source,
     destination,
@@ -124,6 +158,53 @@ export function parseWorkflowArgument(args: unknown, defaultGroups: number): Che
     jobTimeout: count(given(args, "job_timeout") ?? DEFAULT_JOB_TIMEOUT, "job_timeout", MAX_JOB_TIMEOUT),
     paramsOnly: option(options, "params_only"),
     force: option(options, "force"),
+    convert,
+    ...(checkedExport === undefined ? {} : { export: checkedExport }),
+  };
+}
+
+const DTYPES = ["bfloat16", "float32"] as const;
+
+/** The argument's "export" object; every message names the field as export.NAME. */
+function parseExport(value: unknown, source: string): CheckedExport {
+  if (!isMap(value)) throw new UsageError(`export must be an object, got ${shown(value)}`);
+  const known = ["destination", "dtype", "tokenizer", "max_shard_size", "tasks", "force"];
+  const unknown = Object.keys(value).filter((k) => !known.includes(k));
+  if (unknown.length > 0) throw new UsageError(`export.${unknown[0]} is not a field of export (${known.join(", ")})`);
+  const raw = given(value, "destination");
+  const destination = typeof raw === "string" ? raw.replace(/\/+$/, "") : raw;
+  if (typeof destination !== "string" || !/^gs:\/\/[^/]+\/./.test(destination))
+    throw new UsageError(
+      `export.destination must be gs://BUCKET/PATH, the export's own folder, got ${typeof destination === "string" ? destination : shown(destination)}`,
+    );
+  if (destination === source || destination.startsWith(`${source}/`))
+    throw new UsageError(`export.destination ${destination} is inside the source ${source}: nothing is written into a source`);
+  const dtype = given(value, "dtype") ?? "bfloat16";
+  if (!DTYPES.includes(dtype as (typeof DTYPES)[number]))
+    throw new UsageError(`export.dtype must be ${DTYPES.join(" or ")}, got ${shown(dtype)}`);
+  const tokenizer = given(value, "tokenizer");
+  if (tokenizer !== undefined && tokenizer !== "none" && (typeof tokenizer !== "string" || !/^gs:\/\/[^/]+\/./.test(tokenizer)))
+    throw new UsageError(
+      `export.tokenizer must be a gs://BUCKET/PATH file or "none" (absent: the vocabulary's own), got ${shown(tokenizer)}`,
+    );
+  const size = given(value, "max_shard_size") ?? DEFAULT_MAX_SHARD_SIZE;
+  let maxShardSize: number;
+  try {
+    maxShardSize = typeof size === "number" ? wholeNumber(size, "export.max_shard_size") : parseSize(String(size), 1);
+    if (typeof size !== "number" && typeof size !== "string") throw new Error("not a size");
+  } catch {
+    throw new UsageError(`export.max_shard_size must be a size such as 5GB, 500MB, 2GiB or a number of bytes, got ${shown(size)}`);
+  }
+  if (maxShardSize < 1) throw new UsageError(`export.max_shard_size must be at least 1 byte, got ${shown(size)}`);
+  const force = given(value, "force") ?? false;
+  if (typeof force !== "boolean") throw new UsageError(`export.force must be true or false, got ${shown(force)}`);
+  return {
+    destination,
+    dtype: dtype as CheckedExport["dtype"],
+    tokenizer: tokenizer === undefined ? undefined : tokenizer === "none" ? "none" : { file: tokenizer as string },
+    maxShardSize,
+    tasks: count(given(value, "tasks") ?? DEFAULT_EXPORT_TASKS, "export.tasks", MAX_TASKS_PER_GROUP),
+    force,
   };
 }
 
@@ -159,6 +240,35 @@ export function jobEnvironment(a: CheckedArgument, execution: string | undefined
     { name: "ORBAX2REG_FORCE", value: String(a.force) },
     ...(execution ? [{ name: "ORBAX2REG_EXECUTION", value: execution }] : []),
   ];
+}
+
+/**
+ * What the export jobs read besides jobEnvironment's: the export (ORBAX2REG_EXPORT, the argument's "export" as
+ * checked, JSON) and the run directory (ORBAX2REG_RUN), where export-begin answers and export-shards reads its task.
+ */
+export function exportEnvironment(a: CheckedArgument, execution: string | undefined, run: string): EnvVar[] {
+  if (a.export === undefined) throw new UsageError("the argument asks for no export");
+  const e = a.export;
+  const raw = {
+    destination: e.destination,
+    dtype: e.dtype,
+    ...(e.tokenizer === undefined ? {} : { tokenizer: e.tokenizer === "none" ? "none" : e.tokenizer.file }),
+    max_shard_size: e.maxShardSize,
+    tasks: e.tasks,
+    force: e.force,
+  };
+  return [...jobEnvironment(a, execution), { name: "ORBAX2REG_EXPORT", value: JSON.stringify(raw) }, { name: "ORBAX2REG_RUN", value: run }];
+}
+
+/** ORBAX2REG_EXPORT as the export jobs read it: the same checks as the argument's "export". */
+export function parseExportText(text: string, source: string): CheckedExport {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new UsageError(`ORBAX2REG_EXPORT is not JSON: ${(e as Error).message}`);
+  }
+  return parseExport(value, source);
 }
 
 /**

@@ -14,6 +14,18 @@ export interface TriggerConfig {
    * Step numbers, not a count of checkpoints: with 1000 and steps saved every 500, step 1500 is skipped.
    */
   readonly convertEveryNSteps?: number;
+  /** Which steps are also (or only) exported as Hugging Face checkpoints, and where (terraform hf_export). */
+  readonly export?: ExportSelection;
+}
+
+/** The export's step selection and destination (the rest of its settings go into the argument as they are). */
+export interface ExportSelection {
+  /** Steps divisible by this are exported; undefined: none by this rule. */
+  readonly everyNSteps?: number;
+  /** These steps are exported. */
+  readonly steps: readonly number[];
+  /** The export's folder for a step: placeholders {bucket}, {root}, {step}, as destinationTemplate's. */
+  readonly destinationTemplate: string;
 }
 
 export type TriggerDecision =
@@ -25,6 +37,10 @@ export type TriggerDecision =
       /** Orbax step to convert (for the emergency layout, its tensors/step_X). */
       readonly source: string;
       readonly destination: string;
+      /** Whether the step is converted (false: asked for the export only). */
+      readonly convert: boolean;
+      /** The export's folder when the step is exported. */
+      readonly exportTo?: string;
       /**
        * For the emergency layout, the other half that must also exist before converting (the event that
        * arrives second starts the conversion; the claim keeps it to one).
@@ -54,11 +70,20 @@ export function classify(bucket: string, name: string, config: TriggerConfig): T
   const root = isEmergency ? parts.slice(0, -1).join("/") : parent;
   if (!watched(root, config.rootPrefixes)) return { kind: "ignore", reason: "outside the watched checkpoint roots" };
   const every = config.convertEveryNSteps ?? 1;
-  if (every > 1 && n % every !== 0) return { kind: "ignore", reason: `step ${n} is not a multiple of convert_every_n_steps (${every})` };
+  const convert = every <= 1 || n % every === 0;
+  const ex = config.export;
+  const exported = ex !== undefined && (ex.steps.includes(n) || (ex.everyNSteps !== undefined && n % ex.everyNSteps === 0));
+  if (!convert && !exported)
+    return {
+      kind: "ignore",
+      reason: `step ${n} is not a multiple of convert_every_n_steps (${every})${ex ? " and not a step hf_export asks for" : ""}`,
+    };
   const at = (path: string) => (path === "" ? `gs://${bucket}` : `gs://${bucket}/${path}`);
-  const destination = expand(config.destinationTemplate, { bucket, root, step: stepDirName(n) });
+  const values = { bucket, root, step: stepDirName(n) };
+  const destination = expand(config.destinationTemplate, values);
+  const asked = { convert, ...(exported ? { exportTo: expand(ex.destinationTemplate, values) } : {}) };
   const prefix = root === "" ? "" : `${root}/`;
-  if (!isEmergency) return { kind: "convert", layout: "axlearn", step: n, source: at(`${prefix}${stepName}`), destination };
+  if (!isEmergency) return { kind: "convert", layout: "axlearn", step: n, source: at(`${prefix}${stepName}`), destination, ...asked };
   const other = file === "index" ? `${prefix}tensors/${stepName}/commit_success.txt` : `${prefix}non-tensors/${stepName}/index`;
   return {
     kind: "convert",
@@ -66,6 +91,7 @@ export function classify(bucket: string, name: string, config: TriggerConfig): T
     step: n,
     source: at(`${prefix}tensors/${stepName}`),
     destination,
+    ...asked,
     requires: { bucket, name: other },
   };
 }

@@ -73,6 +73,8 @@ export async function handleFinalized(event: { id?: string; data?: unknown }, de
     destination: decision.destination,
     step: decision.step,
     groups: config.groups,
+    ...(decision.convert ? {} : { convert: false }),
+    ...(decision.exportTo === undefined ? {} : { export: { ...config.exportSettings, destination: decision.exportTo } }),
   };
   const outcome = await startOnce(
     { argument, eventId: event.id ?? null, adoptFinished: true },

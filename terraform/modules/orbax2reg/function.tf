@@ -80,6 +80,14 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
       # A claim whose delivery died (no execution recorded in it) may be taken over after this long; it must exceed
       # the function's timeout, so that a live delivery never loses its claim.
       ORBAX2REG_CLAIM_LEASE_SECONDS = tostring(var.function_timeout_seconds + 60)
+      # hf_export: which steps are exported, where and how (src/cloud/trigger/config.ts). An empty template: no export.
+      ORBAX2REG_EXPORT_DESTINATION_TEMPLATE = local.export_on ? var.hf_export.destination_template : ""
+      ORBAX2REG_EXPORT_EVERY_N_STEPS        = local.export_on ? tostring(coalesce(var.hf_export.every_n_steps, 0)) : ""
+      ORBAX2REG_EXPORT_STEPS                = local.export_on ? join(",", [for s in var.hf_export.steps : tostring(s)]) : ""
+      ORBAX2REG_EXPORT_DTYPE                = local.export_on ? var.hf_export.dtype : ""
+      ORBAX2REG_EXPORT_TOKENIZER            = local.export_on ? (var.hf_export.tokenizer == null ? "" : var.hf_export.tokenizer) : ""
+      ORBAX2REG_EXPORT_MAX_SHARD_SIZE       = local.export_on ? var.hf_export.max_shard_size : ""
+      ORBAX2REG_EXPORT_TASKS                = local.export_on ? tostring(var.hf_export.tasks) : ""
     }
   }
 

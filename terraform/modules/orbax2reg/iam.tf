@@ -228,11 +228,8 @@ data "google_storage_bucket" "destination" {
 # https://cloud.google.com/iam/docs/roles-permissions/run#run.jobsExecutorWithOverrides
 # https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs/run
 resource "google_cloud_run_v2_job_iam_member" "workflow_runs_jobs" {
-  for_each = {
-    plan            = google_cloud_run_v2_job.phase["plan"].name
-    "convert-group" = google_cloud_run_v2_job.phase["convert-group"].name
-    finalize        = google_cloud_run_v2_job.phase["finalize"].name
-  }
+  # With hf_export, the export job too (its phase is an args override: the same role covers it).
+  for_each = { for phase, job in google_cloud_run_v2_job.phase : phase => job.name }
 
   project  = var.project_id
   location = var.region
@@ -351,6 +348,38 @@ resource "google_storage_bucket_iam_member" "jobs_destination_object_user" {
     precondition {
       condition     = data.google_storage_bucket.destination.uniform_bucket_level_access
       error_message = "Bucket \"${local.destination_bucket}\" (the destination) must have uniform bucket-level access enabled: the jobs' write grant is an IAM condition, which Cloud Storage only honours on such buckets (https://cloud.google.com/storage/docs/uniform-bucket-level-access)."
+    }
+  }
+}
+
+# With hf_export: create, overwrite and delete (resume, --force, the exports' retention) the objects of the exports'
+# folders, and only those, as jobs_destination_object_user does for the regular checkpoints (main.tf:
+# export_write_condition). Their bucket is the checkpoint bucket or destination_bucket, which the jobs already list
+# and read (jobs_checkpoint_object_viewer, jobs_destination_object_viewer); a tokenizer file elsewhere needs a read
+# grant of its own.
+# https://cloud.google.com/storage/docs/access-control/iam-roles
+# https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name
+resource "google_storage_bucket_iam_member" "jobs_export_object_user" {
+  count = local.export_on ? 1 : 0
+
+  bucket = local.export_bucket
+  role   = "roles/storage.objectUser"
+  member = "serviceAccount:${google_service_account.jobs.email}"
+
+  condition {
+    title       = "orbax2reg exports only"
+    description = "The Hugging Face exports hf_export.destination_template names; never a source checkpoint."
+    expression  = local.export_write_condition
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.export_bucket_known
+      error_message = "hf_export.destination_template writes to bucket \"${local.export_bucket}\": it must be checkpoint_bucket or destination_bucket, which the jobs can list."
+    }
+    precondition {
+      condition     = local.export_write_form != "none"
+      error_message = "hf_export.destination_template \"${local.export_template}\" puts the exports where no IAM condition can tell them from the source checkpoints in bucket \"${var.checkpoint_bucket}\": use gs://{bucket}/{root}/<dir>/{step}, gs://{bucket}/<dir>/{root}/{step}, or destination_bucket."
     }
   }
 }

@@ -31,10 +31,18 @@ locals {
       } : name => tostring(value) if value != null
     },
   )
+  # The export job (hf_export): the exports' own retention, apart from the regular checkpoints' (a rule left null is off).
+  export_env = {
+    for name, value in {
+      ORBAX2REG_EXPORT_KEEP_LAST_N        = try(var.hf_export.keep_last_n, null)
+      ORBAX2REG_EXPORT_KEEP_EVERY_N_STEPS = try(var.hf_export.keep_every_n_steps, null)
+    } : name => tostring(value) if value != null
+  }
   job_env = {
     plan            = merge(var.job_env, local.job_location_env)
     "convert-group" = merge(var.job_env, local.job_location_env)
     finalize        = merge(var.job_env, local.job_location_env, local.finalize_env)
+    "export-shards" = merge(var.job_env, local.job_location_env, local.export_env)
   }
 }
 
@@ -43,6 +51,11 @@ locals {
 # - "convert-group", once per group (the workflow fans out with ORBAX2REG_GROUP and, optionally, taskCount
 #   overrides): copy the group's chunks. The big one: 8 vCPU / 32 GiB by default, the Cloud Run maximum.
 # - "finalize": check every planned object, then write the regular checkpoint's index (its commit marker).
+# - "export-shards", only with hf_export: the export job. The workflow runs it for the export's three phases, giving
+#   each execution its phase as an args override ("will replace existing args",
+#   https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs/run#containeroverride; the task count
+#   too: https://cloud.google.com/run/docs/execute/jobs-with-overrides). One job, not three: the phases share the
+#   image, identity and size, and the workflow's runWithOverrides grant on it covers all three.
 resource "google_cloud_run_v2_job" "phase" {
   for_each = local.jobs
 

@@ -9,6 +9,7 @@ locals {
     plan_job       = "${var.name_prefix}-plan"
     group_job      = "${var.name_prefix}-convert-group"
     finalize_job   = "${var.name_prefix}-finalize"
+    export_job     = "${var.name_prefix}-export"
     function_sa    = "${var.name_prefix}-fn"
     trigger_sa     = "${var.name_prefix}-trigger"
     workflow_sa    = "${var.name_prefix}-workflow"
@@ -66,6 +67,34 @@ locals {
     none = "false"
   }[local.jobs_write_form]
 
+  # The Hugging Face export's folders (hf_export.destination_template, ending in {step}), written by the export job as the
+  # regular checkpoints are by the others: its bucket is the checkpoint bucket or destination_bucket (the jobs list and
+  # read both already), and its objects are granted by a condition of the same three forms, with {step} standing for
+  # the step_ names the jobs write: "prefix" (a separate destination bucket, or a fixed path first), "beside-root"
+  # (gs://{bucket}/{root}/<dir>/{step}: names with "/<dir>/step_" after some root), or "none" (refused).
+  export_on            = var.hf_export != null
+  export_template      = local.export_on ? var.hf_export.destination_template : "gs://{bucket}/{root}/hf/{step}"
+  export_template_head = regex("^gs://([^/]+)", local.export_template)[0]
+  export_bucket        = local.export_template_head == "{bucket}" ? var.checkpoint_bucket : local.export_template_head
+  export_bucket_known  = contains([var.checkpoint_bucket, local.destination_bucket], local.export_bucket)
+  export_path          = trim(replace(local.export_template, "/^gs://[^/]+/", ""), "/")
+  export_fixed         = regex("^[^{]*", local.export_path)
+  # gs://{bucket}/{root}/hf/{step} -> "hf/": the folder the step_ folders are in, beside each root.
+  export_beside = startswith(local.export_path, "{root}/") ? trimsuffix(trimprefix(local.export_path, "{root}/"), "{step}") : ""
+  export_write_form = (
+    local.export_bucket != var.checkpoint_bucket || local.export_fixed != "" ? "prefix" :
+    local.export_beside != "" && !strcontains(local.export_beside, "{") ? "beside-root" : "none"
+  )
+  export_objects = "projects/_/buckets/${local.export_bucket}/objects/"
+  export_write_condition = {
+    prefix = "resource.name.startsWith(\"${local.export_objects}${local.export_fixed}\")"
+    "beside-root" = join(" || ", [
+      "resource.name.startsWith(\"${local.export_objects}${local.export_beside}step_\")",
+      "resource.name.extract(\"${local.export_objects}{root}/${local.export_beside}step_\") != \"\"",
+    ])
+    none = "false"
+  }[local.export_write_form]
+
   # The function's source is the module's own archive (function_source_object null) or an object uploaded before:
   # in the module's bucket, or in function_source_bucket when that is given. A bucket without an object names nothing.
   function_source_given = var.function_source_bucket == null || var.function_source_object != null
@@ -81,7 +110,7 @@ locals {
   # The three Cloud Run jobs by phase (jobs.tf's google_cloud_run_v2_job.phase has one instance per key; the key is
   # the job's `node dist/jobs/main.js <phase>` argument): its name, its size and the variables that set the size (for
   # the error message of its shape check).
-  jobs = {
+  conversion_jobs = {
     plan = {
       name            = local.names.plan_job
       cpu             = var.plan_cpu
@@ -104,6 +133,18 @@ locals {
       memory_variable = "finalize_memory"
     }
   }
+  # With hf_export: the export job, one job for the export's three phases (export-begin, export-shards, export-finalize:
+  # the workflow gives each execution its phase as an args override), keyed by the phase it runs most.
+  export_job = {
+    "export-shards" = {
+      name            = local.names.export_job
+      cpu             = local.export_on ? var.hf_export.cpu : "1"
+      memory          = local.export_on ? var.hf_export.memory : "1Gi"
+      cpu_variable    = "hf_export.cpu"
+      memory_variable = "hf_export.memory"
+    }
+  }
+  jobs = merge(local.conversion_jobs, { for k, v in local.export_job : k => v if local.export_on })
 
   # The memory (MiB) Cloud Run jobs allow with each vCPU count, checked both ways: 4 vCPU need at least 2Gi, 6 and 8
   # vCPU 4Gi (https://cloud.google.com/run/docs/configuring/jobs/cpu, "vCPU and memory table"); more than 4Gi needs 2

@@ -213,6 +213,86 @@ variable "keep_every_n_steps" {
   }
 }
 
+variable "hf_export" {
+  description = <<-EOT
+    Also export committed steps as Hugging Face Llama checkpoints (fuji models; what `orbax2reg export-hf` writes), fanned
+    out over Cloud Run tasks. null (the default): no export, and no export job. Fields:
+    - every_n_steps / steps: which steps (step numbers divisible by every_n_steps, and/or those listed). A step asked
+      for both is converted (convert_every_n_steps) and then exported; a step asked only for the export is exported
+      straight from its Orbax source and not converted.
+    - destination_template: the export's folder per step, gs://{bucket}/{root}/hf/{step} style (placeholders as
+      destination_template's; it must end in {step}, one folder per step). Its bucket must be checkpoint_bucket or
+      destination_bucket; in the checkpoint bucket it must be gs://{bucket}/{root}/<dir>/{step} or
+      gs://{bucket}/<dir>/.../{step}, where an IAM condition keeps the jobs off the source checkpoints.
+    - dtype ("bfloat16" or "float32"), tokenizer (a gs:// file, "none", or null: the vocabulary's own), max_shard_size
+      ("5GB" style), tasks (Cloud Run tasks of the export-shards execution; fewer when there are fewer shards).
+    - keep_last_n / keep_every_n_steps: retention of the exports (AXLearn's rule, as keep_last_n / keep_every_n_steps),
+      apart from the regular checkpoints'; null: keep every export.
+    - tasks default 8, cpu / memory 1 vCPU / 1Gi each: docs/operations.md's figures (a task's peak RSS stays under
+      512 MiB, and more vCPUs per task would not decode faster).
+  EOT
+  type = object({
+    every_n_steps        = optional(number)
+    steps                = optional(list(number), [])
+    destination_template = string
+    dtype                = optional(string, "bfloat16")
+    tokenizer            = optional(string)
+    max_shard_size       = optional(string, "5GB")
+    tasks                = optional(number, 8)
+    keep_last_n          = optional(number)
+    keep_every_n_steps   = optional(number)
+    cpu                  = optional(string, "1")
+    memory               = optional(string, "1Gi")
+  })
+  default = null
+
+  validation {
+    condition     = var.hf_export == null ? true : (var.hf_export.every_n_steps != null || length(var.hf_export.steps) > 0)
+    error_message = "hf_export needs every_n_steps or steps: which steps to export."
+  }
+  validation {
+    condition = var.hf_export == null ? true : (
+      (var.hf_export.every_n_steps == null ? true : try(var.hf_export.every_n_steps >= 1 && var.hf_export.every_n_steps <= 99999999 && floor(var.hf_export.every_n_steps) == var.hf_export.every_n_steps, false)) &&
+      alltrue([for s in var.hf_export.steps : s >= 0 && s <= 99999999 && floor(s) == s])
+    )
+    error_message = "hf_export.every_n_steps must be an integer from 1 to 99999999, and hf_export.steps step numbers from 0 to 99999999."
+  }
+  validation {
+    condition = var.hf_export == null ? true : (
+      can(regex("^gs://[^/]+/.*\\{step\\}$", var.hf_export.destination_template)) &&
+      !strcontains(replace(replace(replace(var.hf_export.destination_template, "{bucket}", ""), "{root}", ""), "{step}", ""), "{") &&
+      !strcontains(replace(replace(replace(var.hf_export.destination_template, "{bucket}", ""), "{root}", ""), "{step}", ""), "}")
+    )
+    error_message = "hf_export.destination_template must be a gs://bucket/path URL ending in {step} whose only placeholders are {bucket}, {root} and {step}."
+  }
+  validation {
+    condition     = var.hf_export == null ? true : contains(["bfloat16", "float32"], var.hf_export.dtype)
+    error_message = "hf_export.dtype must be \"bfloat16\" or \"float32\"."
+  }
+  validation {
+    condition     = var.hf_export == null ? true : (var.hf_export.tokenizer == null || var.hf_export.tokenizer == "none" || can(regex("^gs://[^/]+/.+", var.hf_export.tokenizer)))
+    error_message = "hf_export.tokenizer must be null (the vocabulary's own), \"none\" or a gs://bucket/path file."
+  }
+  validation {
+    condition     = var.hf_export == null ? true : can(regex("^[0-9]+(\\.[0-9]+)?\\s*([kKmMgGtT]i?[bB]|[bB]|bytes)?$", var.hf_export.max_shard_size))
+    error_message = "hf_export.max_shard_size must be a size such as 5GB, 500MB, 2GiB or a number of bytes."
+  }
+  validation {
+    condition     = var.hf_export == null ? true : (var.hf_export.tasks >= 1 && var.hf_export.tasks <= 10000 && floor(var.hf_export.tasks) == var.hf_export.tasks)
+    error_message = "hf_export.tasks must be an integer from 1 to 10000 (Cloud Run's tasks per job execution)."
+  }
+  validation {
+    condition = var.hf_export == null ? true : alltrue([
+      for v in [var.hf_export.keep_last_n, var.hf_export.keep_every_n_steps] : v == null ? true : try(v >= 0 && v <= 99999999 && floor(v) == v, false)
+    ])
+    error_message = "hf_export.keep_last_n and hf_export.keep_every_n_steps must be null or non-negative integers."
+  }
+  validation {
+    condition     = var.hf_export == null ? true : contains(["1", "2", "4", "6", "8"], var.hf_export.cpu) && can(regex("^[0-9]+(Mi|Gi)$", var.hf_export.memory))
+    error_message = "hf_export.cpu must be one of \"1\", \"2\", \"4\", \"6\", \"8\" and hf_export.memory look like 512Mi or 2Gi."
+  }
+}
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Cloud Function (2nd gen)
 # ---------------------------------------------------------------------------------------------------------------------

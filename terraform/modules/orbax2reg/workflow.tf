@@ -18,11 +18,14 @@ resource "google_workflows_workflow" "convert" {
   source_contents = file(local.workflow_source_path)
 
   user_env_vars = {
-    ORBAX2REG_PROJECT             = var.project_id
-    ORBAX2REG_REGION              = var.region
-    ORBAX2REG_PLAN_JOB            = google_cloud_run_v2_job.phase["plan"].name
-    ORBAX2REG_GROUP_JOB           = google_cloud_run_v2_job.phase["convert-group"].name
-    ORBAX2REG_FINALIZE_JOB        = google_cloud_run_v2_job.phase["finalize"].name
+    ORBAX2REG_PROJECT      = var.project_id
+    ORBAX2REG_REGION       = var.region
+    ORBAX2REG_PLAN_JOB     = google_cloud_run_v2_job.phase["plan"].name
+    ORBAX2REG_GROUP_JOB    = google_cloud_run_v2_job.phase["convert-group"].name
+    ORBAX2REG_FINALIZE_JOB = google_cloud_run_v2_job.phase["finalize"].name
+    # The export job's name, which exists only with hf_export (an export asked for without it fails at its first
+    # jobs.run, 404); named, not referenced, so that the setting is the same with the export on or off.
+    ORBAX2REG_EXPORT_JOB          = local.names.export_job
     ORBAX2REG_EVENTS_TOPIC        = google_pubsub_topic.events.id
     ORBAX2REG_MAX_PARALLEL_GROUPS = tostring(var.max_parallel_groups)
     ORBAX2REG_GROUPS              = tostring(var.groups)

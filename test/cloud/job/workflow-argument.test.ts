@@ -1,5 +1,6 @@
 import { describe, expect, test } from "vitest";
 import {
+  DEFAULT_EXPORT_TASKS,
   DEFAULT_JOB_TIMEOUT,
   jobEnvironment,
   parseWorkflowArgument,
@@ -38,6 +39,7 @@ describe("the workflow argument", () => {
       jobTimeout: 604800,
       paramsOnly: false,
       force: false,
+      convert: true,
     });
     expect(DEFAULT_JOB_TIMEOUT).toBe(604800);
   });
@@ -151,6 +153,77 @@ describe("the workflow argument", () => {
     expect(parseWorkflowArgumentText(JSON.stringify({ source: SOURCE, destination: DESTINATION }), 8).step).toBe(1000);
     expect(() => parseWorkflowArgumentText("{source", 8)).toThrow(UsageError);
     expect(() => parseWorkflowArgumentText("null", 8)).toThrow(/^no argument/);
+  });
+});
+
+describe("the argument's export", () => {
+  const HF = "gs://train/runs/exp/hf/step_00001000";
+
+  test("an export with only its destination gets export-hf's defaults and 8 tasks, and the step is converted too", () => {
+    expect(parse({ export: { destination: `${HF}/` } })).toMatchObject({
+      convert: true,
+      export: { destination: HF, dtype: "bfloat16", tokenizer: undefined, maxShardSize: 5e9, tasks: DEFAULT_EXPORT_TASKS, force: false },
+    });
+    expect(DEFAULT_EXPORT_TASKS).toBe(8);
+  });
+
+  test("convert false with an export asks for the export alone", () => {
+    expect(parse({ convert: false, export: { destination: HF } })).toMatchObject({ convert: false, export: { destination: HF } });
+  });
+
+  test("convert false without an export is refused: nothing would run", () => {
+    expect(refusedWith({ convert: false })).toBe('convert is false and there is no "export": nothing to do');
+  });
+
+  test("convert must be a boolean", () => {
+    expect(refusedWith({ convert: "no" })).toBe('convert must be true or false, got "no"');
+  });
+
+  test("dtype, tokenizer, max_shard_size, tasks and force are taken as given", () => {
+    const e = parse({
+      export: { destination: HF, dtype: "float32", tokenizer: "gs://t/tok.model", max_shard_size: "2GiB", tasks: "8", force: true },
+    }).export;
+    expect(e).toEqual({
+      destination: HF,
+      dtype: "float32",
+      tokenizer: { file: "gs://t/tok.model" },
+      maxShardSize: 2 ** 31,
+      tasks: 8,
+      force: true,
+    });
+    expect(parse({ export: { destination: HF, tokenizer: "none", max_shard_size: 1000 } }).export).toMatchObject({
+      tokenizer: "none",
+      maxShardSize: 1000,
+    });
+  });
+
+  test("each mistake names its export field", () => {
+    const bad = (e: unknown) => refusedWith({ export: e });
+    expect(bad("gs://x/y")).toBe('export must be an object, got "gs://x/y"');
+    expect(bad({})).toBe("export.destination must be gs://BUCKET/PATH, the export's own folder, got undefined");
+    expect(bad({ destination: "gs://bucket" })).toBe(
+      "export.destination must be gs://BUCKET/PATH, the export's own folder, got gs://bucket",
+    );
+    expect(bad({ destination: HF, dtype: "float16" })).toBe('export.dtype must be bfloat16 or float32, got "float16"');
+    expect(bad({ destination: HF, tokenizer: "./tok.model" })).toBe(
+      'export.tokenizer must be a gs://BUCKET/PATH file or "none" (absent: the vocabulary\'s own), got "./tok.model"',
+    );
+    expect(bad({ destination: HF, max_shard_size: "big" })).toBe(
+      'export.max_shard_size must be a size such as 5GB, 500MB, 2GiB or a number of bytes, got "big"',
+    );
+    expect(bad({ destination: HF, max_shard_size: 0 })).toBe("export.max_shard_size must be at least 1 byte, got 0");
+    expect(bad({ destination: HF, tasks: 0 })).toBe("export.tasks must be at least 1, got 0");
+    expect(bad({ destination: HF, tasks: 10_001 })).toBe("export.tasks must be at most 10000, got 10001");
+    expect(bad({ destination: HF, force: "yes" })).toBe('export.force must be true or false, got "yes"');
+    expect(bad({ destination: HF, shards: 3 })).toBe(
+      "export.shards is not a field of export (destination, dtype, tokenizer, max_shard_size, tasks, force)",
+    );
+  });
+
+  test("an export destination inside the source is refused", () => {
+    expect(refusedWith({ export: { destination: `${SOURCE}/hf` } })).toBe(
+      `export.destination ${SOURCE}/hf is inside the source ${SOURCE}: nothing is written into a source`,
+    );
   });
 });
 

@@ -11,6 +11,7 @@ describe("which finalized objects start a conversion", () => {
       step: 1000,
       source: "gs://train/runs/exp1/checkpoints/step_00001000",
       destination: "gs://train/runs/exp1/checkpoints/regular",
+      convert: true,
     });
   });
 
@@ -85,6 +86,7 @@ describe("AXLearn's emergency layout", () => {
       step: 100,
       source: "gs://train/runs/e/tensors/step_00000100",
       destination: "gs://train/runs/e/regular",
+      convert: true,
       requires: { bucket: "train", name: "runs/e/non-tensors/step_00000100/index" },
     });
   });
@@ -94,6 +96,42 @@ describe("AXLearn's emergency layout", () => {
       kind: "convert",
       source: "gs://train/runs/e/tensors/step_00000100",
       requires: { name: "runs/e/tensors/step_00000100/commit_success.txt" },
+    });
+  });
+});
+
+describe("which steps hf_export exports", () => {
+  const exporting: TriggerConfig = {
+    ...config,
+    convertEveryNSteps: 1000,
+    export: { everyNSteps: 5000, steps: [1500], destinationTemplate: "gs://{bucket}/{root}/hf/{step}" },
+  };
+  const marker = (step: string) => `runs/exp1/checkpoints/${step}/commit_success.txt`;
+
+  test("a step asked for both is converted and exported into the export template's folder", () => {
+    expect(classify("train", marker("step_00005000"), exporting)).toMatchObject({
+      kind: "convert",
+      convert: true,
+      exportTo: "gs://train/runs/exp1/checkpoints/hf/step_00005000",
+    });
+  });
+
+  test("a step asked only for the export is exported without being converted", () => {
+    expect(classify("train", marker("step_00001500"), exporting)).toMatchObject({
+      kind: "convert",
+      convert: false,
+      exportTo: expect.any(String),
+    });
+  });
+
+  test("a step only converted has no export", () => {
+    expect(classify("train", marker("step_00002000"), exporting)).not.toHaveProperty("exportTo");
+  });
+
+  test("a step asked for neither is ignored, saying so", () => {
+    expect(classify("train", marker("step_00002500"), exporting)).toEqual({
+      kind: "ignore",
+      reason: "step 2500 is not a multiple of convert_every_n_steps (1000) and not a step hf_export asks for",
     });
   });
 });

@@ -62,3 +62,39 @@ describe("the trigger function's configuration", () => {
     expect(e.message).toMatch(message);
   });
 });
+
+describe("the function's hf_export settings", () => {
+  const EXPORT = {
+    ...DEPLOYED,
+    ORBAX2REG_EXPORT_DESTINATION_TEMPLATE: "gs://{bucket}/{root}/hf/{step}",
+    ORBAX2REG_EXPORT_EVERY_N_STEPS: "5000",
+    ORBAX2REG_EXPORT_STEPS: "100, 200",
+    ORBAX2REG_EXPORT_DTYPE: "bfloat16",
+    ORBAX2REG_EXPORT_TOKENIZER: "",
+    ORBAX2REG_EXPORT_MAX_SHARD_SIZE: "2GB",
+    ORBAX2REG_EXPORT_TASKS: "8",
+  };
+
+  test("an empty export template (hf_export = null) exports nothing", () => {
+    const c = triggerConfigFromEnv({ ...DEPLOYED, ORBAX2REG_EXPORT_DESTINATION_TEMPLATE: "", ORBAX2REG_EXPORT_TASKS: "" });
+    expect(c.export).toBeUndefined();
+    expect(c.exportSettings).toBeUndefined();
+  });
+
+  test("the steps, the folder and the settings passed in each argument", () => {
+    const c = triggerConfigFromEnv(EXPORT);
+    expect(c.export).toEqual({ everyNSteps: 5000, steps: [100, 200], destinationTemplate: "gs://{bucket}/{root}/hf/{step}" });
+    expect(c.exportSettings).toEqual({ dtype: "bfloat16", max_shard_size: "2GB", tasks: 8 });
+  });
+
+  test("a template that does not end in {step}, or no steps, is a configuration error naming the variable", () => {
+    expect(refused({ ...EXPORT, ORBAX2REG_EXPORT_DESTINATION_TEMPLATE: "gs://{bucket}/{root}/hf" }).message).toMatch(
+      /ORBAX2REG_EXPORT_DESTINATION_TEMPLATE/,
+    );
+    expect(refused({ ...EXPORT, ORBAX2REG_EXPORT_EVERY_N_STEPS: "0", ORBAX2REG_EXPORT_STEPS: "" }).message).toMatch(
+      /ORBAX2REG_EXPORT_EVERY_N_STEPS/,
+    );
+    expect(refused({ ...EXPORT, ORBAX2REG_EXPORT_STEPS: "1,x" }).message).toMatch(/ORBAX2REG_EXPORT_STEPS/);
+    expect(refused({ ...EXPORT, ORBAX2REG_EXPORT_DTYPE: "float16" }).message).toMatch(/ORBAX2REG_EXPORT_DTYPE/);
+  });
+});

@@ -231,6 +231,32 @@ describe("the trigger function's handler", () => {
     expect(executions.started).toHaveLength(1);
   });
 
+  test("with hf_export, a step asked for the export alone starts one execution, with its export and convert false, under duplicates", async () => {
+    const exporting = (): TriggerDeps => {
+      const d = deps();
+      return {
+        ...d,
+        config: {
+          ...d.config,
+          convertEveryNSteps: 1000,
+          export: { steps: [100], destinationTemplate: `gs://${bucket}/{root}/hf/{step}` },
+          exportSettings: { dtype: "bfloat16", max_shard_size: "5GB", tasks: 4 },
+        },
+      };
+    };
+    expect(await handleFinalized(commit(bucket), exporting())).toBe("started");
+    expect(await handleFinalized(commit(bucket), exporting())).toBe("duplicate");
+    expect(executions.started).toHaveLength(1);
+    expect(executions.started[0]?.argument).toEqual({
+      source: `gs://${bucket}/runs/exp/step_00000100`,
+      destination: `gs://${bucket}/runs/exp/regular`,
+      step: 100,
+      groups: 4,
+      convert: false,
+      export: { destination: `gs://${bucket}/runs/exp/hf/step_00000100`, dtype: "bfloat16", max_shard_size: "5GB", tasks: 4 },
+    });
+  });
+
   test("five deliveries at once start one execution, and the others wait for it and acknowledge", async () => {
     // Each delivery on its own clock (a shared one would spend the starter's deadline on the others' waits), and
     // each wait also takes real time, so the waiters' 5 s do not run out before the starter's requests answer.
