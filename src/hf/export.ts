@@ -262,7 +262,7 @@ export async function exportHf(sourceLocation: string, destLocation: string, opt
     destination: dest.url,
     dims: p.plan.dims,
     built: p.built,
-    tokenizer: { line: p.tokenizer.line, files: p.tokenizer.tokenizer?.files(0).map((f) => f.name) ?? [] },
+    tokenizer: { line: p.tokenizer.line, files: p.tokenizer.tokenizer?.names ?? [] },
     dtype: p.dtype,
     shards: p.shards.map((s) => ({ name: s.name, tensors: s.tensors.length, bytes: s.fileBytes, written: written.has(s.name) })),
     tensors: p.plan.tensors.length,
