@@ -532,7 +532,7 @@ async function finalize(
     destination: dest.url,
     dims: o.plan.dims,
     built: o.built,
-    tokenizer: { line: o.tokenizer.line, files: o.tokenizer.tokenizer?.files(0).map((f) => f.name) ?? [] },
+    tokenizer: { line: o.tokenizer.line, files: o.tokenizer.tokenizer?.names ?? [] },
     dtype: o.dtype,
     shards: o.shards.map((s) => ({ name: s.name, tensors: s.tensors.length, bytes: s.fileBytes, written: run.written.has(s.name) })),
     tensors: o.plan.tensors.length,

@@ -45,9 +45,14 @@ export interface TokenizerFile {
   readonly bytes: Uint8Array;
 }
 
+/** The files' names, in the order ExportTokenizer.files gives them. */
+const FILE_NAMES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"] as const;
+
 export interface ExportTokenizer {
   /** The files, tokenizer_config.json's model_max_length being `maxLength` (config.json's max_position_embeddings). */
   files(maxLength: number): TokenizerFile[];
+  /** Their names, without making them (the summary's). */
+  readonly names: readonly string[];
   readonly ids: SpecialIds;
   /** Ids the tokenizer can give: at most the embedding's rows. */
   readonly size: number;
@@ -280,10 +285,11 @@ function finish(
   const tokenizerJson = text.encode(JSON.stringify(json));
   return {
     files: (maxLength) => [
-      { name: "tokenizer.json", bytes: tokenizerJson },
-      jsonFile("tokenizer_config.json", config(maxLength)),
-      jsonFile("special_tokens_map.json", special),
+      { name: FILE_NAMES[0], bytes: tokenizerJson },
+      jsonFile(FILE_NAMES[1], config(maxLength)),
+      jsonFile(FILE_NAMES[2], special),
     ],
+    names: FILE_NAMES,
     ids,
     size,
     description,

@@ -315,21 +315,33 @@ export class LocalStore implements Store {
     }
   }
 
-  async listDir(dir: string): Promise<DirListing> {
+  /**
+   * The entries of the directory at key `dir`, in name order, or why it has none: it does not exist (ENOENT), or it
+   * or a directory above it is a file (ENOTDIR). Any other error as translate() makes it.
+   */
+  private async dirEntries(dir: string): Promise<{ path: string; entries: Dirent[] } | { path: string; missing: "ENOENT" | "ENOTDIR" }> {
     const path = dir === "" ? this.root : this.file(dir);
-    let entries: Dirent[];
     try {
-      entries = await holding(READS, 1, () => readdir(path, { withFileTypes: true }));
+      const entries = await holding(READS, 1, () => readdir(path, { withFileTypes: true }));
+      return { path, entries: entries.sort((a, b) => (a.name < b.name ? -1 : 1)) };
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT") return { files: [], dirs: [], absent: true };
-      if (code === "ENOTDIR")
-        return { files: [], dirs: [], ...((await stat(path).catch(() => undefined))?.isFile() ? { file: true } : {}) };
+      if (code === "ENOENT" || code === "ENOTDIR") return { path, missing: code };
       throw this.translate(e, dir);
+    }
+  }
+
+  async listDir(dir: string): Promise<DirListing> {
+    const listed = await this.dirEntries(dir);
+    const { path } = listed;
+    if ("missing" in listed) {
+      if (listed.missing === "ENOENT") return { files: [], dirs: [], absent: true };
+      // Below a file, or the file itself: only the latter is a key.
+      return { files: [], dirs: [], ...((await stat(path).catch(() => undefined))?.isFile() ? { file: true } : {}) };
     }
     const files: ObjectInfo[] = [];
     const dirs: string[] = [];
-    for (const e of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
+    for (const e of listed.entries) {
       const key = dir === "" ? e.name : `${dir}/${e.name}`;
       if (e.isDirectory()) dirs.push(e.name);
       else if (e.isFile() && !TEMPORARY.test(e.name)) files.push({ key, size: (await stat(join(path, e.name))).size });
@@ -552,19 +564,11 @@ export class LocalStore implements Store {
   }
 
   async abandonedIn(dir: string): Promise<string[]> {
-    const path = dir === "" ? this.root : this.file(dir);
-    let entries: Dirent[];
-    try {
-      entries = await holding(READS, 1, () => readdir(path, { withFileTypes: true }));
-    } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code === "ENOENT" || code === "ENOTDIR") return [];
-      throw e;
-    }
-    return entries
+    const listed = await this.dirEntries(dir);
+    if ("missing" in listed) return [];
+    return listed.entries
       .filter((e) => e.isFile() && TEMPORARY.test(e.name) && !writerAlive(e.name))
-      .map((e) => (dir === "" ? e.name : `${dir}/${e.name}`))
-      .sort();
+      .map((e) => (dir === "" ? e.name : `${dir}/${e.name}`));
   }
 
   async removeEmptyDirectories(prefix: string): Promise<void> {

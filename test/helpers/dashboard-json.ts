@@ -1,6 +1,7 @@
-// The module's dashboard JSON and log-based metrics (terraform/modules/orbax2reg/dashboard.tf), evaluated by the real
-// terraform with no provider: dashboard.tf's and alerts.tf's locals over variables.tf and main.tf, with the trigger's id
-// (known only once the function exists) given.
+// The module's dashboard JSON, log-based metrics and alert policies (terraform/modules/orbax2reg/dashboard.tf,
+// monitoring.tf, alerts.tf), evaluated by the real terraform with no provider: those files' locals over variables.tf
+// and main.tf, with the trigger's id (known only once the function exists) given. These are the values the resources
+// hand to Google.
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "@cdktf/hcl2json";
@@ -14,18 +15,42 @@ type Obj = Record<string, unknown>;
 const localsOf = (tf: Obj): Obj => Object.assign({}, ...((tf.locals ?? []) as Obj[]));
 const moduleFile = async (file: string): Promise<Obj> => (await parse(file, readFileSync(join(MODULE, file), "utf8"))) as Obj;
 
+/** A log-based metric of monitoring.tf's table, as written there (optional fields absent). */
+export interface LogMetric {
+  readonly on: string;
+  readonly component: string;
+  readonly value_type: "INT64" | "DISTRIBUTION";
+  readonly unit: string;
+  readonly messages: readonly string[];
+  readonly value_extractor?: string;
+  readonly exponential_buckets?: { num_finite_buckets: number; growth_factor: number; scale: number };
+}
+
+/** An alert policy of alerts.tf's table, with the filter its condition resolves to. */
+export interface AlertPolicy {
+  readonly title: string;
+  readonly condition: string;
+  readonly documentation: string;
+  readonly threshold?: { series: string; above: number; aligner: string; period: string; filter: string };
+  readonly log_match?: string;
+}
+
 export interface ModuleDashboard {
   readonly dashboard: Obj;
+  /** Log-based metric names by key. */
   readonly logMetrics: Record<string, string>;
+  /** Their Logging queries by key. */
   readonly logFilters: Record<string, string>;
+  readonly logMetricTable: Record<string, LogMetric>;
+  readonly alertPolicies: Record<string, AlertPolicy>;
 }
 
 export async function moduleDashboard(): Promise<ModuleDashboard> {
   const dir = tempDir("dashboard");
   copyFileSync(join(MODULE, "variables.tf"), join(dir, "variables.tf"));
   copyFileSync(join(MODULE, "main.tf"), join(dir, "main.tf"));
-  const alerts = localsOf(await moduleFile("alerts.tf"));
-  const locals = { ...alerts, ...localsOf(await moduleFile("dashboard.tf")), trigger_id: TRIGGER_ID, trigger_region: "us-central1" };
+  const files = await Promise.all(["alerts.tf", "monitoring.tf", "dashboard.tf"].map(moduleFile));
+  const locals = { ...Object.assign({}, ...files.map(localsOf)), trigger_id: TRIGGER_ID, trigger_region: "us-central1" };
   const ex = (expression: string): string => `\${${expression}}`;
   writeFileSync(
     join(dir, "probe.tf.json"),
@@ -33,8 +58,15 @@ export async function moduleDashboard(): Promise<ModuleDashboard> {
       locals,
       output: {
         dashboard: { value: ex("local.dashboard") },
-        log_metrics: { value: ex("local.log_metrics") },
+        log_metric_names: { value: ex("local.log_metric_names") },
         log_metric_filters: { value: ex("local.log_metric_filters") },
+        log_metrics: { value: ex("local.log_metrics") },
+        // The threshold's filter as google_monitoring_alert_policy.pipeline resolves it.
+        alert_policies: {
+          value: ex(
+            "{ for k, p in local.alert_policies : k => merge(p, can(p.threshold) ? { threshold = merge(p.threshold, { filter = local.series_filters[p.threshold.series] }) } : {}) }",
+          ),
+        },
       },
     }),
   );
@@ -45,7 +77,9 @@ export async function moduleDashboard(): Promise<ModuleDashboard> {
   if (r.code !== 0) throw new Error(`terraform apply: ${r.out}`);
   return {
     dashboard: r.outputs.dashboard as Obj,
-    logMetrics: r.outputs.log_metrics as Record<string, string>,
+    logMetrics: r.outputs.log_metric_names as Record<string, string>,
     logFilters: r.outputs.log_metric_filters as Record<string, string>,
+    logMetricTable: r.outputs.log_metrics as Record<string, LogMetric>,
+    alertPolicies: r.outputs.alert_policies as Record<string, AlertPolicy>,
   };
 }

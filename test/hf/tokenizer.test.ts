@@ -177,6 +177,11 @@ describe("which tokenizer an export gets", () => {
     expect(c.tokenizer?.files(4096).map((f) => f.name)).toEqual(["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]);
   });
 
+  test("a tokenizer's names are its files' names, in their order, without making the files", async () => {
+    const c = await chooseTokenizer({ file: shippedTokenizer("bpe_32k_c4.model") }, 32768);
+    expect(c.tokenizer?.names).toEqual(c.tokenizer?.files(4096).map((f) => f.name));
+  });
+
   test("--tokenizer takes a gs:// file", async () => {
     const bucket = await newBucket("tok");
     await emulatorStorage()

@@ -21,6 +21,7 @@ import {
   WORK_DIR,
 } from "../../src/convert/work-dir.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
+import { moduleDashboard } from "../helpers/dashboard-json.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 
 // The job entry point the workflow runs, phase by phase, against local directories. What it leaves for
@@ -78,16 +79,13 @@ describe("the job entry point", () => {
     const committed = lines.find((l) => l.message === "checkpoint committed");
     expect(committed).toMatchObject({ severity: "INFO", phase: "finalize", bytes: expect.any(Number) });
     expect(committed?.conversionSeconds).toBeGreaterThan(0);
-    // terraform/modules/orbax2reg/dashboard.tf names exactly these messages and fields.
-    const tf = readFileSync("terraform/modules/orbax2reg/dashboard.tf", "utf8");
-    for (const text of [
-      "plan written",
-      "reusing existing plan",
-      "already converted; nothing to do",
-      "checkpoint committed",
-      "jsonPayload.conversionSeconds",
-    ])
-      expect(tf, text).toContain(text);
+    // The module's log-based metrics (terraform/modules/orbax2reg/monitoring.tf, as terraform evaluates them) match
+    // exactly these messages and extract this field.
+    const { logFilters, logMetricTable } = await moduleDashboard();
+    for (const message of ["plan written", "reusing existing plan", "already converted; nothing to do"])
+      expect(logFilters.conversions_started, message).toContain(`jsonPayload.message="${message}"`);
+    expect(logFilters.conversion_seconds).toContain('jsonPayload.message="checkpoint committed"');
+    expect(logMetricTable.conversion_seconds?.value_extractor).toBe("EXTRACT(jsonPayload.conversionSeconds)");
   });
 
   test("a permanent failure leaves a report, keyed by execution and task, naming the problem, and exits 0 so that Cloud Run does not retry it", async () => {

@@ -1,53 +1,29 @@
 // A step's keys are streamed, not held: a database padded with a million keys that no array's grid has costs
 // the CLI time to list, never memory in proportion. Each command runs as the installed CLI does (the shebang's
-// runtime: test/store/gcs-memory.test.ts) in a child process that reports its peak RSS (the kernel's VmHWM) on
-// exit. Holding the keys took inspect to 525 MiB and convert to 747 MiB; streamed, both stay within a few tens
-// of MiB of what they take on the same step unpadded. The bound is wide (+128 MiB), so that only memory that
+// runtime) in a child process that reports its peak RSS (the kernel's VmHWM) on exit: test/helpers/peak-rss.ts.
+// Holding the keys took inspect to 525 MiB and convert to 747 MiB; streamed, both stay within a few tens of MiB of
+// what they take on the same step unpadded. The bound is wide (+128 MiB), so that only memory that
 // grows with the key count fails it, not a loaded machine's garbage collector.
-import { spawnSync } from "node:child_process";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { fixtureCase } from "../helpers/convert.js";
 import { stepWithExtraKeys } from "../helpers/many-keys.js";
+import { runWithPeakRss } from "../helpers/peak-rss.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const EXTRA_KEYS = 1_000_000;
 const MARGIN_MIB = 128;
 
-function productRuntime(): { env: Record<string, string>; flags: string[] } {
-  const [shebang = ""] = readFileSync("bin/orbax2reg.js", "utf8").split("\n");
-  const words = shebang.replace(/^#!\/usr\/bin\/env -S /, "").split(" ");
-  const node = words.indexOf("node");
-  const env = Object.fromEntries(words.slice(0, node).map((w) => w.split("=", 2) as [string, string]));
-  return { env, flags: words.slice(node + 1) };
-}
-
-let reporter = "";
-
-/** Runs the CLI; its exit code, stdout and peak RSS in MiB. */
+/** Runs the CLI as installed; its exit code, stdout and peak RSS in MiB. */
 function peak(args: string[]): { code: number | null; stdout: string; peakMiB: number } {
-  const runtime = productRuntime();
-  const r = spawnSync(process.execPath, [...runtime.flags, "--require", reporter, "bin/orbax2reg.js", ...args], {
-    env: { ...process.env, ...runtime.env },
-    encoding: "utf8",
-    timeout: 120_000,
-  });
-  const m = /^peak-rss-kib (\d+)$/m.exec(r.stderr);
-  expect(m, r.stderr).not.toBeNull();
-  return { code: r.status, stdout: r.stdout, peakMiB: Number(m?.[1]) / 1024 };
+  return runWithPeakRss(["bin/orbax2reg.js", ...args], { timeoutMs: 120_000 });
 }
 
 describe("a step whose database holds a million keys outside every array's grid", () => {
   const original = fixtureCase("tiny").location;
   let padded = "";
   beforeAll(async () => {
-    const dir = tempDir("peak-rss");
-    reporter = join(dir, "report-peak.cjs");
-    writeFileSync(
-      reporter,
-      `process.on("exit", () => { const m = /VmHWM:\\s+(\\d+) kB/.exec(require("node:fs").readFileSync("/proc/self/status", "utf8")); process.stderr.write("peak-rss-kib " + (m ? m[1] : "0") + "\\n"); });\n`,
-    );
     padded = await stepWithExtraKeys(original, EXTRA_KEYS);
   }, 180_000);
   // The padded copy is 15 MB.

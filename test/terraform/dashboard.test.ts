@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "@cdktf/hcl2json";
 import { beforeAll, describe, expect, test } from "vitest";
-import { moduleDashboard, TRIGGER_ID } from "../helpers/dashboard-json.js";
+import { type LogMetric, moduleDashboard, TRIGGER_ID } from "../helpers/dashboard-json.js";
 import { schemaErrors, seconds } from "../helpers/dashboard-schema.js";
 
 const MODULE = "terraform/modules/orbax2reg";
@@ -92,12 +92,13 @@ const REDUCER_FITS: Readonly<Record<string, (aligned: ValueType) => boolean>> = 
 let dashboard: Obj;
 let logMetrics: Record<string, string>;
 let logFilters: Record<string, string>;
+let logMetricTable: Record<string, LogMetric>;
 const moduleFile = async (file: string): Promise<Obj> => (await parse(file, readFileSync(join(MODULE, file), "utf8"))) as Obj;
 /** A terraform expression as a JSON-syntax string. */
 const ex = (expression: string): string => `\${${expression}}`;
 
 beforeAll(async () => {
-  ({ dashboard, logMetrics, logFilters } = await moduleDashboard());
+  ({ dashboard, logMetrics, logFilters, logMetricTable } = await moduleDashboard());
 }, 120_000);
 
 /** Every chart's data sets, with the chart's title. */
@@ -108,23 +109,16 @@ function dataSets(): { chart: string; set: Obj }[] {
 const filterOf = (set: Obj) => ((set.timeSeriesQuery as Obj).timeSeriesFilter as { filter: string; aggregation: Obj }).filter;
 const aggregationOf = (set: Obj) => ((set.timeSeriesQuery as Obj).timeSeriesFilter as { aggregation: Obj }).aggregation;
 
-/** The log-based metrics dashboard.tf creates, by metric type, with their descriptors as written there. */
-async function moduleLogMetrics(): Promise<Record<string, Metric>> {
-  const resources = (await moduleFile("dashboard.tf")).resource as Obj;
-  const logging = resources.google_logging_metric as Record<string, Obj[]>;
-  const descriptor = (r: Obj[]) => ((r[0] as Obj).metric_descriptor as Obj[])[0] as { metric_kind: MetricKind; value_type: ValueType };
-  const counter = descriptor(logging.count as Obj[]);
-  const distribution = descriptor(logging.conversion_seconds as Obj[]);
+/** The log-based metrics the module creates (monitoring.tf's table), by metric type, with their descriptors. */
+function moduleLogMetrics(): Record<string, Metric> {
   const onResource = (key: string) => (/resource\.type="([^"]+)"/.exec(logFilters[key] ?? "")?.[1] ?? "?") as string;
-  const metric = (key: string, d: typeof counter): [string, Metric] => [
-    `logging.googleapis.com/user/${logMetrics[key]}`,
-    { kind: d.metric_kind, valueType: d.value_type, resource: onResource(key), labels: ["log"], resourceLabels: [] },
-  ];
-  return Object.fromEntries([
-    metric("conversions_started", counter),
-    metric("trigger_starts", counter),
-    metric("conversion_seconds", distribution),
-  ]);
+  return Object.fromEntries(
+    Object.entries(logMetricTable).map(([key, m]): [string, Metric] => [
+      `logging.googleapis.com/user/${logMetrics[key]}`,
+      // Every log-based metric of the module is a DELTA (dashboard.tf's metric_descriptor).
+      { kind: "DELTA", valueType: m.value_type, resource: onResource(key), labels: ["log"], resourceLabels: [] },
+    ]),
+  );
 }
 
 describe("the dashboard's JSON", () => {
@@ -220,8 +214,8 @@ describe("the dashboard's JSON", () => {
 });
 
 describe("every charted metric", () => {
-  test("exists: one of Google's built-in metrics, or a log-based metric the module creates, on the resource it is written on", async () => {
-    const known = { ...BUILT_IN, ...(await moduleLogMetrics()) };
+  test("exists: one of Google's built-in metrics, or a log-based metric the module creates, on the resource it is written on", () => {
+    const known = { ...BUILT_IN, ...moduleLogMetrics() };
     const charted = new Set<string>();
     for (const { chart, set } of dataSets()) {
       const filter = filterOf(set);
@@ -235,8 +229,8 @@ describe("every charted metric", () => {
     expect([...charted].sort()).toEqual(Object.keys(known).sort());
   });
 
-  test("is aligned and reduced as its kind and value type allow, grouped and named by labels it has", async () => {
-    const known = { ...BUILT_IN, ...(await moduleLogMetrics()) };
+  test("is aligned and reduced as its kind and value type allow, grouped and named by labels it has", () => {
+    const known = { ...BUILT_IN, ...moduleLogMetrics() };
     for (const { chart, set } of dataSets()) {
       const metric = known[/metric\.type="([^"]+)"/.exec(filterOf(set))?.[1] as string] as Metric;
       const a = aggregationOf(set) as { perSeriesAligner: string; crossSeriesReducer: string; groupByFields?: string[] };
@@ -293,15 +287,21 @@ describe("dashboard.tf", () => {
     expect(vars.dashboard?.[0]?.default).toBe(false);
     const resources = (await moduleFile("dashboard.tf")).resource as Record<string, Record<string, Obj[]>>;
     expect(resources.google_monitoring_dashboard?.pipeline?.[0]?.count).toBe(ex("var.dashboard ? 1 : 0"));
-    expect(resources.google_logging_metric?.conversion_seconds?.[0]?.count).toBe(ex("var.dashboard ? 1 : 0"));
-    expect(resources.google_logging_metric?.count?.[0]?.for_each).toContain("var.dashboard ?");
+    expect(resources.google_logging_metric?.pipeline?.[0]?.for_each).toMatch(/ if var\.dashboard \}\}$/);
     expect(readFileSync(join(MODULE, "apis.tf"), "utf8")).toContain('local.alerts || var.dashboard ? ["monitoring.googleapis.com"] : []');
   });
 
-  test("the duration metric extracts the finalize line's conversionSeconds into a distribution", async () => {
-    const resources = (await moduleFile("dashboard.tf")).resource as Record<string, Record<string, Obj[]>>;
-    const m = resources.google_logging_metric?.conversion_seconds?.[0] as Obj;
-    expect(m.value_extractor).toBe("EXTRACT(jsonPayload.conversionSeconds)");
-    expect((m.metric_descriptor as Obj[])[0]).toMatchObject({ metric_kind: "DELTA", value_type: "DISTRIBUTION", unit: "s" });
+  test("the duration metric extracts the finalize line's conversionSeconds into a distribution", () => {
+    expect(logMetricTable.conversion_seconds).toMatchObject({
+      value_extractor: "EXTRACT(jsonPayload.conversionSeconds)",
+      value_type: "DISTRIBUTION",
+      unit: "s",
+      exponential_buckets: { num_finite_buckets: 30, growth_factor: 1.6, scale: 1 },
+    });
+    // The counters extract nothing.
+    for (const key of ["conversions_started", "trigger_starts"]) {
+      expect(logMetricTable[key]?.value_extractor, key).toBeUndefined();
+      expect(logMetricTable[key]).toMatchObject({ value_type: "INT64", unit: "1" });
+    }
   });
 });

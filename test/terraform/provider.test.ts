@@ -292,14 +292,14 @@ describe.skipIf(!present)(
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
       // No log-based metric: the failed executions come from Workflows' built-in metric, which exists at the first apply.
       expect(changes.filter((c) => c.type === "google_logging_metric")).toEqual([]);
-      const failed = after(changes, "google_monitoring_alert_policy.conversion_failed[0]");
+      const failed = after(changes, 'google_monitoring_alert_policy.pipeline["conversion_failed"]');
       expect(failed.notification_channels).toEqual([channel]);
       const threshold = (failed.conditions as { condition_threshold: { filter: string }[] }[])[0]?.condition_threshold[0];
       expect(threshold?.filter).toBe(
         'metric.type="workflows.googleapis.com/finished_execution_count" AND metric.labels.status="FAILED" AND ' +
           'resource.type="workflows.googleapis.com/Workflow" AND resource.labels.workflow_id="orbax2reg-convert" AND resource.labels.location="us-central1"',
       );
-      const dropped = after(changes, "google_monitoring_alert_policy.event_dropped[0]");
+      const dropped = after(changes, 'google_monitoring_alert_policy.pipeline["event_dropped"]');
       expect(dropped.notification_channels).toEqual([channel]);
       const log = (dropped.conditions as { condition_matched_log: { filter: string }[] }[])[0]?.condition_matched_log[0];
       expect(log?.filter).toBe(
@@ -309,11 +309,12 @@ describe.skipIf(!present)(
       const strategy = (dropped.alert_strategy as { notification_rate_limit: { period: string }[] }[])[0];
       expect(strategy?.notification_rate_limit[0]?.period).toBe("300s");
       // The undelivered-events policy's filter names the trigger's subscription, known once the function exists.
-      const backlog = after(changes, "google_monitoring_alert_policy.event_backlog[0]");
+      const backlog = after(changes, 'google_monitoring_alert_policy.pipeline["event_backlog"]');
       expect(backlog.notification_channels).toEqual([channel]);
       const backlogThreshold = (backlog.conditions as { condition_threshold: { threshold_value: number }[] }[])[0]?.condition_threshold[0];
       expect(backlogThreshold?.threshold_value).toBe(600);
-      const unknown = changes.find((c) => c.address === "google_monitoring_alert_policy.event_backlog[0]")?.change.after_unknown as {
+      const unknown = changes.find((c) => c.address === 'google_monitoring_alert_policy.pipeline["event_backlog"]')?.change
+        .after_unknown as {
         conditions: { condition_threshold: { filter: boolean }[] }[];
       };
       expect(unknown.conditions[0]?.condition_threshold[0]?.filter).toBe(true);
@@ -323,12 +324,14 @@ describe.skipIf(!present)(
       const { summary, changes } = await plan({ dashboard: "true" });
       expect(summary).toBe("Plan: 59 to add, 0 to change, 0 to destroy.");
       expect(after(changes, 'google_project_service.required["monitoring.googleapis.com"]').service).toBe("monitoring.googleapis.com");
-      expect(after(changes, 'google_logging_metric.count["conversions_started"]')).toMatchObject({
+      expect(after(changes, 'google_logging_metric.pipeline["conversions_started"]')).toMatchObject({
         name: "orbax2reg/conversions_started",
         metric_descriptor: [{ metric_kind: "DELTA", value_type: "INT64", unit: "1" }],
       });
-      expect(after(changes, 'google_logging_metric.count["trigger_starts"]').filter).toContain('jsonPayload.message="conversion started"');
-      expect(after(changes, "google_logging_metric.conversion_seconds[0]")).toMatchObject({
+      expect(after(changes, 'google_logging_metric.pipeline["trigger_starts"]').filter).toContain(
+        'jsonPayload.message="conversion started"',
+      );
+      expect(after(changes, 'google_logging_metric.pipeline["conversion_seconds"]')).toMatchObject({
         value_extractor: "EXTRACT(jsonPayload.conversionSeconds)",
         metric_descriptor: [{ metric_kind: "DELTA", value_type: "DISTRIBUTION", unit: "s" }],
         bucket_options: [{ exponential_buckets: [{ num_finite_buckets: 30, growth_factor: 1.6, scale: 1 }] }],

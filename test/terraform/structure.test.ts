@@ -8,6 +8,7 @@ import { join, relative, resolve } from "node:path";
 import { parse } from "@cdktf/hcl2json";
 import { beforeAll, describe, expect, test } from "vitest";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
+import { type AlertPolicy, moduleDashboard, TRIGGER_ID } from "../helpers/dashboard-json.js";
 
 const TERRAFORM = "terraform";
 const MODULE = `${TERRAFORM}/modules/orbax2reg`;
@@ -405,7 +406,7 @@ describe("Cloud Run jobs", () => {
   });
 
   test("moved blocks keep the jobs of a deployment made when they were three resources", () => {
-    expect(mod.moved).toEqual([
+    expect(mod.moved.filter((m) => String(m.to).startsWith(ex("google_cloud_run_v2_job.").slice(0, -1)))).toEqual([
       { from: ex("google_cloud_run_v2_job.plan"), to: ex('google_cloud_run_v2_job.phase["plan"]') },
       { from: ex("google_cloud_run_v2_job.convert_group"), to: ex('google_cloud_run_v2_job.phase["convert-group"]') },
       { from: ex("google_cloud_run_v2_job.finalize"), to: ex('google_cloud_run_v2_job.phase["finalize"]') },
@@ -814,87 +815,102 @@ describe("IAM", () => {
 });
 
 describe("Failure alerts (alerts.tf)", () => {
-  const failed = () => resource(mod, "google_monitoring_alert_policy", "conversion_failed");
-  const dropped = () => resource(mod, "google_monitoring_alert_policy", "event_dropped");
-  const backlog = () => resource(mod, "google_monitoring_alert_policy", "event_backlog");
+  // The policies as google_monitoring_alert_policy.pipeline gets them: alerts.tf's table, evaluated by terraform.
+  let policies: Record<string, AlertPolicy> = {};
+  beforeAll(async () => {
+    ({ alertPolicies: policies } = await moduleDashboard());
+  }, 120_000);
+  const policy = () => resource(mod, "google_monitoring_alert_policy", "pipeline");
 
   test("exist only when notification_channels names a channel (none by default)", () => {
     expect(mod.variable.notification_channels?.default).toEqual([]);
     expect(mod.variable.notification_channels?.nullable).toBe(false);
     expect(mod.locals.alerts).toBe(ex("length(var.notification_channels) > 0"));
-    expect(failed().count).toBe(ex("local.alerts ? 1 : 0"));
-    expect(dropped().count).toBe(ex("local.alerts ? 1 : 0"));
-    expect(backlog().count).toBe(ex("local.alerts ? 1 : 0"));
+    expect(bare(policy().for_each)).toMatch(/^\{ for k, p in local\.alert_policies : .* if local\.alerts \}$/);
+    expect(Object.keys(policies).sort()).toEqual(["conversion_failed", "event_backlog", "event_dropped"]);
     expect(String(mod.locals.required_apis)).toContain('local.alerts || var.dashboard ? ["monitoring.googleapis.com"] : []');
+  });
+
+  test("every policy alerts the channels on any of its condition (OR), and closes 30 minutes after it last held", () => {
+    const p = policy();
+    expect(p.notification_channels).toBe(ex("var.notification_channels"));
+    expect(p.combiner).toBe("OR");
+    expect(at(p, "alert_strategy", 0, "auto_close")).toBe("1800s");
+    expect(at(p, "documentation", 0, "mime_type")).toBe("text/markdown");
+    expect(readFileSync(`${TERRAFORM}/README.md`, "utf8")).toContain("## Failure alerts");
+    const threshold = at(p, "conditions", 0, "dynamic", "condition_threshold", 0, "content", 0) as Obj;
+    expect(threshold).toMatchObject({
+      comparison: "COMPARISON_GT",
+      duration: "0s",
+      evaluation_missing_data: "EVALUATION_MISSING_DATA_INACTIVE",
+    });
+  });
+
+  test("moved blocks keep the policies of a deployment made when they were three resources", () => {
+    expect(mod.moved.filter((m) => String(m.to).includes("google_monitoring_alert_policy."))).toEqual(
+      ["conversion_failed", "event_dropped", "event_backlog"].map((key) => ({
+        from: ex(`google_monitoring_alert_policy.${key}[0]`),
+        to: ex(`google_monitoring_alert_policy.pipeline["${key}"]`),
+      })),
+    );
   });
 
   test("a failed conversion is counted by Workflows' built-in metric, not a log-based one (nothing to create first)", () => {
     // The only log-based metrics are the dashboard's (dashboard.tf), and only with var.dashboard; no alert names one.
-    expect(Object.keys(mod.resource.google_logging_metric ?? {}).sort()).toEqual(["conversion_seconds", "count"]);
-    expect(String(mod.locals.failed_execution_filter)).not.toContain("logging.googleapis.com/user/");
-    expect(String(mod.locals.event_backlog_filter)).not.toContain("logging.googleapis.com/user/");
-    const threshold = at(failed(), "conditions", 0, "condition_threshold", 0) as Obj;
-    expect(threshold.filter).toBe(ex("local.failed_execution_filter"));
-    const filter = String(mod.locals.failed_execution_filter);
+    expect(Object.keys(mod.resource.google_logging_metric ?? {})).toEqual(["pipeline"]);
+    expect(String(resource(mod, "google_logging_metric", "pipeline").for_each)).toContain("if var.dashboard");
+    for (const p of Object.values(policies)) expect(p.threshold?.filter ?? p.log_match).not.toContain("logging.googleapis.com/user/");
+    const filter = policies.conversion_failed?.threshold?.filter;
     for (const term of [
-      'metric.type=\\"workflows.googleapis.com/finished_execution_count\\"',
-      'metric.labels.status=\\"FAILED\\"',
-      'resource.type=\\"workflows.googleapis.com/Workflow\\"',
-      `resource.labels.workflow_id=\\"${ex("local.names.workflow")}\\"`,
-      `resource.labels.location=\\"${ex("var.region")}\\"`,
+      'metric.type="workflows.googleapis.com/finished_execution_count"',
+      'metric.labels.status="FAILED"',
+      'resource.type="workflows.googleapis.com/Workflow"',
+      'resource.labels.workflow_id="orbax2reg-convert"',
+      'resource.labels.location="us-central1"',
     ])
       expect(filter).toContain(term);
   });
 
-  test("a failed conversion alerts the channels on any failure in 5 minutes", () => {
-    const p = failed();
-    expect(p.notification_channels).toBe(ex("var.notification_channels"));
-    expect(p.combiner).toBe("OR");
-    const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
-    expect(threshold).toMatchObject({ comparison: "COMPARISON_GT", threshold_value: 0, duration: "0s" });
-    expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "300s", per_series_aligner: "ALIGN_SUM" });
-    expect(at(p, "documentation", 0, "mime_type")).toBe("text/markdown");
-    expect(readFileSync(`${TERRAFORM}/README.md`, "utf8")).toContain("## Failure alerts");
+  test("a failed conversion alerts on any failure in 5 minutes", () => {
+    expect(policies.conversion_failed?.threshold).toMatchObject({ above: 0, period: "300s", aligner: "ALIGN_SUM" });
+    expect(policies.conversion_failed?.log_match).toBeUndefined();
   });
 
   test("a dropped event alerts on the function's own ERROR lines, as they arrive, at most once per 5 minutes", () => {
-    const p = dropped();
-    expect(p.notification_channels).toBe(ex("var.notification_channels"));
-    expect(at(p, "conditions", 0, "condition_matched_log", 0, "filter")).toBe(ex("local.dropped_event_filter"));
-    const filter = String(mod.locals.dropped_event_filter);
+    const p = policies.event_dropped as AlertPolicy;
+    expect(p.threshold).toBeUndefined();
     for (const term of [
-      'resource.type=\\"cloud_run_revision\\"',
-      `resource.labels.service_name=\\"${ex("local.names.function")}\\"`,
-      'jsonPayload.component=\\"orbax2reg-trigger\\"',
+      'resource.type="cloud_run_revision"',
+      'resource.labels.service_name="orbax2reg-on-checkpoint"',
+      'jsonPayload.component="orbax2reg-trigger"',
       "severity>=ERROR",
     ])
-      expect(filter).toContain(term);
-    // A log-match condition needs a notification rate limit.
-    expect(at(p, "alert_strategy", 0, "notification_rate_limit", 0, "period")).toBe("300s");
+      expect(p.log_match).toContain(term);
+    // A log-match condition needs a notification rate limit: the policy has one exactly when it matches log lines.
+    const log = at(policy(), "conditions", 0, "dynamic", "condition_matched_log", 0) as Obj;
+    expect(log.for_each).toBe(ex("each.value.log_match[*]"));
+    const limit = at(policy(), "alert_strategy", 0, "dynamic", "notification_rate_limit", 0) as Obj;
+    expect(limit.for_each).toBe(ex("each.value.log_match[*]"));
+    expect(at(limit, "content", 0, "period")).toBe("300s");
     // Every ERROR line the function writes for a dropped event is explained in the policy's documentation.
-    const doc = String(at(p, "documentation", 0, "content"));
     for (const line of ["the workflow refused to start", "misconfigured, events are acknowledged", "still failing"])
-      expect(doc).toContain(line);
+      expect(p.documentation).toContain(line);
   });
 
   test("an undelivered event alerts on the age of the oldest unacknowledged message of the trigger's own subscription", () => {
-    const p = backlog();
-    expect(p.notification_channels).toBe(ex("var.notification_channels"));
-    const threshold = at(p, "conditions", 0, "condition_threshold", 0) as Obj;
-    expect(threshold).toMatchObject({
-      filter: ex("local.event_backlog_filter"),
-      comparison: "COMPARISON_GT",
-      threshold_value: ex("var.event_backlog_alert_seconds"),
-      duration: "0s",
-    });
-    expect(at(threshold, "aggregations", 0)).toEqual({ alignment_period: "60s", per_series_aligner: "ALIGN_MAX" });
-    const filter = String(mod.locals.event_backlog_filter);
+    const p = policies.event_backlog as AlertPolicy;
+    expect(p.threshold).toMatchObject({ above: 600, period: "60s", aligner: "ALIGN_MAX" });
+    expect(at(policy(), "conditions", 0, "dynamic", "condition_threshold", 0, "content", 0, "threshold_value")).toBe(
+      ex("condition_threshold.value.above"),
+    );
+    expect(mod.locals.alert_policies).toBeDefined();
+    expect(JSON.stringify(at(mod.locals.alert_policies, "event_backlog", "threshold"))).toContain("var.event_backlog_alert_seconds");
     for (const term of [
-      'metric.type=\\"pubsub.googleapis.com/subscription/oldest_unacked_message_age\\"',
-      'resource.type=\\"pubsub_subscription\\"',
-      `resource.labels.subscription_id=starts_with(\\"${ex("local.trigger_subscription_prefix")}\\")`,
+      'metric.type="pubsub.googleapis.com/subscription/oldest_unacked_message_age"',
+      'resource.type="pubsub_subscription"',
+      `resource.labels.subscription_id=starts_with("eventarc-us-central1-${TRIGGER_ID}-sub-")`,
     ])
-      expect(filter).toContain(term);
+      expect(p.threshold?.filter).toContain(term);
     // Eventarc names the subscription eventarc-REGION-TRIGGER_ID-sub-N; the trigger's id is read from the function.
     expect(mod.locals.trigger_subscription_prefix).toBe(`eventarc-${ex("local.trigger_region")}-${ex("local.trigger_id")}-sub-`);
     expect(String(mod.locals.trigger_id)).toContain("google_cloudfunctions2_function.on_checkpoint.event_trigger[0].trigger");

@@ -1,5 +1,6 @@
 # Failure alerts, only when notification_channels names at least one channel (none by default: nothing is created).
-# Three policies, so that whatever way a committed step fails to be converted, an operator hears of it:
+# Three policies (one entry each of alert_policies below), so that whatever way a committed step fails to be converted,
+# an operator hears of it:
 #
 # 1. A conversion failed: an execution of the conversion workflow ended FAILED. Counted by Workflows' own metric
 #    workflows.googleapis.com/finished_execution_count (BETA, DELTA, INT64; labels `status`, "the execution status of
@@ -26,27 +27,6 @@
 locals {
   alerts = length(var.notification_channels) > 0
 
-  # Monitoring filter (https://cloud.google.com/monitoring/api/v3/filters) of the failed executions of this deployment's
-  # workflow.
-  failed_execution_filter = join(" AND ", [
-    "metric.type=\"workflows.googleapis.com/finished_execution_count\"",
-    "metric.labels.status=\"FAILED\"",
-    "resource.type=\"workflows.googleapis.com/Workflow\"",
-    "resource.labels.workflow_id=\"${local.names.workflow}\"",
-    "resource.labels.location=\"${var.region}\"",
-  ])
-
-  # Logging query (https://cloud.google.com/logging/docs/view/logging-query-language) of the function's ERROR lines: its
-  # own JSON lines (src/cloud/api/log.ts, component orbax2reg-trigger), on the Cloud Run service a 2nd-gen function runs
-  # as (resource cloud_run_revision, service_name = the function's name: https://cloud.google.com/run/docs/logging). The
-  # framework's own stack trace after a retryable failure is not matched: that event is redelivered, not dropped.
-  dropped_event_filter = join(" AND ", [
-    "resource.type=\"cloud_run_revision\"",
-    "resource.labels.service_name=\"${local.names.function}\"",
-    "jsonPayload.component=\"orbax2reg-trigger\"",
-    "severity>=ERROR",
-  ])
-
   # The Eventarc trigger the function's event_trigger creates is "projects/<p>/locations/<region>/triggers/<id>" (the
   # provider's `event_trigger.trigger`, output only), and the Pub/Sub subscription Eventarc creates for it is named
   # "eventarc-<region>-<trigger id>-sub-<number>" (https://cloud.google.com/eventarc/docs/retry-events: "projects/
@@ -61,165 +41,142 @@ locals {
   trigger_id                  = element(reverse(split("/", google_cloudfunctions2_function.on_checkpoint.event_trigger[0].trigger)), 0)
   trigger_subscription_prefix = "eventarc-${local.trigger_region}-${local.trigger_id}-sub-"
 
-  # pubsub.googleapis.com/subscription/oldest_unacked_message_age (GA; GAUGE, INT64, seconds; monitored resource
-  # pubsub_subscription, labels project_id and subscription_id; "Sampled every 60 seconds. After sampling, data is not
-  # visible for up to 120 seconds": https://cloud.google.com/monitoring/api/metrics_gcp_p_z, "pubsub";
-  # https://cloud.google.com/monitoring/api/resources#tag_pubsub_subscription).
-  event_backlog_filter = join(" AND ", [
-    "metric.type=\"pubsub.googleapis.com/subscription/oldest_unacked_message_age\"",
-    "resource.type=\"pubsub_subscription\"",
-    "resource.labels.subscription_id=starts_with(\"${local.trigger_subscription_prefix}\")",
-  ])
+  # The policies, one google_monitoring_alert_policy.pipeline each, titled "<name_prefix>: <title>". A policy has one
+  # condition, named `condition`, of one of two kinds:
+  # - `threshold`: any point of a time series of monitoring.tf (`series`), aligned by `aligner` over `period`, above
+  #   `above`; no data is no problem (no failures, an empty subscription report nothing);
+  # - `log_match`: a Logging query, matched by every line as it arrives (a log-match condition:
+  #   https://cloud.google.com/logging/docs/alerting/log-based-alerts); at most one notification per 5 minutes (a rate
+  #   limit is "required for alert policies with a LogMatch condition":
+  #   https://cloud.google.com/python/docs/reference/monitoring/latest/google.cloud.monitoring_v3.types.AlertPolicy.AlertStrategy).
+  # Every incident closes by itself 30 minutes after the condition last held. `documentation` is the notification's text.
+  alert_policies = {
+    # (1) Any conversion failed in the last 5 minutes.
+    conversion_failed = {
+      title     = "a conversion failed"
+      condition = "failed executions of ${local.names.workflow}"
+      threshold = { series = "failed_executions", above = 0, aligner = "ALIGN_SUM", period = "300s" }
+
+      documentation = <<-EOT
+        An execution of the `${local.names.workflow}` workflow (one orbax2reg conversion) failed in project `${var.project_id}`, region `${var.region}`; nothing was committed for that step.
+
+        - Which one and why: `orbax2reg cloud status`, or the workflow's executions in the console (the error names the phase and group, from the jobs' failure reports).
+        - The job logs: Cloud Run jobs `${local.names.plan_job}`, `${local.names.group_job}`, `${local.names.finalize_job}`.
+        - To convert the step again: `orbax2reg cloud start` with the same source and destination (finished objects are skipped).
+      EOT
+    }
+
+    # (2) The first ERROR line of the function: an event that will never start a conversion. The framework's own stack
+    # trace after a retryable failure is not matched: that event is redelivered, not dropped.
+    event_dropped = {
+      title     = "a checkpoint event was dropped"
+      condition = "ERROR lines of ${local.names.function}"
+      log_match = join(" AND ", concat(local.monitored_terms.function, ["jsonPayload.component=\"orbax2reg-trigger\"", "severity>=ERROR"]))
+
+      documentation = <<-EOT
+        The function `${local.names.function}` (project `${var.project_id}`) dropped a Cloud Storage event, or has been failing to handle one for long: a committed step may not be converted. Its ERROR line says which:
+
+        - `the workflow refused to start: ...`: the Workflows API refused the execution (a bad argument, a deleted workflow). Fix the cause, then `orbax2reg cloud start` the step.
+        - `misconfigured, events are acknowledged and ignored until redeployed: ...`: an environment variable of the function is wrong; every event is dropped until `terraform apply` redeploys it. Then `orbax2reg cloud backfill` the steps committed meanwhile.
+        - `... still failing ... after ...`: a delivery has been retried for that long (a claim that stays busy, an API that keeps failing); Eventarc drops the event 24 hours after it was sent. See the line's `errorKind` and the function's other lines.
+        - any other ERROR line: the event or what it names was rejected for good (`errorKind`, `retryable: false`).
+
+        `orbax2reg cloud status` lists the steps and their executions.
+      EOT
+    }
+
+    # (3) An event of the trigger has waited longer than event_backlog_alert_seconds (default 10 minutes) without being
+    # acknowledged: whatever holds it (deliveries refused before the function runs, a function that fails every
+    # delivery, a commit marker throttled behind a flood of chunk events), the operator hears of it within
+    # event_backlog_alert_seconds + ~3 minutes (one-minute samples, visible up to 2 minutes later), long before Eventarc
+    # discards the event 24 h after it was sent.
+    event_backlog = {
+      title     = "checkpoint events are not being delivered"
+      condition = "oldest unacknowledged event of ${local.names.function}'s trigger"
+      threshold = { series = "backlog_age", above = var.event_backlog_alert_seconds, aligner = "ALIGN_MAX", period = "60s" }
+
+      documentation = <<-EOT
+        An event of the function `${local.names.function}`'s Eventarc trigger (project `${var.project_id}`) has waited more than ${var.event_backlog_alert_seconds} s without being acknowledged: a Cloud Storage event, possibly a commit marker, is not reaching the function or keeps failing there. Eventarc retries it with backoff (10 s to 600 s) and discards it 24 hours after it was sent.
+
+        - The function's own lines first: an ERROR line of `${local.names.function}` says why it failed a delivery (the other alert, "a checkpoint event was dropped", explains each).
+        - No line of the function's: the delivery is refused before the function runs. In the function's Cloud Run service `${local.names.function}` look at the request log: 429 (every instance busy: raise `function_max_instances`, or give the converted checkpoints their own `destination_bucket` so that their objects are no events), 403 (the trigger's account `${local.names.trigger_sa}` lacks `roles/run.invoker`, or IAM is still propagating after an apply), 5xx (the instance crashed: its start-up lines).
+        - Once deliveries succeed, the backlog drains by itself. Steps whose events were discarded meanwhile: `orbax2reg cloud backfill <checkpoint-root>` starts every committed step that has no conversion.
+      EOT
+    }
+  }
 }
 
-# Opens an incident, and notifies the channels, when any conversion failed in the last 5 minutes; it closes by itself
-# 30 minutes after the last failure.
-resource "google_monitoring_alert_policy" "conversion_failed" {
-  count = local.alerts ? 1 : 0
+resource "google_monitoring_alert_policy" "pipeline" {
+  # A policy without one of the two condition kinds has it null.
+  for_each = { for k, p in local.alert_policies : k => merge({ threshold = null, log_match = null }, p) if local.alerts }
 
   project               = var.project_id
-  display_name          = "${var.name_prefix}: a conversion failed"
+  display_name          = "${var.name_prefix}: ${each.value.title}"
   combiner              = "OR"
   notification_channels = var.notification_channels
   user_labels           = var.labels
 
   conditions {
-    display_name = "failed executions of ${local.names.workflow}"
+    display_name = each.value.condition
 
-    condition_threshold {
-      filter          = local.failed_execution_filter
-      comparison      = "COMPARISON_GT"
-      threshold_value = 0
-      duration        = "0s"
+    dynamic "condition_threshold" {
+      for_each = each.value.threshold[*]
+      content {
+        filter          = local.series_filters[condition_threshold.value.series]
+        comparison      = "COMPARISON_GT"
+        threshold_value = condition_threshold.value.above
+        duration        = "0s"
 
-      aggregations {
-        alignment_period   = "300s"
-        per_series_aligner = "ALIGN_SUM"
+        aggregations {
+          alignment_period   = condition_threshold.value.period
+          per_series_aligner = condition_threshold.value.aligner
+        }
+
+        trigger {
+          count = 1
+        }
+
+        evaluation_missing_data = "EVALUATION_MISSING_DATA_INACTIVE"
       }
+    }
 
-      trigger {
-        count = 1
+    dynamic "condition_matched_log" {
+      for_each = each.value.log_match[*]
+      content {
+        filter = condition_matched_log.value
       }
-
-      # No failures is no data, not a problem.
-      evaluation_missing_data = "EVALUATION_MISSING_DATA_INACTIVE"
     }
   }
 
   alert_strategy {
+    dynamic "notification_rate_limit" {
+      for_each = each.value.log_match[*]
+      content {
+        period = "300s"
+      }
+    }
     auto_close = "1800s"
   }
 
   documentation {
     mime_type = "text/markdown"
-    content   = <<-EOT
-      An execution of the `${local.names.workflow}` workflow (one orbax2reg conversion) failed in project `${var.project_id}`, region `${var.region}`; nothing was committed for that step.
-
-      - Which one and why: `orbax2reg cloud status`, or the workflow's executions in the console (the error names the phase and group, from the jobs' failure reports).
-      - The job logs: Cloud Run jobs `${local.names.plan_job}`, `${local.names.group_job}`, `${local.names.finalize_job}`.
-      - To convert the step again: `orbax2reg cloud start` with the same source and destination (finished objects are skipped).
-    EOT
+    content   = each.value.documentation
   }
 
   depends_on = [google_project_service.required]
 }
 
-# Opens an incident on the first ERROR line of the function: an event that will never start a conversion. At most one
-# notification per 5 minutes (a rate limit is "required for alert policies with a LogMatch condition":
-# https://cloud.google.com/python/docs/reference/monitoring/latest/google.cloud.monitoring_v3.types.AlertPolicy.AlertStrategy);
-# closes 30 minutes after the last line.
-resource "google_monitoring_alert_policy" "event_dropped" {
-  count = local.alerts ? 1 : 0
-
-  project               = var.project_id
-  display_name          = "${var.name_prefix}: a checkpoint event was dropped"
-  combiner              = "OR"
-  notification_channels = var.notification_channels
-  user_labels           = var.labels
-
-  conditions {
-    display_name = "ERROR lines of ${local.names.function}"
-
-    condition_matched_log {
-      filter = local.dropped_event_filter
-    }
-  }
-
-  alert_strategy {
-    notification_rate_limit {
-      period = "300s"
-    }
-    auto_close = "1800s"
-  }
-
-  documentation {
-    mime_type = "text/markdown"
-    content   = <<-EOT
-      The function `${local.names.function}` (project `${var.project_id}`) dropped a Cloud Storage event, or has been failing to handle one for long: a committed step may not be converted. Its ERROR line says which:
-
-      - `the workflow refused to start: ...`: the Workflows API refused the execution (a bad argument, a deleted workflow). Fix the cause, then `orbax2reg cloud start` the step.
-      - `misconfigured, events are acknowledged and ignored until redeployed: ...`: an environment variable of the function is wrong; every event is dropped until `terraform apply` redeploys it. Then `orbax2reg cloud backfill` the steps committed meanwhile.
-      - `... still failing ... after ...`: a delivery has been retried for that long (a claim that stays busy, an API that keeps failing); Eventarc drops the event 24 hours after it was sent. See the line's `errorKind` and the function's other lines.
-      - any other ERROR line: the event or what it names was rejected for good (`errorKind`, `retryable: false`).
-
-      `orbax2reg cloud status` lists the steps and their executions.
-    EOT
-  }
-
-  depends_on = [google_project_service.required]
+# The policies were three resources of their own (count = 0 or 1) before: a later apply moves them, not replaces them
+# (https://developer.hashicorp.com/terraform/language/modules/develop/refactoring).
+moved {
+  from = google_monitoring_alert_policy.conversion_failed[0]
+  to   = google_monitoring_alert_policy.pipeline["conversion_failed"]
 }
-
-# Opens an incident when an event of the trigger has waited longer than event_backlog_alert_seconds (default 10
-# minutes) without being acknowledged: whatever holds it (deliveries refused before the function runs, a function that
-# fails every delivery, a commit marker throttled behind a flood of chunk events), the operator hears of it within
-# event_backlog_alert_seconds + ~3 minutes (one-minute samples, visible up to 2 minutes later), long before Eventarc
-# discards the event 24 h after it was sent. Closes 30 minutes after the backlog is gone.
-resource "google_monitoring_alert_policy" "event_backlog" {
-  count = local.alerts ? 1 : 0
-
-  project               = var.project_id
-  display_name          = "${var.name_prefix}: checkpoint events are not being delivered"
-  combiner              = "OR"
-  notification_channels = var.notification_channels
-  user_labels           = var.labels
-
-  conditions {
-    display_name = "oldest unacknowledged event of ${local.names.function}'s trigger"
-
-    condition_threshold {
-      filter          = local.event_backlog_filter
-      comparison      = "COMPARISON_GT"
-      threshold_value = var.event_backlog_alert_seconds
-      duration        = "0s"
-
-      aggregations {
-        alignment_period   = "60s"
-        per_series_aligner = "ALIGN_MAX"
-      }
-
-      trigger {
-        count = 1
-      }
-
-      # An empty subscription may report nothing: not a problem.
-      evaluation_missing_data = "EVALUATION_MISSING_DATA_INACTIVE"
-    }
-  }
-
-  alert_strategy {
-    auto_close = "1800s"
-  }
-
-  documentation {
-    mime_type = "text/markdown"
-    content   = <<-EOT
-      An event of the function `${local.names.function}`'s Eventarc trigger (project `${var.project_id}`) has waited more than ${var.event_backlog_alert_seconds} s without being acknowledged: a Cloud Storage event, possibly a commit marker, is not reaching the function or keeps failing there. Eventarc retries it with backoff (10 s to 600 s) and discards it 24 hours after it was sent.
-
-      - The function's own lines first: an ERROR line of `${local.names.function}` says why it failed a delivery (the other alert, "a checkpoint event was dropped", explains each).
-      - No line of the function's: the delivery is refused before the function runs. In the function's Cloud Run service `${local.names.function}` look at the request log: 429 (every instance busy: raise `function_max_instances`, or give the converted checkpoints their own `destination_bucket` so that their objects are no events), 403 (the trigger's account `${local.names.trigger_sa}` lacks `roles/run.invoker`, or IAM is still propagating after an apply), 5xx (the instance crashed: its start-up lines).
-      - Once deliveries succeed, the backlog drains by itself. Steps whose events were discarded meanwhile: `orbax2reg cloud backfill <checkpoint-root>` starts every committed step that has no conversion.
-    EOT
-  }
-
-  depends_on = [google_project_service.required]
+moved {
+  from = google_monitoring_alert_policy.event_dropped[0]
+  to   = google_monitoring_alert_policy.pipeline["event_dropped"]
+}
+moved {
+  from = google_monitoring_alert_policy.event_backlog[0]
+  to   = google_monitoring_alert_policy.pipeline["event_backlog"]
 }

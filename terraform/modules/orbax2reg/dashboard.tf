@@ -5,159 +5,102 @@
 #
 # Every metric charted exists in every project (Google's built-in metrics, https://cloud.google.com/monitoring/api/metrics_gcp_p_z:
 # "pubsub", "run", "storage", "workflows") or is a log-based metric created here from the pipeline's own JSON log lines
-# (https://cloud.google.com/logging/docs/logs-based-metrics; their type is logging.googleapis.com/user/<name>). The
+# (https://cloud.google.com/logging/docs/logs-based-metrics; their type is logging.googleapis.com/user/<name>); both are
+# defined in monitoring.tf, and a chart names them by their key there. The
 # dashboard's JSON is the Dashboards API's Dashboard resource (https://cloud.google.com/monitoring/api/ref_v3/rest/v1/projects.dashboards;
 # messages in google/monitoring/dashboard/v1/*.proto); test/terraform/dashboard.test.ts checks it against those messages.
 # https://registry.terraform.io/providers/hashicorp/google/latest/docs/resources/monitoring_dashboard
 
 locals {
-  # Log-based metric names; the metric type is logging.googleapis.com/user/<name>.
-  log_metrics = {
-    # One per conversion planned: every execution of the workflow runs the plan job once (a retried plan job, or an
-    # execution resumed by hand, plans again), and it logs exactly one of these lines when it has planned
-    # (src/cloud/job/phases.ts).
-    conversions_started = "${var.name_prefix}/conversions_started"
-    # The finalize job's "checkpoint committed" line: conversionSeconds, from the plan to the index (src/cloud/job/phases.ts).
-    conversion_seconds = "${var.name_prefix}/conversion_seconds"
-    # The function's "conversion started" line: a commit marker that started a conversion (src/cloud/trigger/handler.ts).
-    trigger_starts = "${var.name_prefix}/trigger_starts"
+  # Aggregations (Aggregation: common.proto) the charts use, by name: per 5 minutes or per minute, summed or the
+  # largest over the selected series; the median and 95th percentile of a distribution per hour.
+  dashboard_aggregations = {
+    sum_5min = { alignmentPeriod = "300s", perSeriesAligner = "ALIGN_SUM", crossSeriesReducer = "REDUCE_SUM" }
+    max_1min = { alignmentPeriod = "60s", perSeriesAligner = "ALIGN_MAX", crossSeriesReducer = "REDUCE_MAX" }
+    p50_1h   = { alignmentPeriod = "3600s", perSeriesAligner = "ALIGN_DELTA", crossSeriesReducer = "REDUCE_PERCENTILE_50" }
+    p95_1h   = { alignmentPeriod = "3600s", perSeriesAligner = "ALIGN_DELTA", crossSeriesReducer = "REDUCE_PERCENTILE_95" }
   }
 
-  # Cloud Run job logs are on the cloud_run_job resource, labelled with job_name; a 2nd-gen function's on
-  # cloud_run_revision, labelled with service_name (https://cloud.google.com/run/docs/logging).
-  log_metric_filters = {
-    conversions_started = join(" AND ", [
-      "resource.type=\"cloud_run_job\"",
-      "resource.labels.job_name=\"${local.names.plan_job}\"",
-      "jsonPayload.component=\"orbax2reg-job\"",
-      "(jsonPayload.message=\"plan written\" OR jsonPayload.message=\"reusing existing plan\" OR jsonPayload.message=\"already converted; nothing to do\")",
-    ])
-    conversion_seconds = join(" AND ", [
-      "resource.type=\"cloud_run_job\"",
-      "resource.labels.job_name=\"${local.names.finalize_job}\"",
-      "jsonPayload.component=\"orbax2reg-job\"",
-      "jsonPayload.message=\"checkpoint committed\"",
-    ])
-    trigger_starts = join(" AND ", [
-      "resource.type=\"cloud_run_revision\"",
-      "resource.labels.service_name=\"${local.names.function}\"",
-      "jsonPayload.component=\"orbax2reg-trigger\"",
-      "jsonPayload.message=\"conversion started\"",
-    ])
-  }
-
-  # One time series query of the Dashboards API (TimeSeriesQuery.timeSeriesFilter, Aggregation: metrics.proto, common.proto).
-  # Filters in the Monitoring filter syntax, starts_with() and monitoring.regex.full_match() included (https://cloud.google.com/monitoring/api/v3/filters);
-  # the trigger's subscription is selected as the backlog alert selects it (alerts.tf).
-  dashboard_query = {
-    for k, q in {
-      started = {
-        filter  = "metric.type=\"logging.googleapis.com/user/${local.log_metrics.conversions_started}\" AND resource.type=\"cloud_run_job\""
-        aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", period = "300s", group = []
-      }
-      finished = {
-        filter  = "metric.type=\"workflows.googleapis.com/finished_execution_count\" AND resource.type=\"workflows.googleapis.com/Workflow\" AND resource.labels.workflow_id=\"${local.names.workflow}\" AND resource.labels.location=\"${var.region}\""
-        aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", period = "300s", group = ["metric.labels.status"]
-      }
-      duration_p50 = {
-        filter  = "metric.type=\"logging.googleapis.com/user/${local.log_metrics.conversion_seconds}\" AND resource.type=\"cloud_run_job\""
-        aligner = "ALIGN_DELTA", reducer = "REDUCE_PERCENTILE_50", period = "3600s", group = []
-      }
-      duration_p95 = {
-        filter  = "metric.type=\"logging.googleapis.com/user/${local.log_metrics.conversion_seconds}\" AND resource.type=\"cloud_run_job\""
-        aligner = "ALIGN_DELTA", reducer = "REDUCE_PERCENTILE_95", period = "3600s", group = []
-      }
-      bytes = {
-        filter  = "metric.type=\"storage.googleapis.com/network/received_bytes_count\" AND resource.type=\"gcs_bucket\" AND resource.labels.bucket_name=\"${local.destination_bucket}\""
-        aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", period = "300s", group = []
-      }
-      deliveries = {
-        filter  = "metric.type=\"run.googleapis.com/request_count\" AND resource.type=\"cloud_run_revision\" AND resource.labels.service_name=\"${local.names.function}\""
-        aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", period = "300s", group = ["metric.labels.response_code_class"]
-      }
-      trigger_starts = {
-        filter  = "metric.type=\"logging.googleapis.com/user/${local.log_metrics.trigger_starts}\" AND resource.type=\"cloud_run_revision\""
-        aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", period = "300s", group = []
-      }
-      backlog_age = {
-        filter  = local.event_backlog_filter
-        aligner = "ALIGN_MAX", reducer = "REDUCE_MAX", period = "60s", group = []
-      }
-      backlog_count = {
-        filter  = "metric.type=\"pubsub.googleapis.com/subscription/num_undelivered_messages\" AND resource.type=\"pubsub_subscription\" AND resource.labels.subscription_id=starts_with(\"${local.trigger_subscription_prefix}\")"
-        aligner = "ALIGN_MAX", reducer = "REDUCE_MAX", period = "60s", group = []
-      }
-      task_attempts = {
-        filter  = "metric.type=\"run.googleapis.com/job/completed_task_attempt_count\" AND resource.type=\"cloud_run_job\" AND resource.labels.job_name=monitoring.regex.full_match(\"${var.name_prefix}-(plan|convert-group|finalize)\")"
-        aligner = "ALIGN_SUM", reducer = "REDUCE_SUM", period = "300s", group = ["resource.labels.job_name", "metric.labels.result"]
-      }
-      } : k => {
-      timeSeriesFilter = {
-        filter = q.filter
-        aggregation = merge(
-          { alignmentPeriod = q.period, perSeriesAligner = q.aligner, crossSeriesReducer = q.reducer },
-          length(q.group) > 0 ? { groupByFields = q.group } : {},
-        )
-      }
-    }
-  }
-
-  # A chart of one or more data sets (XyChart, xychart.proto).
+  # The charts (XyChart, xychart.proto), in this order, with their y axis and, optionally, thresholds. Each data set is
+  # a time series of monitoring.tf (`series`), aggregated as `aggregation` names, grouped by the labels `group` lists
+  # (when given), plotted as `plot`, named by `legend`, in the unit `unit` (when given). The trigger's backlog is
+  # selected as the backlog alert selects it (alerts.tf).
   dashboard_charts = [
     {
       title = "Conversions: started, and finished by status"
-      dataSets = [
-        { timeSeriesQuery = local.dashboard_query.started, plotType = "LINE", legendTemplate = "started (planned)" },
-        { timeSeriesQuery = local.dashboard_query.finished, plotType = "STACKED_BAR", legendTemplate = "$${metric.labels.status}" },
-      ]
       yAxis = { label = "conversions / 5 min", scale = "LINEAR" }
+      data = [
+        { series = "conversions_started", aggregation = "sum_5min", plot = "LINE", legend = "started (planned)" },
+        { series = "finished_executions", aggregation = "sum_5min", group = ["metric.labels.status"], plot = "STACKED_BAR", legend = "$${metric.labels.status}" },
+      ]
     },
     {
       title = "Conversion duration, plan to commit (seconds)"
-      dataSets = [
-        { timeSeriesQuery = merge(local.dashboard_query.duration_p50, { unitOverride = "s" }), plotType = "LINE", legendTemplate = "median" },
-        { timeSeriesQuery = merge(local.dashboard_query.duration_p95, { unitOverride = "s" }), plotType = "LINE", legendTemplate = "95th percentile" },
-      ]
       yAxis = { label = "seconds", scale = "LINEAR" }
+      data = [
+        { series = "conversion_seconds", aggregation = "p50_1h", unit = "s", plot = "LINE", legend = "median" },
+        { series = "conversion_seconds", aggregation = "p95_1h", unit = "s", plot = "LINE", legend = "95th percentile" },
+      ]
     },
     {
       title = "Bytes written to gs://${local.destination_bucket}"
-      dataSets = [
-        { timeSeriesQuery = merge(local.dashboard_query.bytes, { unitOverride = "By" }), plotType = "STACKED_BAR", legendTemplate = "bytes received" },
-      ]
       yAxis = { label = "bytes / 5 min", scale = "LINEAR" }
+      data = [
+        { series = "bytes_written", aggregation = "sum_5min", unit = "By", plot = "STACKED_BAR", legend = "bytes received" },
+      ]
     },
     {
       title = "Checkpoint events: delivered to the function, and those that started a conversion"
-      dataSets = [
-        { timeSeriesQuery = local.dashboard_query.deliveries, plotType = "LINE", legendTemplate = "delivered, answered $${metric.labels.response_code_class}" },
-        { timeSeriesQuery = local.dashboard_query.trigger_starts, plotType = "LINE", legendTemplate = "started a conversion" },
-      ]
       yAxis = { label = "events / 5 min", scale = "LOG10" }
+      data = [
+        { series = "deliveries", aggregation = "sum_5min", group = ["metric.labels.response_code_class"], plot = "LINE", legend = "delivered, answered $${metric.labels.response_code_class}" },
+        { series = "trigger_starts", aggregation = "sum_5min", plot = "LINE", legend = "started a conversion" },
+      ]
     },
     {
-      title = "Trigger backlog: age of the oldest unacknowledged event (seconds)"
-      dataSets = [
-        { timeSeriesQuery = merge(local.dashboard_query.backlog_age, { unitOverride = "s" }), plotType = "LINE", legendTemplate = "oldest unacknowledged" },
-      ]
-      thresholds = [{ label = "backlog alert", value = var.event_backlog_alert_seconds }]
+      title      = "Trigger backlog: age of the oldest unacknowledged event (seconds)"
       yAxis      = { label = "seconds", scale = "LINEAR" }
+      thresholds = [{ label = "backlog alert", value = var.event_backlog_alert_seconds }]
+      data = [
+        { series = "backlog_age", aggregation = "max_1min", unit = "s", plot = "LINE", legend = "oldest unacknowledged" },
+      ]
     },
     {
       title = "Trigger backlog: unacknowledged events"
-      dataSets = [
-        { timeSeriesQuery = local.dashboard_query.backlog_count, plotType = "LINE", legendTemplate = "unacknowledged" },
-      ]
       yAxis = { label = "events", scale = "LINEAR" }
+      data = [
+        { series = "backlog_count", aggregation = "max_1min", plot = "LINE", legend = "unacknowledged" },
+      ]
     },
     {
       title = "Job task attempts by result (a failed attempt is retried up to max_retries times)"
-      dataSets = [
-        { timeSeriesQuery = local.dashboard_query.task_attempts, plotType = "STACKED_BAR", legendTemplate = "$${resource.labels.job_name} $${metric.labels.result}" },
-      ]
       yAxis = { label = "attempts / 5 min", scale = "LINEAR" }
+      data = [
+        { series = "task_attempts", aggregation = "sum_5min", group = ["resource.labels.job_name", "metric.labels.result"], plot = "STACKED_BAR", legend = "$${resource.labels.job_name} $${metric.labels.result}" },
+      ]
     },
   ]
+
+  # The charts as the Dashboards API takes them: a data set's TimeSeriesQuery.timeSeriesFilter (metrics.proto), the
+  # options not given left out (null is dropped).
+  dashboard_widgets = [for c in local.dashboard_charts : {
+    title = c.title
+    xyChart = { for k, v in {
+      yAxis      = c.yAxis
+      thresholds = lookup(c, "thresholds", null)
+      dataSets = [for d in c.data : {
+        plotType       = d.plot
+        legendTemplate = d.legend
+        timeSeriesQuery = { for k, v in {
+          timeSeriesFilter = {
+            filter      = local.series_filters[d.series]
+            aggregation = { for k, v in merge(local.dashboard_aggregations[d.aggregation], { groupByFields = lookup(d, "group", null) }) : k => v if v != null }
+          }
+          unitOverride = lookup(d, "unit", null)
+        } : k => v if v != null }
+      }]
+    } : k => v if v != null }
+  }]
 
   dashboard_text = <<-EOT
     **orbax2reg** `${var.name_prefix}` in `${var.project_id}` (${var.region}): what each chart means, and what to do when one looks wrong, is in the repository's docs/operations.md, "The dashboard".
@@ -171,9 +114,9 @@ locals {
   # this one key by key, so an xPos or yPos of 0 here would show as a change at every plan
   # (hashicorp/terraform-provider-google#16173; test/terraform/later-apply.test.ts plans a deployed dashboard again).
   dashboard_tiles = concat(
-    [for i, chart in local.dashboard_charts : {
+    [for i, widget in local.dashboard_widgets : {
       position = { xPos = (i % 2) * 6, yPos = floor(i / 2) * 4 }
-      widget   = { title = chart.title, xyChart = { for k, v in chart : k => v if k != "title" } }
+      widget   = widget
     }],
     [{
       position = { xPos = (length(local.dashboard_charts) % 2) * 6, yPos = floor(length(local.dashboard_charts) / 2) * 4 }
@@ -192,47 +135,49 @@ locals {
   }
 }
 
-resource "google_logging_metric" "count" {
-  for_each = var.dashboard ? toset(["conversions_started", "trigger_starts"]) : toset([])
+# The log-based metrics of monitoring.tf (`log_metrics`): a counter, or a distribution with its value extractor and
+# buckets. https://registry.terraform.io/providers/hashicorp/google/latest/docs/resources/logging_metric
+resource "google_logging_metric" "pipeline" {
+  for_each = { for k, m in local.log_metrics : k => merge({ value_extractor = null, exponential_buckets = null }, m) if var.dashboard }
 
-  project = var.project_id
-  name    = local.log_metrics[each.key]
-  filter  = local.log_metric_filters[each.key]
+  project         = var.project_id
+  name            = local.log_metric_names[each.key]
+  filter          = local.log_metric_filters[each.key]
+  value_extractor = each.value.value_extractor
 
   metric_descriptor {
     metric_kind = "DELTA"
-    value_type  = "INT64"
-    unit        = "1"
+    value_type  = each.value.value_type
+    unit        = each.value.unit
+  }
+
+  dynamic "bucket_options" {
+    for_each = each.value.exponential_buckets[*]
+    content {
+      exponential_buckets {
+        num_finite_buckets = bucket_options.value.num_finite_buckets
+        growth_factor      = bucket_options.value.growth_factor
+        scale              = bucket_options.value.scale
+      }
+    }
   }
 
   depends_on = [google_project_service.required]
 }
 
-# A distribution of the conversions' durations (seconds): 30 exponential buckets from 1 s growing by 1.6, the last
-# finite one ending at ~15 days (a conversion waits at most 7 days for one job: workflow-argument.ts, MAX_JOB_TIMEOUT).
-resource "google_logging_metric" "conversion_seconds" {
-  count = var.dashboard ? 1 : 0
-
-  project         = var.project_id
-  name            = local.log_metrics.conversion_seconds
-  filter          = local.log_metric_filters.conversion_seconds
-  value_extractor = "EXTRACT(jsonPayload.conversionSeconds)"
-
-  metric_descriptor {
-    metric_kind = "DELTA"
-    value_type  = "DISTRIBUTION"
-    unit        = "s"
-  }
-
-  bucket_options {
-    exponential_buckets {
-      num_finite_buckets = 30
-      growth_factor      = 1.6
-      scale              = 1
-    }
-  }
-
-  depends_on = [google_project_service.required]
+# The log-based metrics were two resources before (the counters, and the distribution with count = 0 or 1): a later
+# apply moves them, not replaces them (https://developer.hashicorp.com/terraform/language/modules/develop/refactoring).
+moved {
+  from = google_logging_metric.count["conversions_started"]
+  to   = google_logging_metric.pipeline["conversions_started"]
+}
+moved {
+  from = google_logging_metric.count["trigger_starts"]
+  to   = google_logging_metric.pipeline["trigger_starts"]
+}
+moved {
+  from = google_logging_metric.conversion_seconds[0]
+  to   = google_logging_metric.pipeline["conversion_seconds"]
 }
 
 resource "google_monitoring_dashboard" "pipeline" {
@@ -242,5 +187,5 @@ resource "google_monitoring_dashboard" "pipeline" {
   dashboard_json = jsonencode(local.dashboard)
 
   # A chart may name a log-based metric before its first point exists; it is created first all the same.
-  depends_on = [google_project_service.required, google_logging_metric.count, google_logging_metric.conversion_seconds]
+  depends_on = [google_project_service.required, google_logging_metric.pipeline]
 }
