@@ -4,7 +4,7 @@ import { chunkGrid } from "../zarr/metadata.js";
 import { type OutputTensor, STACKED_PREFIX } from "./llama.js";
 import { DTYPE_BYTES, type SafetensorsDtype } from "./safetensors.js";
 import type { SourceArray } from "./source.js";
-import { Cursors, outputBytes, producePass } from "./stream.js";
+import { Cursors, outputBytes, PassReuse, producePass } from "./stream.js";
 
 /**
  * The spill of chunk groups: how a stacked weight cut in more chunks than --memory keeps decoders for is
@@ -260,6 +260,7 @@ export class Spill {
       const key = `${SPILL_PREFIX}${n}.${g}`;
       keys.push(key);
       const cursors = new Cursors(Number.POSITIVE_INFINITY, this.window);
+      const reuse = new PassReuse();
       const placements = this.placements;
       const dtype = this.dtype;
       let offset = 0;
@@ -271,6 +272,7 @@ export class Spill {
             subs.map((s) => ({ t: s.sub?.t as OutputTensor, u0: 0, u1: s.sub?.t.extent[s.sub.t.bandDim] as number })),
             dtype,
             cursors,
+            reuse,
           );
           for (const [i, s] of subs.entries()) {
             const bytes = outs[i] as Uint8Array;
