@@ -604,7 +604,9 @@ function bandWalkers(t: OutputTensor, dtype: SafetensorsDtype, u0: number, u1: n
   const numel = extent.reduce((a, b) => a * b, 1);
   const out = dtype === "BF16" ? new Uint16Array(numel) : new Uint32Array(numel);
   const source = meta.dtype.name === "bfloat16" ? "bf16" : "f32";
-  const mode = `${source}>${dtype === "BF16" ? "bf16" : "f32"}` as Mode;
+  // A literal, not a string built here: the copy loops compare the mode per run (consumeSingles: per element), and
+  // a built string is compared character by character where literals compare as one pointer.
+  const mode: Mode = source === "bf16" ? (dtype === "BF16" ? "bf16>bf16" : "bf16>f32") : dtype === "BF16" ? "f32>bf16" : "f32>f32";
   // The band's first output element: unit u0 of the band dimension.
   const outBase = -u0 * (t.outStrides[t.bandDim] as number);
   // Box-relative last coordinate -> output offset, over the whole box (a band keeps the last dimension's range
