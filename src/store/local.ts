@@ -206,40 +206,41 @@ export class LocalStore implements Store {
    * than the range is a short read.
    * What reads the whole range is taken as it reads (a device would be read, not refused).
    */
-  private readSmall(key: string, offset: number, length: number): Promise<Uint8Array> {
+  private async readSmall(key: string, offset: number, length: number): Promise<Uint8Array> {
     const path = this.file(key);
-    return holding(READS, 1, async () => {
-      let f: number;
+    const release = await READS.acquire();
+    let f: number;
+    try {
+      f = await fd.open(path);
+    } catch (e) {
+      release();
+      throw this.translate(e, key);
+    }
+    // The bytes go to the caller as soon as they are read; the descriptor (and its READS slot) once it is closed.
+    try {
+      const out = new Uint8Array(length);
+      let done = 0;
+      let failed: unknown;
       try {
-        f = await fd.open(path);
-      } catch (e) {
-        throw this.translate(e, key);
-      }
-      try {
-        const out = new Uint8Array(length);
-        let done = 0;
-        let failed: unknown;
-        try {
-          while (done < length) {
-            const n = await fd.read(f, out, done, length - done, offset + done);
-            if (n === 0) break;
-            done += n;
-          }
-          if (done === length) return out;
-        } catch (e) {
-          failed = e; // a named pipe fails a positioned read (ESPIPE): said as what it is below
+        while (done < length) {
+          const n = await fd.read(f, out, done, length - done, offset + done);
+          if (n === 0) break;
+          done += n;
         }
-        const info = await fd.stat(f);
-        const special = specialFile(info);
-        if (special !== undefined) throw notRegular(describe(this, key), special);
-        if (failed !== undefined) throw failed;
-        throw shortRead(describe(this, key), offset, length, info.size < offset + length ? info.size : offset + done);
+        if (done === length) return out;
       } catch (e) {
-        throw this.translate(e, key);
-      } finally {
-        await fd.close(f); // read-only: nothing read depends on it
+        failed = e; // a named pipe fails a positioned read (ESPIPE): said as what it is below
       }
-    });
+      const info = await fd.stat(f);
+      const special = specialFile(info);
+      if (special !== undefined) throw notRegular(describe(this, key), special);
+      if (failed !== undefined) throw failed;
+      throw shortRead(describe(this, key), offset, length, info.size < offset + length ? info.size : offset + done);
+    } catch (e) {
+      throw this.translate(e, key);
+    } finally {
+      void fd.close(f).then(release); // read-only: nothing read depends on its close
+    }
   }
 
   async readHead(key: string, max: number): Promise<{ bytes: Uint8Array; size: number } | undefined> {
