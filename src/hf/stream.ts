@@ -18,6 +18,8 @@ import type { SourceArray } from "./source.js";
 /** What the elements become: the cast of one run of source elements into the output. */
 type Mode = "f32>bf16" | "f32>f32" | "bf16>f32" | "bf16>bf16";
 
+const NO_OUTPUT = new Uint16Array(0);
+
 /** One box ∩ one chunk: its runs along the last dimension, in the chunk's flat (C) order. */
 class Walker {
   /** Flat element index (in the chunk) of the first and one past the last element the walker needs. */
@@ -85,6 +87,11 @@ class Walker {
     this.boxOffset[0] = (this.boxOffset[0] as number) - delta;
     this.out = out;
     this.reset();
+  }
+
+  /** Lets go of its output (a kept pass's walkers must not hold the last layer's tensors until the next rebase). */
+  release(): void {
+    this.out = NO_OUTPUT;
   }
 
   private flat(idx: readonly number[]): number {
@@ -428,7 +435,8 @@ export async function produceBand(t: OutputTensor, dtype: SafetensorsDtype, u0: 
 interface Pass {
   readonly requests: readonly BandRequest[];
   readonly dtype: SafetensorsDtype;
-  readonly outs: (Uint16Array | Uint32Array)[];
+  /** Each band's elements (its output, made anew each time: a kept pass holds no output). */
+  readonly lengths: readonly number[];
   /** Each request's walkers (what a rebase moves). */
   readonly byRequest: readonly Walker[][];
   readonly chunks: readonly PassChunk[];
@@ -442,7 +450,13 @@ interface PassChunk {
   cursor?: ChunkCursor;
 }
 
-function buildPass(requests: readonly BandRequest[], dtype: SafetensorsDtype): Pass {
+/** A pass and its outputs, which the walkers write. */
+interface MadePass {
+  readonly pass: Pass;
+  readonly outs: (Uint16Array | Uint32Array)[];
+}
+
+function buildPass(requests: readonly BandRequest[], dtype: SafetensorsDtype): MadePass {
   const perChunk = new Map<string, PassChunk>();
   const byRequest: Walker[][] = [];
   const outs = requests.map(({ t, u0, u1 }) => {
@@ -459,7 +473,7 @@ function buildPass(requests: readonly BandRequest[], dtype: SafetensorsDtype): P
     byRequest.push(walkers.map((w) => w.walker));
     return out;
   });
-  return { requests, dtype, outs, byRequest, chunks: [...perChunk.values()] };
+  return { pass: { requests, dtype, lengths: outs.map((o) => o.length), byRequest, chunks: [...perChunk.values()] }, outs };
 }
 
 /**
@@ -499,23 +513,23 @@ export class PassReuse {
   /** Passes made by re-basing an earlier one's walkers. */
   rebased = 0;
 
-  pass(requests: readonly BandRequest[], dtype: SafetensorsDtype): Pass {
+  pass(requests: readonly BandRequest[], dtype: SafetensorsDtype): MadePass {
     for (let k = this.recent.length - 1; k >= 0; k--) {
       const last = this.recent[k] as Pass;
       const delta = last.dtype === dtype ? shiftOfPass(last.requests, requests) : undefined;
       if (delta === undefined) continue;
-      const outs = last.outs.map((o) => (o instanceof Uint16Array ? new Uint16Array(o.length) : new Uint32Array(o.length)));
+      const outs = last.lengths.map((n) => (dtype === "BF16" ? new Uint16Array(n) : new Uint32Array(n)));
       for (const [i, walkers] of last.byRequest.entries()) for (const w of walkers) w.rebase(delta, outs[i] as Uint16Array | Uint32Array);
-      const pass = { ...last, requests, outs };
+      const pass = { ...last, requests };
       this.recent.splice(k, 1);
       this.recent.push(pass);
       this.rebased++;
-      return pass;
+      return { pass, outs };
     }
-    const pass = buildPass(requests, dtype);
-    this.recent.push(pass);
+    const made = buildPass(requests, dtype);
+    this.recent.push(made.pass);
     if (this.recent.length > RECENT_PASSES) this.recent.shift();
-    return pass;
+    return made;
   }
 }
 
@@ -546,7 +560,7 @@ export async function producePass(
   reuse?: PassReuse,
 ): Promise<Uint8Array[]> {
   const capped = Number.isFinite(cursors.maxOpen);
-  const pass = reuse !== undefined && !capped ? reuse.pass(requests, dtype) : buildPass(requests, dtype);
+  const { pass, outs } = reuse !== undefined && !capped ? reuse.pass(requests, dtype) : buildPass(requests, dtype);
   const cursorOf = (c: PassChunk) => {
     if (capped || reuse === undefined) return cursors.get(c.array, c.index);
     c.cursor ??= cursors.get(c.array, c.index);
@@ -590,7 +604,8 @@ export async function producePass(
       cursors.peakOpen = Math.max(cursors.peakOpen, live);
     }
   });
-  return pass.outs.map((out) => new Uint8Array(out.buffer));
+  if (reuse !== undefined && !capped) for (const walkers of pass.byRequest) for (const w of walkers) w.release();
+  return outs.map((out) => new Uint8Array(out.buffer));
 }
 
 /** The output buffer of band [u0, u1) of `t` and a walker for each chunk its box covers. */
