@@ -31,6 +31,11 @@ export interface SourceArray {
    */
   chunk(index: readonly number[], window?: number): AsyncIterable<Uint8Array>;
   describeChunk(index: readonly number[]): string;
+  /**
+   * Its chunks are read and decoded whole (WHOLE_CHUNK_BYTES): an open one holds its decoded bytes (and, while it
+   * is read, its compressed ones), not a streaming decoder's context and windows.
+   */
+  readonly wholeChunks?: boolean;
 }
 
 export interface ExportSource {
@@ -186,6 +191,7 @@ async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSourc
       path: a.leaf.path,
       meta,
       describeChunk,
+      wholeChunks: (meta.encoding.kind === "v2" || meta.encoding.kind === "v3") && chunkBytes(meta) <= WHOLE_CHUNK_BYTES,
       chunk: (index, window = readWindow(store.url)) =>
         orbaxChunk(step, store, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index), window),
     });
@@ -233,16 +239,19 @@ async function openRegular(store: Store, dir: string, location: string): Promise
     hash.update(`${path}|${meta.dtype.name}|${meta.shape}|${meta.chunkShape}|${[...sizes].join(",")}\n`);
     const keyOf = (index: readonly number[]) =>
       meta.keyEncoding.separator === "." && meta.keyEncoding.prefix === "" ? regularChunkKey(index) : chunkKey(meta, index);
-    const describeChunk = (index: readonly number[]) => describe(store, joinKey(base, keyOf(index)));
+    // base is a key (not empty): base/name is joinKey(base, name), without its normalizing per chunk.
+    const describeChunk = (index: readonly number[]) => describe(store, `${base}/${keyOf(index)}`);
     arrays.push({
       path,
       meta,
       describeChunk,
+      wholeChunks: chunkBytes(meta) <= WHOLE_CHUNK_BYTES,
       chunk: (index, window = readWindow(store.url)) => {
-        const key = joinKey(base, keyOf(index));
-        const length = sizes.get(keyOf(index));
+        const name = keyOf(index);
+        const key = `${base}/${name}`;
+        const length = sizes.get(name);
         const value: ValueLocation | undefined = length === undefined ? undefined : { kind: "file", key, offset: 0, length };
-        return regularChunk(store, meta, value, describeChunk(index), window);
+        return regularChunk(store, meta, value, describe(store, key), window);
       },
     });
   }

@@ -1,10 +1,10 @@
 import type { Store } from "../store/store.js";
 import { allInOrder } from "../util/budget.js";
-import { chunkGrid } from "../zarr/metadata.js";
+import { chunkGrid, product } from "../zarr/metadata.js";
 import { type OutputTensor, STACKED_PREFIX } from "./llama.js";
 import { DTYPE_BYTES, type SafetensorsDtype } from "./safetensors.js";
 import type { SourceArray } from "./source.js";
-import { Cursors, outputBytes, producePass } from "./stream.js";
+import { Cursors, outputBytes, PassReuse, producePass } from "./stream.js";
 
 /**
  * The spill of chunk groups: how a stacked weight cut in more chunks than --memory keeps decoders for is
@@ -15,7 +15,9 @@ import { Cursors, outputBytes, producePass } from "./stream.js";
  * out in the tensor's own order), written to a scratch object under the destination; the tensors are then put
  * together band by band from the groups' sub-blocks (a sub-block's rows are contiguous in its object, so a band
  * is one read per group). The scratch objects are removed once their array is written, and any left by an
- * earlier run are removed before and after every export.
+ * earlier run are removed before and after every export. When one group holds every chunk a layer covers (small
+ * chunks decoded whole cost their bytes, not a decoder: chunkCost), the tensors are made straight from it, layer
+ * by layer, and nothing is written.
  */
 
 /** Scratch objects' names, at the destination's top: `<prefix><call's tag>.<array number>.<group>` (export.ts spillPrefix). */
@@ -139,6 +141,14 @@ interface Placement {
   readonly extent: readonly number[];
 }
 
+/** An array made straight from its chunks: its cursors, each tensor's unit, and the unit tensors made and not yet handed out. */
+interface Direct {
+  readonly cursors: Cursors;
+  readonly reuse: PassReuse;
+  readonly unitOf: ReadonlyMap<OutputTensor, readonly OutputTensor[]>;
+  readonly made: Map<OutputTensor, Uint8Array>;
+}
+
 export interface SpillPlan {
   /** The spilled arrays (by path) and the chunks each of their groups holds. */
   readonly groupSize: ReadonlyMap<string, number>;
@@ -204,12 +214,23 @@ export function largestUnit(tensors: readonly OutputTensor[], dtype: Safetensors
  */
 export function groupSize(array: SourceArray, unitBytes: number, memoryBytes: number, perDecoder: number, reserve: number): number {
   const c = chunksPerLayer(array);
-  return Math.max(0, Math.min(c, Math.floor((memoryBytes - reserve) / (perDecoder + unitBytes / c))));
+  return Math.max(0, Math.min(c, Math.floor((memoryBytes - reserve) / (chunkCost(array, perDecoder) + unitBytes / c))));
 }
 
 /** The --memory a group of one chunk of `array` needs: below it the array's chunks are decoded more than once. */
 export function memoryForOneChunk(array: SourceArray, unitBytes: number, perDecoder: number, reserve: number): number {
-  return Math.ceil(perDecoder + unitBytes / chunksPerLayer(array) + reserve);
+  return Math.ceil(chunkCost(array, perDecoder) + unitBytes / chunksPerLayer(array) + reserve);
+}
+
+/**
+ * What one open chunk of `array` holds: a streaming decoder (`perDecoder`), or, for a chunk read and decoded whole
+ * (SourceArray.wholeChunks), its decoded bytes and a quarter more for compressed bytes read and not yet decoded (a
+ * pass reads all its chunks at once, the store 128 at a time). A source cut in 1,024 157 KB chunks a weight has
+ * 1,024 of them open in 202 MB where 1,024 decoders would take 1.8 GB.
+ */
+export function chunkCost(array: SourceArray, perDecoder: number): number {
+  if (array.wholeChunks !== true) return perDecoder;
+  return Math.min(perDecoder, 1.25 * product(array.meta.chunkShape) * array.meta.dtype.itemSize);
 }
 
 /** Whether the tensors of stacked `array` can be made through the spill (all splittable). */
@@ -225,6 +246,8 @@ export function spillable(array: SourceArray, tensors: readonly OutputTensor[]):
 export class Spill {
   private readonly placements = new Map<OutputTensor, Placement[]>();
   private readonly keys = new Map<SourceArray, string[]>();
+  /** Arrays whose chunks all fit in one group: made straight from their chunks (Direct), no scratch object. */
+  private readonly direct = new Map<SourceArray, Direct>();
   private arrays = 0;
   /** Chunks decoded more than once (none: each group's chunks are read forwards once), and the most open at once. */
   reopened = 0;
@@ -260,10 +283,24 @@ export class Spill {
       k,
       tensors.some((t) => t.perm !== undefined),
     );
+    if (tiles.length === 1) {
+      // One group holds every chunk a layer covers: a layer's tensors are whole in it, so there is nothing to put
+      // together and nothing to write; each unit is made when its first tensor is asked for (band).
+      const unitOf = new Map<OutputTensor, OutputTensor[]>();
+      for (const unit of units(tensors)) for (const t of unit) unitOf.set(t, unit);
+      this.direct.set(array, {
+        cursors: new Cursors(Number.POSITIVE_INFINITY, this.window),
+        reuse: new PassReuse(),
+        unitOf,
+        made: new Map(),
+      });
+      return;
+    }
     for (const [g, box] of tiles.entries()) {
       const key = `${this.prefix}${n}.${g}`;
       keys.push(key);
       const cursors = new Cursors(Number.POSITIVE_INFINITY, this.window);
+      const reuse = new PassReuse();
       const placements = this.placements;
       const dtype = this.dtype;
       let offset = 0;
@@ -275,6 +312,7 @@ export class Spill {
             subs.map((s) => ({ t: s.sub?.t as OutputTensor, u0: 0, u1: s.sub?.t.extent[s.sub.t.bandDim] as number })),
             dtype,
             cursors,
+            reuse,
           );
           for (const [i, s] of subs.entries()) {
             const bytes = outs[i] as Uint8Array;
@@ -302,6 +340,8 @@ export class Spill {
 
   /** Rows [u0, u1) of `t` (units of its band dimension), put together from the groups' sub-blocks. */
   async band(t: OutputTensor, u0: number, u1: number): Promise<Uint8Array> {
+    const direct = this.direct.get(t.array);
+    if (direct !== undefined) return this.directBand(direct, t, u0, u1);
     const item = DTYPE_BYTES[this.dtype];
     const order = outputOrder(t);
     const b = order[0] as number;
@@ -357,8 +397,46 @@ export class Spill {
     return out;
   }
 
-  /** Removes `array`'s scratch objects: its tensors are written. */
+  /**
+   * Rows [u0, u1) of `t`, an array made directly: its unit (a grouped layer's q, k and v) made in one pass over
+   * the chunks when its first tensor is asked for, layer after layer (the plan's order), so each chunk is read
+   * forwards once; the unit's tensors are held until their last rows are handed out. A spilled tensor is
+   * splittable (its band dimension the slowest of its dense layout), so rows [u0, u1) are one contiguous run.
+   */
+  private async directBand(d: Direct, t: OutputTensor, u0: number, u1: number): Promise<Uint8Array> {
+    let bytes = d.made.get(t);
+    if (bytes === undefined) {
+      const unit = d.unitOf.get(t) ?? [t];
+      let outs: Uint8Array[];
+      try {
+        outs = await producePass(
+          unit.map((x) => ({ t: x, u0: 0, u1: x.extent[x.bandDim] as number })),
+          this.dtype,
+          d.cursors,
+          d.reuse,
+        );
+      } catch (e) {
+        await d.cursors.closeAll(); // the export ends here: its decoders go now, not at exit
+        throw e;
+      }
+      for (const [i, x] of unit.entries()) d.made.set(x, outs[i] as Uint8Array);
+      bytes = outs[unit.indexOf(t)] as Uint8Array;
+    }
+    const rows = t.extent[t.bandDim] as number;
+    const row = bytes.length / rows;
+    if (u1 === rows) d.made.delete(t);
+    return bytes.subarray(u0 * row, u1 * row);
+  }
+
+  /** Removes `array`'s scratch objects (or closes its chunks, made directly): its tensors are written. */
   async done(array: SourceArray): Promise<void> {
+    const direct = this.direct.get(array);
+    if (direct !== undefined) {
+      await direct.cursors.closeAll();
+      this.reopened += direct.cursors.reopened;
+      this.peakOpen = Math.max(this.peakOpen, direct.cursors.peakOpen);
+      this.direct.delete(array);
+    }
     for (const key of this.keys.get(array) ?? []) await this.store.delete(key);
     this.keys.set(array, []);
   }

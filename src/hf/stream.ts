@@ -18,15 +18,17 @@ import type { SourceArray } from "./source.js";
 /** What the elements become: the cast of one run of source elements into the output. */
 type Mode = "f32>bf16" | "f32>f32" | "bf16>f32" | "bf16>bf16";
 
+const NO_OUTPUT = new Uint16Array(0);
+
 /** One box ∩ one chunk: its runs along the last dimension, in the chunk's flat (C) order. */
 class Walker {
   /** Flat element index (in the chunk) of the first and one past the last element the walker needs. */
-  readonly start: number;
-  readonly end: number;
+  start = 0;
+  end = 0;
   private readonly idx: number[];
-  private runStart: number;
+  private runStart = 0;
   /** Output offset of the current run's leading coordinates: kept as the run advances, not summed per run. */
-  private base: number;
+  private base = 0;
   private done = false;
   private readonly lastOff: Int32Array;
   private readonly runLen: number;
@@ -36,31 +38,60 @@ class Walker {
   constructor(
     private readonly chunkShape: readonly number[],
     private readonly chunkStrides: readonly number[],
-    /** The box within the chunk: [lo, hi) per dimension, chunk coordinates. */
-    private readonly lo: readonly number[],
-    private readonly hi: readonly number[],
+    /** The box within the chunk: [lo, hi) per dimension, chunk coordinates (its own arrays: rebase moves them). */
+    private readonly lo: number[],
+    private readonly hi: number[],
     /** Output element offset of each run: base from the leading coordinates (box-relative) times their strides. */
-    boxOffset: readonly number[],
+    private readonly boxOffset: number[],
     private readonly outStrides: readonly number[],
     /** Output offset of each last-dimension coordinate (box-relative), permuted where the tensor says. */
     lastOffsets: Int32Array,
-    private readonly out: Uint16Array | Uint32Array,
-    outBase: number,
+    private out: Uint16Array | Uint32Array,
+    private readonly outBase: number,
     private readonly mode: Mode,
   ) {
     const r = chunkShape.length;
     this.lastOff = lastOffsets;
     this.idx = lo.slice(0, r - 1);
+    this.runLen = (hi[r - 1] as number) - (lo[r - 1] as number);
+    this.b0 = (lo[r - 1] as number) + (boxOffset[r - 1] as number);
+    this.reset();
+  }
+
+  /** Back to the box's first run. */
+  private reset(): void {
+    const r = this.chunkShape.length;
+    const { lo, hi, boxOffset, outStrides, chunkStrides } = this;
+    for (let d = 0; d < r - 1; d++) this.idx[d] = lo[d] as number;
     this.runStart = this.flat(this.idx) + (lo[r - 1] as number);
     this.start = this.runStart;
     let last = 0;
     for (let d = 0; d < r; d++) last += ((hi[d] as number) - 1) * (chunkStrides[d] as number);
     this.end = last + 1;
-    this.runLen = (hi[r - 1] as number) - (lo[r - 1] as number);
-    this.b0 = (lo[r - 1] as number) + (boxOffset[r - 1] as number);
-    let base = outBase;
+    let base = this.outBase;
     for (let d = 0; d < r - 1; d++) base += ((this.idx[d] as number) + (boxOffset[d] as number)) * (outStrides[d] as number);
     this.base = base;
+    this.done = false;
+  }
+
+  /**
+   * The same box `delta` elements further along axis 0 (the next layer of a stacked array, in the same chunk),
+   * written into `out`: what a new walker would be, without making one (a finely cut source feeds tens of
+   * thousands of chunk-layers, and a walker per chunk and layer lived just long enough to be copied by every
+   * young-generation collection of its pass).
+   */
+  rebase(delta: number, out: Uint16Array | Uint32Array): void {
+    this.lo[0] = (this.lo[0] as number) + delta;
+    this.hi[0] = (this.hi[0] as number) + delta;
+    // chunk coordinate + boxOffset = box-relative coordinate: the box moved by delta, the chunk did not.
+    this.boxOffset[0] = (this.boxOffset[0] as number) - delta;
+    this.out = out;
+    this.reset();
+  }
+
+  /** Lets go of its output (a kept pass's walkers must not hold the last layer's tensors until the next rebase). */
+  release(): void {
+    this.out = NO_OUTPUT;
   }
 
   private flat(idx: readonly number[]): number {
@@ -410,14 +441,35 @@ export async function produceBand(t: OutputTensor, dtype: SafetensorsDtype, u0: 
   return (await producePass([{ t, u0, u1 }], dtype, cursors))[0] as Uint8Array;
 }
 
-/**
- * The bytes of each requested band as `dtype`, made in one reading: every chunk a band's box covers is fed
- * through its cursor once, with the walkers of every band that needs it (q, k and v of a grouped QKV layer
- * share their chunks' rows), all chunks at once (their reads overlap).
- */
-export async function producePass(requests: readonly BandRequest[], dtype: SafetensorsDtype, cursors: Cursors): Promise<Uint8Array[]> {
-  const perChunk = new Map<string, { array: SourceArray; index: number[]; walkers: Walker[] }>();
-  const outputs = requests.map(({ t, u0, u1 }) => {
+/** The chunks of one pass, each with the walkers of every band that needs it, and each band's output. */
+interface Pass {
+  readonly requests: readonly BandRequest[];
+  readonly dtype: SafetensorsDtype;
+  /** Each band's elements (its output, made anew each time: a kept pass holds no output). */
+  readonly lengths: readonly number[];
+  /** Each request's walkers (what a rebase moves). */
+  readonly byRequest: readonly Walker[][];
+  readonly chunks: readonly PassChunk[];
+}
+
+interface PassChunk {
+  readonly array: SourceArray;
+  readonly index: number[];
+  readonly walkers: Walker[];
+  /** Its cursor, kept by a reused pass (PassReuse) instead of looked up again each layer. */
+  cursor?: ChunkCursor;
+}
+
+/** A pass and its outputs, which the walkers write. */
+interface MadePass {
+  readonly pass: Pass;
+  readonly outs: (Uint16Array | Uint32Array)[];
+}
+
+function buildPass(requests: readonly BandRequest[], dtype: SafetensorsDtype): MadePass {
+  const perChunk = new Map<string, PassChunk>();
+  const byRequest: Walker[][] = [];
+  const outs = requests.map(({ t, u0, u1 }) => {
     const { out, walkers } = bandWalkers(t, dtype, u0, u1);
     for (const w of walkers) {
       const key = `${t.array.path}|${w.index.join(",")}`;
@@ -428,31 +480,125 @@ export async function producePass(requests: readonly BandRequest[], dtype: Safet
       }
       entry.walkers.push(w.walker);
     }
+    byRequest.push(walkers.map((w) => w.walker));
     return out;
   });
+  return { pass: { requests, dtype, lengths: outs.map((o) => o.length), byRequest, chunks: [...perChunk.values()] }, outs };
+}
+
+/**
+ * How far `next` is from `prev` along axis 0 when it is the same band of the same box moved along it within the
+ * same chunks (the next layer of a stacked array whose chunks span its layers): then prev's walkers, re-based,
+ * are next's. Undefined otherwise.
+ */
+function layerShift(prev: BandRequest, next: BandRequest): number | undefined {
+  const a = prev.t;
+  const b = next.t;
+  const r = a.origin.length;
+  if (a.array !== b.array || r < 2 || prev.u0 !== next.u0 || prev.u1 !== next.u1 || a.bandDim !== b.bandDim) return undefined;
+  for (let d = 0; d < r; d++) {
+    if (a.extent[d] !== b.extent[d] || a.outStrides[d] !== b.outStrides[d]) return undefined;
+    if (d > 0 && a.origin[d] !== b.origin[d]) return undefined;
+  }
+  if (a.perm !== b.perm && (a.perm === undefined || b.perm === undefined || a.perm.some((x, i) => x !== b.perm?.[i]))) return undefined;
+  const c = a.array.meta.chunkShape[0] as number;
+  const e = a.extent[0] as number;
+  const chunk = (o: number) => Math.floor(o / c);
+  const o0 = a.origin[0] as number;
+  const o1 = b.origin[0] as number;
+  // Each box within one chunk along axis 0, the same one: the walkers' chunks are the same.
+  if (chunk(o0) !== chunk(o0 + e - 1) || chunk(o1) !== chunk(o1 + e - 1) || chunk(o0) !== chunk(o1)) return undefined;
+  return o1 - o0;
+}
+
+/**
+ * A producer's passes kept from one to the next: when a pass is the previous one a layer on (layerShift), its
+ * walkers are re-based and its chunks' cursors kept, instead of a walker, a map entry and two keys made per chunk,
+ * layer and band. For uncapped cursors only (the spill's), which close no chunk before closeAll: a capped set
+ * may close and forget a cursor between passes.
+ */
+export class PassReuse {
+  /** The latest passes, newest last: a layer's passes (fused QKV's q, k and v: three) come round again the next layer. */
+  private readonly recent: Pass[] = [];
+  /** Passes made by re-basing an earlier one's walkers. */
+  rebased = 0;
+
+  pass(requests: readonly BandRequest[], dtype: SafetensorsDtype): MadePass {
+    for (let k = this.recent.length - 1; k >= 0; k--) {
+      const last = this.recent[k] as Pass;
+      const delta = last.dtype === dtype ? shiftOfPass(last.requests, requests) : undefined;
+      if (delta === undefined) continue;
+      const outs = last.lengths.map((n) => (dtype === "BF16" ? new Uint16Array(n) : new Uint32Array(n)));
+      for (const [i, walkers] of last.byRequest.entries()) for (const w of walkers) w.rebase(delta, outs[i] as Uint16Array | Uint32Array);
+      const pass = { ...last, requests };
+      this.recent.splice(k, 1);
+      this.recent.push(pass);
+      this.rebased++;
+      return { pass, outs };
+    }
+    const made = buildPass(requests, dtype);
+    this.recent.push(made.pass);
+    if (this.recent.length > RECENT_PASSES) this.recent.shift();
+    return made;
+  }
+}
+
+const RECENT_PASSES = 8;
+
+/** The one shift along axis 0 that makes every request of `prev` the same one of `next` (layerShift), if any. */
+function shiftOfPass(prev: readonly BandRequest[], next: readonly BandRequest[]): number | undefined {
+  if (prev.length !== next.length) return undefined;
+  let delta: number | undefined;
+  for (let i = 0; i < next.length; i++) {
+    const s = layerShift(prev[i] as BandRequest, next[i] as BandRequest);
+    if (s === undefined || (delta !== undefined && s !== delta)) return undefined;
+    delta = s;
+  }
+  return delta;
+}
+
+/**
+ * The bytes of each requested band as `dtype`, made in one reading: every chunk a band's box covers is fed
+ * through its cursor once, with the walkers of every band that needs it (q, k and v of a grouped QKV layer
+ * share their chunks' rows), all chunks at once (their reads overlap). With `reuse` (uncapped cursors only), a
+ * pass that is the previous one a layer on re-uses its walkers.
+ */
+export async function producePass(
+  requests: readonly BandRequest[],
+  dtype: SafetensorsDtype,
+  cursors: Cursors,
+  reuse?: PassReuse,
+): Promise<Uint8Array[]> {
+  const capped = Number.isFinite(cursors.maxOpen);
+  const { pass, outs } = reuse !== undefined && !capped ? reuse.pass(requests, dtype) : buildPass(requests, dtype);
+  const cursorOf = (c: PassChunk) => {
+    if (capped || reuse === undefined) return cursors.get(c.array, c.index);
+    c.cursor ??= cursors.get(c.array, c.index);
+    return c.cursor;
+  };
   // At most cursors.maxOpen chunks decoded at once, the cap kept before and after each. When the pass covers
   // more chunks than the cap, a quarter of it reads at once and the rest stay open for the next layer.
   const busy = new Set<ChunkCursor>();
-  const atOnce = perChunk.size <= cursors.maxOpen ? perChunk.size : Math.max(1, Math.floor(cursors.maxOpen / 4));
+  const atOnce = pass.chunks.length <= cursors.maxOpen ? pass.chunks.length : Math.max(1, Math.floor(cursors.maxOpen / 4));
   // Uncapped cursors (the spill's groups) have nothing to close: the open decoders are counted as they open and
   // end, not by a walk over every cursor after every chunk (a pass of 191 chunks made that 36,000 steps).
-  const capped = Number.isFinite(cursors.maxOpen);
   let live = capped ? 0 : cursors.live();
   // Uncapped, chunks whose elements are decoded already are fed here and now (no promise, no closure: a
   // finely cut source's small chunks are decoded whole, then fed once a layer); only the others wait for
   // reads. Capped, every chunk takes its turn, so that the least recently used is the one closed.
-  let reading = [...perChunk.values()];
+  let reading: readonly PassChunk[] = pass.chunks;
   if (!capped) {
-    reading = [];
-    for (const c of perChunk.values()) {
-      const cursor = cursors.get(c.array, c.index);
+    const waiting: PassChunk[] = [];
+    for (const c of pass.chunks) {
+      const cursor = cursorOf(c);
       const wasLive = cursor.live;
       if (cursor.feedDecoded(c.walkers)) live += Number(cursor.live) - Number(wasLive);
-      else reading.push(c);
+      else waiting.push(c);
     }
+    reading = waiting;
   }
   await forEachLimited(reading, atOnce, async (c) => {
-    const cursor = cursors.get(c.array, c.index);
+    const cursor = cursorOf(c);
     const wasLive = cursor.live;
     // Room for this decoder before it opens: the cap holds while it reads, not only after.
     if (capped && !wasLive) cursors.trim(busy, 1);
@@ -468,7 +614,8 @@ export async function producePass(requests: readonly BandRequest[], dtype: Safet
       cursors.peakOpen = Math.max(cursors.peakOpen, live);
     }
   });
-  return outputs.map((out) => new Uint8Array(out.buffer));
+  if (reuse !== undefined && !capped) for (const walkers of pass.byRequest) for (const w of walkers) w.release();
+  return outs.map((out) => new Uint8Array(out.buffer));
 }
 
 /** The output buffer of band [u0, u1) of `t` and a walker for each chunk its box covers. */
@@ -482,7 +629,9 @@ function bandWalkers(t: OutputTensor, dtype: SafetensorsDtype, u0: number, u1: n
   const numel = extent.reduce((a, b) => a * b, 1);
   const out = dtype === "BF16" ? new Uint16Array(numel) : new Uint32Array(numel);
   const source = meta.dtype.name === "bfloat16" ? "bf16" : "f32";
-  const mode = `${source}>${dtype === "BF16" ? "bf16" : "f32"}` as Mode;
+  // A literal, not a string built here: the copy loops compare the mode per run (consumeSingles: per element), and
+  // a built string is compared character by character where literals compare as one pointer.
+  const mode: Mode = source === "bf16" ? (dtype === "BF16" ? "bf16>bf16" : "bf16>f32") : dtype === "BF16" ? "f32>bf16" : "f32>f32";
   // The band's first output element: unit u0 of the band dimension.
   const outBase = -u0 * (t.outStrides[t.bandDim] as number);
   // Box-relative last coordinate -> output offset, over the whole box (a band keeps the last dimension's range

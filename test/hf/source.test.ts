@@ -36,6 +36,14 @@ describe("a zstd chunk of the source", () => {
       expect(Buffer.compare(bytes, chunkOf(a, a.shape, [0, 0]))).toBe(0);
     });
 
+  test("says which arrays' chunks are decoded whole (what an open one holds: its bytes, not a decoder)", async () => {
+    const source = await openExportSource(dir);
+    expect(source.arrays.map((a) => [a.path, a.wholeChunks])).toEqual([
+      ["small", true],
+      ["large", false],
+    ]);
+  });
+
   for (const [what, damage, message] of [
     ["truncated", (b: Buffer) => b.subarray(0, b.length - 100), /truncated zstd frame/],
     ["followed by other bytes", (b: Buffer) => Buffer.concat([b, Buffer.from([1, 2, 3])]), /bytes follow the zstd frame/],

@@ -3,7 +3,7 @@ import { describe, expect, test } from "vitest";
 import { DECODER_BYTES } from "../../src/hf/export.js";
 import { type OutputTensor, planExport } from "../../src/hf/llama.js";
 import type { SourceArray } from "../../src/hf/source.js";
-import { chunkTiles, planSpill, Spill, splittable } from "../../src/hf/spill.js";
+import { chunkCost, chunkTiles, planSpill, Spill, splittable } from "../../src/hf/spill.js";
 import { bands, Cursors, produceInOrder } from "../../src/hf/stream.js";
 import { openStore } from "../../src/store/open.js";
 import { tempDir } from "../helpers/tmp.js";
@@ -84,6 +84,50 @@ describe("the spill of chunk groups", () => {
       expect(readdirSync(dir)).toEqual([]);
     });
   }
+
+  test("an array whose chunks all fit in one group is made straight from them: the same bytes, each chunk decoded once, no scratch object", async () => {
+    const dims: Dims = { layers: 3, dim: 64, heads: 2, headDim: 8, ffn: 96, vocab: 16 };
+    const arrays = fujiArrays(dims, 3);
+    const want = await streamed(arrays, "BF16");
+    const { plan, opened } = counted(arrays, cut(64));
+    const dir = tempDir("spill-direct");
+    const spill = new Spill(await openStore(dir), "BF16", 1 << 16, 0);
+    const stacked = new Map<SourceArray, OutputTensor[]>();
+    for (const t of plan.tensors)
+      if (t.array.path.includes("/repeat/layer/") && t.array.path.endsWith("/weight"))
+        stacked.set(t.array, [...(stacked.get(t.array) ?? []), t]);
+    for (const [array, tensors] of stacked) {
+      await spill.spill(array, tensors, 64);
+      for (const t of tensors) {
+        const parts: Uint8Array[] = [];
+        for (const [u0, u1] of bands(t, "BF16", 300)) parts.push(await spill.band(t, u0, u1));
+        expect(Buffer.compare(Buffer.concat(parts), want.get(t.name) as Uint8Array), t.name).toBe(0);
+        expect(readdirSync(dir)).toEqual([]);
+      }
+      await spill.done(array);
+    }
+    expect(spill.reopened).toBe(0);
+    expect(spill.peakOpen).toBe(64);
+    const weightChunks = [...opened].filter(([k]) => k.includes("/repeat/layer/") && k.split("|")[0]?.endsWith("/weight"));
+    expect(weightChunks.length).toBe(5 * 64);
+    expect(weightChunks.every(([, n]) => n === 1)).toBe(true);
+  });
+
+  test("chunks decoded whole count their decoded bytes and a quarter, not a decoder's: a group holds more of them", () => {
+    const { plan } = counted(fujiArrays({ layers: 2, dim: 64, heads: 2, headDim: 8, ffn: 96, vocab: 8 }), cut(64));
+    const whole = plan.tensors.map((t) => ({ ...t, array: { ...t.array, wholeChunks: true } }));
+    // One array object per path, as a source gives.
+    const byPath = new Map(whole.map((t) => [t.array.path, t.array]));
+    const tensors = whole.map((t) => ({ ...t, array: byPath.get(t.array.path) as SourceArray }));
+    const streamedPlan = { maxOpen: 8, maxBand: 16 * MiB };
+    const groups = planSpill(tensors, "BF16", 30 * MiB, streamedPlan, DECODER_BYTES, 0).groupSize;
+    expect(groups.size).toBe(5);
+    // linear1's chunk: 2 layers x 1 x 96 float32 = 768 bytes, counted 960: all 64 of a layer fit in one group.
+    expect([...groups.values()].every((k) => k === 64)).toBe(true);
+    expect(
+      chunkCost(byPath.get(tensors.find((t) => t.array.path.endsWith("linear1_0/weight"))?.array.path ?? "") as SourceArray, DECODER_BYTES),
+    ).toBe(960);
+  });
 
   test("groups are tiles of the chunk grid of at most k chunks a layer, every layer in each", () => {
     const a = memoryArray({ path: "x", shape: [4, 64, 30], data: new Float32Array(4 * 64 * 30) }, [4, 1, 30]);

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "vitest";
-import { planExport } from "../../src/hf/llama.js";
+import { type OutputTensor, planExport } from "../../src/hf/llama.js";
 import type { SourceArray } from "../../src/hf/source.js";
-import { Cursors, produceInOrder } from "../../src/hf/stream.js";
+import { type BandRequest, Cursors, PassReuse, produceInOrder, producePass } from "../../src/hf/stream.js";
 import { zarrayText } from "../../src/regular/zarray.js";
 import { castToBfloat16 } from "../../src/zarr/cast.js";
 import { DTYPES } from "../../src/zarr/dtype.js";
@@ -43,6 +43,50 @@ describe("the streaming engine", () => {
       for (const [name, w] of want) expect(new Float32Array(new Uint8Array(out.get(name) as Uint8Array).buffer), name).toEqual(w.data);
       // In layer order (a grouped layer's q, k and v made together), each chunk is decoded once.
       expect(reopened).toBe(0);
+    });
+  }
+
+  for (const [label, dims, chunks] of [
+    [
+      "fused QKV (three passes a layer), chunks spanning every layer",
+      { layers: 4, dim: 16, heads: 2, headDim: 8, ffn: 24, vocab: 20 },
+      fsdpChunks,
+    ],
+    [
+      "grouped QKV, lm_head, chunks spanning every layer",
+      { layers: 3, dim: 16, heads: 4, kvHeads: 2, headDim: 4, ffn: 12, vocab: 10, lmHead: true },
+      fsdpChunks,
+    ],
+    [
+      "chunks of two layers (the walkers of the next chunk are made anew)",
+      { layers: 4, dim: 16, heads: 2, headDim: 8, ffn: 24, vocab: 20 },
+      (a: HostArray) => a.shape.map((s, d) => (d === 0 ? 2 : Math.max(1, Math.ceil(s / 3)))),
+    ],
+  ] as const) {
+    test(`passes re-made a layer on from the previous ones' walkers, re-based: the same bytes as passes made afresh (${label})`, async () => {
+      const arrays = fujiArrays(dims);
+      const plan = planExport(arrays.map((a) => memoryArray(a, chunks(a))));
+      // The plan's passes in order: a grouped layer's q, k and v together, any other tensor alone.
+      const passes: BandRequest[][] = [];
+      for (const t of plan.tensors as OutputTensor[]) {
+        const last = passes.at(-1);
+        const request = { t, u0: 0, u1: t.extent[t.bandDim] as number };
+        if (last !== undefined && t.pass !== undefined && last[0]?.t.pass === t.pass) last.push(request);
+        else passes.push([request]);
+      }
+      const fresh = new Cursors();
+      const reused = new Cursors();
+      const reuse = new PassReuse();
+      for (const requests of passes) {
+        const want = await producePass(requests, "BF16", fresh);
+        const got = await producePass(requests, "BF16", reused, reuse);
+        for (const [i, w] of want.entries()) expect(Buffer.compare(got[i] as Uint8Array, w), requests[i]?.t.name).toBe(0);
+      }
+      await fresh.closeAll();
+      await reused.closeAll();
+      expect(reused.reopened).toBe(0);
+      // Every stacked tensor after its array's first layer (or, chunked by two layers, after each chunk's first).
+      expect(reuse.rebased).toBeGreaterThan(0);
     });
   }
 

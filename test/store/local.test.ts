@@ -43,6 +43,18 @@ describe("LocalStore", () => {
     await expect(s.readRange("f", 2, 4)).rejects.toThrow(/\/f, offset 2: short read/);
   });
 
+  test("a small range, read without a stat first, still says where a file ends and refuses a named pipe", async () => {
+    const s = tempStore();
+    await s.write("f", new Uint8Array([1, 2, 3, 4, 5, 6]));
+    expect([...(await s.readRange("f", 1, 4))]).toEqual([2, 3, 4, 5]);
+    await expect(s.readRange("f", 4, 4)).rejects.toThrow(/\/f, offset 4: short read: wanted 4 bytes at offset 4, the object ends at 6/);
+    spawnSync("mkfifo", [join(s.root, "pipe")]);
+    await expect(s.readRange("pipe", 0, 4)).rejects.toThrow(/\/pipe: is a named pipe \(FIFO\), not a regular file/);
+    await expect(s.readRange("absent", 0, 4)).rejects.toBeInstanceOf(NotFoundError);
+    mkdirSync(join(s.root, "dir"));
+    await expect(s.readRange("dir", 0, 4)).rejects.toBeInstanceOf(NotFoundError);
+  });
+
   test("stat and listDir of local files carry no CRC-32C (nothing stores one)", async () => {
     const s = tempStore();
     await s.write("d/x", new Uint8Array(5));
