@@ -43,7 +43,13 @@ describe("LocalStore", () => {
     await expect(s.readRange("f", 2, 4)).rejects.toThrow(/\/f, offset 2: short read/);
   });
 
-  test("a small range, read without a stat first, still says where a file ends and refuses a named pipe", async () => {
+  test("a small range of a device is refused, not read (a chunk linked to /dev/zero reads as zeros)", async () => {
+    const s = tempStore();
+    symlinkSync("/dev/zero", join(s.root, "zeros"));
+    await expect(s.readRange("zeros", 0, 4)).rejects.toThrow(/\/zeros: is a device, not a regular file/);
+  });
+
+  test("a small range, its stat made beside the read, still says where a file ends and refuses a named pipe", async () => {
     const s = tempStore();
     await s.write("f", new Uint8Array([1, 2, 3, 4, 5, 6]));
     expect([...(await s.readRange("f", 1, 4))]).toEqual([2, 3, 4, 5]);
