@@ -10,7 +10,7 @@ import { type ExportFile, makeRecord, RECORD_NAME, recordText, sha256 } from "./
 import { buildHeader, type SafetensorsDtype } from "./safetensors.js";
 import { DEFAULT_MAX_SHARD_SIZE, INDEX_NAME, indexText, planShards, planTaskRuns, shardName } from "./shards.js";
 import { type ExportSource, MAX_GCS_READ_WINDOW, openExportSource, READ_WINDOW, readWindow } from "./source.js";
-import { planSpill, SPILL_PREFIX, Spill, type SpillPlan } from "./spill.js";
+import { chunkCost, planSpill, SPILL_PREFIX, Spill, type SpillPlan } from "./spill.js";
 import { bands, Cursors, outputBytes, produceInOrder } from "./stream.js";
 import { chooseTokenizer, type TokenizerChoice } from "./vocabularies.js";
 
@@ -387,7 +387,18 @@ function memoryOf(o: Opened, options: ExportOptions) {
   const scratchBuffer = Math.min(o.dest.writeBuffer ?? 0, 8 * 2 ** 20);
   const spillPlan = planSpill(o.plan.tensors, o.st, options.memoryBytes, memory, decoderBytes(window), scratchBuffer);
   const open = Math.max(Math.min(decoders, memory.maxOpen), ...spillPlan.groupSize.values());
-  return { decoders, window, memory, scratchBuffer, spillPlan, open };
+  // What the open chunks hold at most: the capped decoders, or a spilled array's group (a chunk decoded whole
+  // costs its bytes, not a decoder: chunkCost).
+  const per = decoderBytes(window);
+  const spilled = new Map(o.plan.tensors.map((t) => [t.array.path, t.array]));
+  const held = Math.max(
+    Math.min(decoders, memory.maxOpen) * per,
+    ...[...spillPlan.groupSize].map(([path, k]) => {
+      const array = spilled.get(path);
+      return array === undefined ? k * per : k * chunkCost(array, per);
+    }),
+  );
+  return { decoders, window, memory, scratchBuffer, spillPlan, open, held };
 }
 
 /** The refusal of a call made for an export that is not (or no longer) the one begun at the destination. */
@@ -543,7 +554,7 @@ async function finalize(
     chunkRereads: run.rereads,
     openDecoders: m.open,
     decodersNeeded: m.decoders,
-    decoderBytes: m.open * decoderBytes(m.window),
+    decoderBytes: Math.round(m.held),
     peakOpenDecoders: run.peak,
     spilledArrays: m.spillPlan.groupSize.size,
     ...(run.rereads > 0 && m.spillPlan.memoryWithoutRereads !== undefined

@@ -318,6 +318,15 @@ describe("export-hf of grouped-QKV trees and trees that are not fuji's", () => {
       expect(readdirSync(dest).filter((n) => n.includes("spill") || n.includes(".tmp-"))).toEqual([]);
     });
 
+    test("says what its open chunks hold at their decoded size, within --memory (not 64 decoders of 1.75 MiB)", async () => {
+      const root = tempDir("hf");
+      const r = await runCli(["export-hf", step(root), join(root, "hf"), ...args]);
+      expect(r.code, r.stderr).toBe(0);
+      const held = json(r.stdout).decoderBytes as number;
+      expect(held).toBeGreaterThan(0);
+      expect(held).toBeLessThanOrEqual(30 * 2 ** 20);
+    });
+
     test("to a gs:// destination: scratch objects under it, none left; the shards are the local export's", async () => {
       const root = tempDir("hf");
       const source = step(root);
