@@ -14,27 +14,19 @@ import { compress } from "./zstd.js";
 
 /**
  * The worker's code, CommonJS evaluated as is (no file to find, the same from the sources under test and from
- * dist/): ZSTD_compress2 at the level on one context, as zstd-napi's `compress` does (so the same frame), into
- * an output buffer the caller hands back once written (recycle), and the input's buffer sent back for reuse: a
- * fresh 16 MiB buffer a chunk cost the import more in page faults than its transposes.
+ * dist/): ZSTD_compress2 at the level on one context, as zstd-napi's `compress` does (so the same frame), the
+ * frame transferred back in a buffer of its own.
  */
 const WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
 const binding = require(workerData.binding);
 const cctx = new binding.CCtx();
 cctx.setParameter(binding.CParameter.compressionLevel, workerData.level);
-const free = [];
 parentPort.on("message", (m) => {
-  if (m.recycle !== undefined) {
-    if (free.length < workerData.keep) free.push(m.recycle);
-    return;
-  }
   try {
-    const bound = binding.compressBound(m.length);
-    const i = free.findIndex((b) => b.byteLength >= bound);
-    const dst = new Uint8Array(i >= 0 ? free.splice(i, 1)[0] : new ArrayBuffer(bound));
+    const dst = new Uint8Array(binding.compressBound(m.length));
     const n = cctx.compress2(dst, new Uint8Array(m.buffer, m.offset, m.length));
-    parentPort.postMessage({ id: m.id, frame: dst.buffer, length: n, input: m.buffer }, [dst.buffer, m.buffer]);
+    parentPort.postMessage({ id: m.id, frame: dst.buffer, length: n }, [dst.buffer]);
   } catch (e) {
     parentPort.postMessage({ id: m.id, error: String((e && e.message) || e) });
   }
@@ -46,14 +38,8 @@ export function poolSize(): number {
   return Math.max(1, Math.min(4, os.availableParallelism()));
 }
 
-/** A compressed chunk, and the input's ArrayBuffer, free again. */
-export interface Compressed {
-  readonly frame: Uint8Array;
-  readonly input: ArrayBuffer;
-}
-
 interface Pending {
-  readonly resolve: (c: Compressed) => void;
+  readonly resolve: (frame: Uint8Array) => void;
   readonly reject: (e: Error) => void;
 }
 
@@ -71,14 +57,14 @@ export class CompressPool {
   ) {
     const binding = createRequire(import.meta.url).resolve("zstd-napi/binding.js");
     for (let i = 0; i < size; i++) {
-      const worker = new Worker(WORKER, { eval: true, workerData: { binding, level, keep: 1 } });
+      const worker = new Worker(WORKER, { eval: true, workerData: { binding, level } });
       const slot = { worker, busy: 0 };
-      worker.on("message", (m: { id: number; frame: ArrayBuffer; length: number; input: ArrayBuffer; error?: string }) => {
+      worker.on("message", (m: { id: number; frame: ArrayBuffer; length: number; error?: string }) => {
         const p = this.pending.get(m.id);
         this.pending.delete(m.id);
         slot.busy--;
         if (m.error !== undefined) p?.reject(new Error(`zstd compression failed: ${m.error}`));
-        else p?.resolve({ frame: new Uint8Array(m.frame, 0, m.length), input: m.input });
+        else p?.resolve(new Uint8Array(m.frame, 0, m.length));
       });
       worker.on("error", (e) => this.fail(e));
       worker.on("exit", (code) => {
@@ -92,9 +78,9 @@ export class CompressPool {
    * One zstd frame of `data` (as zstd.ts's `compress`). `data`'s ArrayBuffer is transferred to a worker: the
    * caller must not use it (nor any other view of that buffer) afterwards.
    */
-  compress(data: Uint8Array): Promise<Compressed> {
+  compress(data: Uint8Array): Promise<Uint8Array> {
     if (this.failure !== undefined) return Promise.reject(this.failure);
-    if (this.workers.length === 0) return Promise.resolve({ frame: compress(data, this.level), input: data.buffer as ArrayBuffer });
+    if (this.workers.length === 0) return Promise.resolve(compress(data, this.level));
     const slot = this.workers.reduce((a, b) => (b.busy < a.busy ? b : a));
     const id = this.next++;
     slot.busy++;
@@ -104,13 +90,6 @@ export class CompressPool {
         data.buffer as ArrayBuffer,
       ]);
     });
-  }
-
-  /** A frame `compress` gave, written: its buffer goes back to a worker to hold the next. */
-  recycle(frame: Uint8Array): void {
-    const slot = this.workers[this.next % Math.max(1, this.workers.length)];
-    if (slot === undefined || frame.byteOffset !== 0) return;
-    slot.worker.postMessage({ recycle: frame.buffer }, [frame.buffer as ArrayBuffer]);
   }
 
   private fail(e: Error): void {

@@ -614,8 +614,6 @@ export async function importHf(sourceLocation: string, destRoot: string, options
 
   // Chunks compressed on worker threads while this one reads, fills and writes the next (codecs/zstd-pool.ts).
   const pool = new CompressPool(options.threads);
-  // Chunk buffers free again, for the next chunks (a fresh one a chunk cost page faults): at most IN_FLIGHT.
-  const spares: ArrayBuffer[] = [];
   let written = 0;
   try {
     await makeChunks();
@@ -629,24 +627,14 @@ export async function importHf(sourceLocation: string, destRoot: string, options
   await dest.flushed?.();
   return result(written, false);
 
-  /**
-   * The chunk's float32 bits: the segment itself when it is the whole chunk, else filled into a buffer of an
-   * earlier chunk's (back from the pool; zeroed where the chunk has edge padding) or a new one.
-   */
+  /** The chunk's float32 bits: the segment itself when it is the whole chunk (no copy), else filled. */
   function chunkOf(j: ChunkJob, segs: readonly Uint32Array[]): Uint32Array {
     const n = product(j.array.chunkShape);
     const s = segs[0] as Uint32Array;
     if (j.whole && s.length === n && s.byteOffset === 0 && s.buffer.byteLength === s.byteLength) return s;
-    const i = spares.findIndex((b) => b.byteLength === 4 * n);
-    const out = i < 0 ? new Uint32Array(n) : new Uint32Array(spares.splice(i, 1)[0] as ArrayBuffer);
-    if (i >= 0 && j.index.some((c, k) => (c + 1) * (j.array.chunkShape[k] as number) > (j.array.shape[k] as number))) out.fill(0);
+    const out = new Uint32Array(n);
     j.fill(segs, out);
     return out;
-  }
-
-  function spare(b: ArrayBuffer): void {
-    spares.push(b);
-    if (spares.length > IN_FLIGHT) spares.shift();
   }
 
   async function makeChunks(): Promise<void> {
@@ -674,13 +662,7 @@ export async function importHf(sourceLocation: string, destRoot: string, options
             return toF32Bits(await source.readRange(s.tensor.file, offset, length), s.tensor.dtype);
           }),
         );
-        const out = chunkOf(j, segs);
-        const bytes = fromF32Bits(out, dtype);
-        if (bytes.buffer !== out.buffer) spare(out.buffer as ArrayBuffer);
-        const { frame, input } = await pool.compress(bytes);
-        spare(input);
-        await dest.write(joinKey(stepDir, keyOf(j)), frame);
-        pool.recycle(frame);
+        await dest.write(joinKey(stepDir, keyOf(j)), await pool.compress(fromF32Bits(chunkOf(j, segs), dtype)));
         written++;
         options.onChunk?.(j.array.path, size);
       })()
