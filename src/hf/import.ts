@@ -627,7 +627,11 @@ export async function importHf(sourceLocation: string, destRoot: string, options
   await dest.flushed?.();
   return result(written, false);
 
-  /** The chunk's float32 bits: the segment itself when it is the whole chunk (no copy), else filled. */
+  /**
+   * The chunk's float32 bits: the segment itself when it is the whole chunk (no copy), else filled. The segment's
+   * buffer is then transferred to a worker: readRange's answer is the caller's own (a new buffer from the local
+   * store, the response body from gs://), and only one that is exactly the segment is taken.
+   */
   function chunkOf(j: ChunkJob, segs: readonly Uint32Array[]): Uint32Array {
     const n = product(j.array.chunkShape);
     const s = segs[0] as Uint32Array;
