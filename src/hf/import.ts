@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { compress } from "../codecs/zstd.js";
+import { CompressPool } from "../codecs/zstd-pool.js";
 import { assertNoOverlap } from "../convert/convert.js";
 import { ConflictError, MetadataError, UsageError } from "../errors.js";
 import { arrayEntry, indexText } from "../regular/index-file.js";
@@ -54,6 +54,8 @@ export interface ImportOptions {
   readonly force?: boolean;
   /** The largest chunk in elements (default MAX_CHUNK_ELEMENTS): not a flag, tests cut arrays finer with it. */
   readonly maxChunkElements?: number;
+  /** Threads compressing chunks (default zstd-pool.ts's poolSize(); 0: on the main thread). Not a flag. */
+  readonly threads?: number;
   readonly onPlan?: (plan: ImportSummaryPlan) => void;
   readonly onChunk?: (array: string, bytes: number) => void;
 }
@@ -225,6 +227,8 @@ export interface ChunkJob {
   readonly reads: readonly Segment[];
   /** Fills the chunk (C order of the chunk shape, edge padding left zero) from the segments' float32 bits. */
   readonly fill: (segs: readonly Uint32Array[], out: Uint32Array) => void;
+  /** The one segment is the whole chunk as it is (a full range of rows of an unchanged tensor): no fill needed. */
+  readonly whole?: true;
 }
 
 export interface OutArray {
@@ -265,6 +269,7 @@ const same: Layout = (lead, inner, [t], _d, cap) => {
       index: [...lead, c, ...inner.slice(1).map(() => 0)],
       reads: [{ tensor: t as HfTensor, row0: r0, row1: r1 }],
       fill: ([s], out) => out.set(s as Uint32Array),
+      ...(r1 - r0 === rpc ? { whole: true as const } : {}),
     });
   }
   return { chunk: [...lead.map(() => 1), rpc, ...inner.slice(1)], jobs };
@@ -607,53 +612,75 @@ export async function importHf(sourceLocation: string, destRoot: string, options
       text.encode(zarrayText({ shape: [...a.shape], chunkShape: [...a.chunkShape], dtype: DTYPE_OF[dtype] })),
     );
 
-  const budget = new Budget(memory);
-  const slots = new Budget(IN_FLIGHT);
-  const running = new Set<Promise<void>>();
-  let failure: { e: unknown } | undefined;
+  // Chunks compressed on worker threads while this one reads, fills and writes the next (codecs/zstd-pool.ts).
+  const pool = new CompressPool(options.threads);
   let written = 0;
-  for (const j of plan.jobs) {
-    const size = product(j.array.chunkShape) * DTYPE_OF[dtype].itemSize;
-    if (present.has(keyOf(j))) {
-      options.onChunk?.(j.array.path, size);
-      continue;
-    }
-    const releaseSlot = await slots.acquire();
-    const release = await budget.acquire(jobWeight(j, dtype));
-    if (failure !== undefined) {
-      release();
-      releaseSlot();
-      break;
-    }
-    const task: Promise<void> = (async () => {
-      const segs = await Promise.all(
-        j.reads.map(async (s) => {
-          const { offset, length } = readBytes(s);
-          return toF32Bits(await source.readRange(s.tensor.file, offset, length), s.tensor.dtype);
-        }),
-      );
-      const out = new Uint32Array(product(j.array.chunkShape));
-      j.fill(segs, out);
-      await dest.write(joinKey(stepDir, keyOf(j)), compress(fromF32Bits(out, dtype)));
-      written++;
-      options.onChunk?.(j.array.path, size);
-    })()
-      .catch((e) => {
-        failure ??= { e };
-      })
-      .finally(() => {
-        release();
-        releaseSlot();
-        running.delete(task);
-      });
-    running.add(task);
+  try {
+    await makeChunks();
+  } finally {
+    await pool.close();
   }
-  while (running.size > 0) await Promise.all([...running]);
-  if (failure !== undefined) throw failure.e;
   // Every chunk and its name durable before the index that commits them; then the index.
   await dest.makeDurable?.(stepDir);
   await dest.write(indexKey, text.encode(index));
   await dest.makeDurable?.(indexKey);
   await dest.flushed?.();
   return result(written, false);
+
+  /**
+   * The chunk's float32 bits: the segment itself when it is the whole chunk (no copy), else filled. The segment's
+   * buffer is then transferred to a worker: readRange's answer is the caller's own (a new buffer from the local
+   * store, the response body from gs://), and only one that is exactly the segment is taken.
+   */
+  function chunkOf(j: ChunkJob, segs: readonly Uint32Array[]): Uint32Array {
+    const n = product(j.array.chunkShape);
+    const s = segs[0] as Uint32Array;
+    if (j.whole && s.length === n && s.byteOffset === 0 && s.buffer.byteLength === s.byteLength) return s;
+    const out = new Uint32Array(n);
+    j.fill(segs, out);
+    return out;
+  }
+
+  async function makeChunks(): Promise<void> {
+    const budget = new Budget(memory);
+    const slots = new Budget(IN_FLIGHT);
+    const running = new Set<Promise<void>>();
+    let failure: { e: unknown } | undefined;
+    for (const j of plan.jobs) {
+      const size = product(j.array.chunkShape) * DTYPE_OF[dtype].itemSize;
+      if (present.has(keyOf(j))) {
+        options.onChunk?.(j.array.path, size);
+        continue;
+      }
+      const releaseSlot = await slots.acquire();
+      const release = await budget.acquire(jobWeight(j, dtype));
+      if (failure !== undefined) {
+        release();
+        releaseSlot();
+        break;
+      }
+      const task: Promise<void> = (async () => {
+        const segs = await Promise.all(
+          j.reads.map(async (s) => {
+            const { offset, length } = readBytes(s);
+            return toF32Bits(await source.readRange(s.tensor.file, offset, length), s.tensor.dtype);
+          }),
+        );
+        await dest.write(joinKey(stepDir, keyOf(j)), await pool.compress(fromF32Bits(chunkOf(j, segs), dtype)));
+        written++;
+        options.onChunk?.(j.array.path, size);
+      })()
+        .catch((e) => {
+          failure ??= { e };
+        })
+        .finally(() => {
+          release();
+          releaseSlot();
+          running.delete(task);
+        });
+      running.add(task);
+    }
+    while (running.size > 0) await Promise.all([...running]);
+    if (failure !== undefined) throw failure.e;
+  }
 }

@@ -1,0 +1,48 @@
+import { describe, expect, it } from "vitest";
+import { compress, decompressExact } from "../../src/codecs/zstd.js";
+import { CompressPool } from "../../src/codecs/zstd-pool.js";
+
+/** Float-like bytes: partly compressible, as weights are. */
+function sample(n: number, seed: number): Uint8Array {
+  const f = new Float32Array(n);
+  let x = seed;
+  for (let i = 0; i < n; i++) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    f[i] = (x / 2 ** 32 - 0.5) * 0.02;
+  }
+  return new Uint8Array(f.buffer);
+}
+
+describe("CompressPool: zstd on worker threads", () => {
+  it("gives the same frame as compress() on the calling thread, for every chunk", async () => {
+    const pool = new CompressPool(2);
+    try {
+      const inputs = [1, 2, 3, 4, 5].map((s) => sample(50_000 + s * 1000, s));
+      const want = inputs.map((b) => compress(b));
+      const got = await Promise.all(inputs.map((b) => pool.compress(new Uint8Array(b))));
+      for (const [i, g] of got.entries()) expect(Buffer.from(g).equals(Buffer.from(want[i] as Uint8Array))).toBe(true);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it("takes the chunk's buffer without copying it (transferred: empty here after) and its frame decodes back", async () => {
+    const pool = new CompressPool(1);
+    try {
+      const data = sample(10_000, 7);
+      const chunk = new Uint8Array(data);
+      const frame = await pool.compress(chunk);
+      expect(chunk.byteLength).toBe(0);
+      expect(decompressExact(frame, data.length, "chunk")).toEqual(data);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it("with no threads compresses on the calling thread", async () => {
+    const pool = new CompressPool(0);
+    const data = sample(1000, 3);
+    expect(Buffer.from(await pool.compress(data)).equals(Buffer.from(compress(data)))).toBe(true);
+    await pool.close();
+  });
+});
