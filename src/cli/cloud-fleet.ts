@@ -5,7 +5,7 @@ import { parseWorkflowArgument } from "../cloud/job/workflow-argument.js";
 import { type BackfillEntry, backfill } from "../cloud/ops/backfill.js";
 import { cancelStep } from "../cloud/ops/cancel.js";
 import { type CloudFlags, resolveCloudSettings } from "../cloud/ops/settings.js";
-import { type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/ops/status.js";
+import { type ExportStatus, type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/ops/status.js";
 import { type StartDeps, startByHand } from "../cloud/trigger/start.js";
 import { UsageError } from "../errors.js";
 import { parseStepName } from "../orbax/step.js";
@@ -62,7 +62,8 @@ export async function runCloudStatus(root: string, flags: StatusFlags, out: Outp
     const rows = await stepStatuses(root, flags.step, deps);
     if (flags.json) out.stdout(JSON.stringify(rows, null, 2));
     else out.stdout(statusTable(rows));
-    if (!flags.watch || !rows.some((r) => r.status.state === "running" || r.status.state === "claimed")) return 0;
+    const busy = (r: StepRow) => r.status.state === "running" || r.status.state === "claimed" || r.export?.state === "running";
+    if (!flags.watch || !rows.some(busy)) return 0;
     await new Promise((r) => setTimeout(r, (flags.interval ?? 10) * 1000));
     if (!flags.json) out.stdout("");
   }
@@ -72,9 +73,41 @@ export function statusTable(rows: readonly StepRow[]): string {
   if (rows.length === 0) return "no steps";
   return table(
     ["STEP", "STATE", "DETAIL"],
-    rows.map((r) => [String(r.step), r.status.state, detail(r.status)]),
+    // A step's export, when one was asked for, on its own line under the step's conversion.
+    rows.flatMap((r) => [
+      [String(r.step), r.status.state, detail(r.status)],
+      ...(r.export === null ? [] : [[String(r.step), `export ${r.export.state}`, exportDetail(r.export)]]),
+    ]),
     new Set([0]),
   );
+}
+
+function exportDetail(s: ExportStatus): string {
+  switch (s.state) {
+    case "committed":
+      return [
+        s.destination,
+        s.shards === null ? "" : `${s.shards} shards`,
+        s.bytes === null ? "" : formatBytes(s.bytes),
+        s.seconds === null ? "" : `in ${s.seconds} s`,
+        s.finishedAt === null ? "" : `finished ${s.finishedAt}`,
+      ]
+        .filter(Boolean)
+        .join(", ");
+    case "running": {
+      if (s.shards === null) return `${s.destination}: not begun (${s.phase ?? "converting first"}), ${s.elapsedSeconds} s so far`;
+      const bytes = s.bytes === null ? formatBytes(s.bytesDone) : `${formatBytes(s.bytesDone)} of ${formatBytes(s.bytes)}`;
+      return `${s.destination}: shards ${s.shardsDone}/${s.shards}, ${bytes}, ${s.elapsedSeconds} s so far${s.phase ? ` (${s.phase})` : ""}`;
+    }
+    case "failed": {
+      const retry = s.retryable ? "running it again may help" : "running it again cannot help";
+      return `${s.destination}: ${s.phase ? `${s.phase}: ` : ""}${s.error}; ${retry}`;
+    }
+    case "cancelled":
+      return `${s.destination}: ${s.execution}${s.finishedAt ? ` at ${s.finishedAt}` : ""}`;
+    case "pruned":
+      return `${s.destination}: exported once, since removed by the exports' retention`;
+  }
 }
 
 function detail(s: StepStatus): string {
