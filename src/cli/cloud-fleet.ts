@@ -2,10 +2,11 @@ import { executionsClient, workflowsExecutions } from "../cloud/api/executions.j
 import type { Logger } from "../cloud/api/log.js";
 import { runExecutionsClient, runJobExecutions } from "../cloud/api/run-executions.js";
 import { parseWorkflowArgument } from "../cloud/job/workflow-argument.js";
-import { type BackfillEntry, backfill } from "../cloud/ops/backfill.js";
+import { type BackfillEntry, type BackfillExport, backfill } from "../cloud/ops/backfill.js";
 import { cancelStep } from "../cloud/ops/cancel.js";
 import { type CloudFlags, resolveCloudSettings } from "../cloud/ops/settings.js";
 import { type ExportStatus, type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/ops/status.js";
+import { exportFromEnv } from "../cloud/trigger/config.js";
 import { type StartDeps, startByHand } from "../cloud/trigger/start.js";
 import { UsageError } from "../errors.js";
 import { parseStepName } from "../orbax/step.js";
@@ -192,10 +193,44 @@ export interface BackfillFlags extends FleetFlags {
   readonly maxRunning?: number;
   readonly poll?: number;
   readonly dryRun?: boolean;
+  /** --export: exports instead of conversions; --export-steps: these steps instead of hf_export's. */
+  readonly export?: boolean;
+  readonly exportSteps?: string;
+}
+
+/**
+ * The export rule backfill --export follows: the deployed function's own settings (ORBAX2REG_EXPORT_*, read by the
+ * function's parser: the same steps, folder template and settings the trigger would have used).
+ */
+function backfillExport(flags: BackfillFlags): BackfillExport | undefined {
+  if (!flags.export) {
+    if (flags.exportSteps !== undefined) throw new UsageError("--export-steps needs --export");
+    return undefined;
+  }
+  const rule = exportFromEnv(process.env);
+  if (rule.export === undefined || rule.exportSettings === undefined)
+    throw new UsageError(
+      "--export needs the deployment's hf_export rule: set ORBAX2REG_EXPORT_DESTINATION_TEMPLATE (and ORBAX2REG_EXPORT_EVERY_N_STEPS or ORBAX2REG_EXPORT_STEPS, dtype, tokenizer...) as the trigger function has them",
+    );
+  let steps: number[] | undefined;
+  if (flags.exportSteps !== undefined) {
+    const parts = flags.exportSteps.split(",").map((s) => s.trim());
+    if (parts.some((s) => !/^\d{1,8}$/.test(s)))
+      throw new UsageError(`--export-steps takes step numbers separated by commas, got ${JSON.stringify(flags.exportSteps)}`);
+    steps = parts.map(Number);
+  }
+  return {
+    destinationTemplate: rule.export.destinationTemplate,
+    ...(rule.export.everyNSteps === undefined ? {} : { everyNSteps: rule.export.everyNSteps }),
+    ruleSteps: rule.export.steps,
+    settings: rule.exportSettings,
+    ...(steps === undefined ? {} : { steps }),
+  };
 }
 
 /** `orbax2reg cloud backfill <checkpoint-root>`: prints each step as it is started or skipped. */
 export async function runCloudBackfill(root: string, flags: BackfillFlags, out: Output): Promise<number> {
+  const exported = backfillExport(flags);
   const deps = await fleetDeps(flags, out);
   const line = (e: BackfillEntry) =>
     `${String(e.step).padStart(8)}  ${e.action.padEnd(11)}  ${e.action === "started" ? e.execution : e.why}`;
@@ -209,6 +244,7 @@ export async function runCloudBackfill(root: string, flags: BackfillFlags, out: 
       pollMs: (flags.poll ?? 15) * 1000,
       dryRun: flags.dryRun === true,
       groups: deps.groups,
+      ...(exported === undefined ? {} : { export: exported }),
       onEntry: (e) => {
         if (!flags.json) out.stdout(line(e));
       },

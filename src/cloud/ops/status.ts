@@ -65,6 +65,8 @@ export interface StepRow {
   /** The regular checkpoint root the step converts into. */
   readonly destination: string;
   readonly status: StepStatus;
+  /** Whether the Orbax step is there and committed (an export is made from it). */
+  readonly committed: boolean;
   /** The step's Hugging Face export, from the newest execution that asked for one; null when none did. */
   readonly export: ExportStatus | null;
 }
@@ -195,7 +197,7 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
       statusOf(step, where.destination, committed.get(step), newestOf.get(step), byName, deps),
       exportStatusOf(step, where.destination, newestExportOf.get(step), deps),
     ]);
-    return { step, ...where, status, export: exported };
+    return { step, ...where, status, committed: committed.get(step) === true, export: exported };
   });
   return rows.sort((a, b) => a.step - b.step);
 }
