@@ -187,7 +187,8 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
   for (const e of executions) {
     byName.set(e.name, e);
     const step = executionStep(e);
-    if (step !== undefined && !newestOf.has(step)) newestOf.set(step, e);
+    // An export alone ("convert": false) says nothing of the step's conversion: only of its export.
+    if (step !== undefined && !newestOf.has(step) && converts(e)) newestOf.set(step, e);
     const exported = step === undefined || newestExportOf.has(step) ? undefined : exportOf(e);
     if (step !== undefined && exported !== undefined) newestExportOf.set(step, { execution: e, destination: exported });
   }
@@ -212,6 +213,15 @@ function executionStep(e: ExecutionRef): number | undefined {
   } catch {
     const label = e.labels.step;
     return label !== undefined && /^\d+$/.test(label) ? Number(label) : undefined;
+  }
+}
+
+/** Whether an execution converts its step (false: an export alone); one whose argument cannot be read counts. */
+function converts(e: ExecutionRef): boolean {
+  try {
+    return parseWorkflowArgument(JSON.parse(e.argument), 1).convert;
+  } catch {
+    return true;
   }
 }
 
@@ -311,7 +321,7 @@ async function statusOf(
   const claimedName = claimState.kind === "started" ? (claimState.record.execution as string) : undefined;
   if (claimedName !== undefined && claimedName !== listed?.name && !listing.has(claimedName)) {
     const claimed = await deps.executions.get(claimedName).catch(() => undefined);
-    if (claimed && (!execution || newer(claimed, execution))) execution = claimed;
+    if (claimed && converts(claimed) && (!execution || newer(claimed, execution))) execution = claimed;
   }
 
   if (execution && isLive(execution)) return running(destination, stepDir, execution, deps, now());

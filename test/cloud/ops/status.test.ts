@@ -317,6 +317,16 @@ describe("cloud status of a step's Hugging Face export", () => {
     });
   });
 
+  test("an export alone says nothing of the step's conversion: the conversion's row is the newest run that converts", async () => {
+    const converted = execution(1, 5, "FAILED", { error: '{"message":"group 0 failed"}' });
+    const exportOnly = exporting(2, 5, "SUCCEEDED");
+    const alone = { ...exportOnly, argument: JSON.stringify({ ...JSON.parse(exportOnly.argument), convert: false }) };
+    const { deps } = setup("status-export-alone", 5, [alone, converted]);
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.status).toMatchObject({ state: "failed", execution: converted.name });
+    expect(rows[0]?.export).toEqual({ state: "pruned", destination: `${HF}/step_00000005`, execution: alone.name });
+  });
+
   test("the newest execution that asked for an export is the one shown, not a newer conversion alone", async () => {
     const asked = exporting(1, 5, "CANCELLED", { endTime: "2026-11-01T00:05:00.000Z" });
     const later = execution(2, 5, "SUCCEEDED");
