@@ -8,6 +8,7 @@ import { CancelledError } from "../../src/errors.js";
 import { beginExport, DEFAULT_EXPORT_MEMORY, exportShards, finalizeExport } from "../../src/hf/export.js";
 import { INDEX_NAME } from "../../src/hf/shards.js";
 import { removeScratch, scratch } from "../helpers/convert.js";
+import { moduleDashboard } from "../helpers/dashboard-json.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 
 // `orbax2reg cloud cancel` of an export: the marker it leaves in the step's work directory stops every export job
@@ -81,6 +82,31 @@ describe("cloud cancel of an export", () => {
     expect(left.filter((n) => n.endsWith(".safetensors"))).toHaveLength(8);
     expect(left.filter((n) => n.endsWith(".json") && !n.includes(".orbax2reg"))).toEqual([]);
   });
+});
+
+describe("the export job's lines the dashboard and alerts read", () => {
+  test("shards written with mbPerSecond, export committed, and a permanent failure's ERROR line, as monitoring.tf and alerts.tf match them", async () => {
+    const r = await exportRun();
+    expect(await runJob("export-begin", r.env("b1"), r.log())).toBe(0);
+    expect(await runJob("export-shards", r.env("s0", 0), r.log())).toBe(0);
+    const written = r.lines.find((l) => l.message === "shards written");
+    expect(written).toMatchObject({ severity: "INFO", phase: "export-shards" });
+    expect(written?.mbPerSecond).toEqual(expect.any(Number));
+    // Task 1's shards are missing: finalize fails for good, naming the first one.
+    expect(await runJob("export-finalize", r.env("f1"), r.log())).toBe(0);
+    const error = r.lines.find((l) => l.severity === "ERROR");
+    expect(error).toMatchObject({ phase: "export-finalize", permanent: true });
+    expect(String(error?.message)).toMatch(/shard missing/);
+    expect(await runJob("export-shards", r.env("s1", 1), r.log())).toBe(0);
+    expect(await runJob("export-finalize", r.env("f2"), r.log())).toBe(0);
+    expect(r.lines.find((l) => l.message === "export committed")).toMatchObject({ severity: "INFO", phase: "export-finalize" });
+    const hf = 'hf_export={steps = [1000], destination_template = "gs://regular/{root}/hf/{step}"}';
+    const { logFilters, logMetricTable, alertPolicies } = await moduleDashboard([hf]);
+    expect(logFilters.exports_committed).toContain('jsonPayload.message="export committed"');
+    expect(logFilters.export_task_mb_per_second).toContain('jsonPayload.message="shards written"');
+    expect(logMetricTable.export_task_mb_per_second?.value_extractor).toBe("EXTRACT(jsonPayload.mbPerSecond)");
+    expect(alertPolicies.export_failed?.log_match).toContain("severity>=ERROR AND jsonPayload.permanent=true");
+  }, 120_000);
 });
 
 describe("export finalize's last look before it commits", () => {
