@@ -922,7 +922,7 @@ describe("Failure alerts (alerts.tf)", () => {
     );
     // The table is a merge() (the export's policy only with hf_export): its source says where the threshold comes from.
     expect(readFileSync(join(MODULE, "alerts.tf"), "utf8")).toMatch(
-      /event_backlog = \{[^]*?threshold = \{[^}]*above = var\.event_backlog_alert_seconds/,
+      /event_backlog = \{[\s\S]*?threshold = \{[^}]*above = var\.event_backlog_alert_seconds/,
     );
     for (const term of [
       'metric.type="pubsub.googleapis.com/subscription/oldest_unacked_message_age"',
