@@ -2,10 +2,11 @@ import { executionsClient, workflowsExecutions } from "../cloud/api/executions.j
 import type { Logger } from "../cloud/api/log.js";
 import { runExecutionsClient, runJobExecutions } from "../cloud/api/run-executions.js";
 import { parseWorkflowArgument } from "../cloud/job/workflow-argument.js";
-import { type BackfillEntry, backfill } from "../cloud/ops/backfill.js";
+import { type BackfillEntry, type BackfillExport, backfill } from "../cloud/ops/backfill.js";
 import { cancelStep } from "../cloud/ops/cancel.js";
 import { type CloudFlags, resolveCloudSettings } from "../cloud/ops/settings.js";
-import { type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/ops/status.js";
+import { type ExportStatus, type FleetDeps, locate, parseRoot, type StepRow, type StepStatus, stepStatuses } from "../cloud/ops/status.js";
+import { exportFromEnv } from "../cloud/trigger/config.js";
 import { type StartDeps, startByHand } from "../cloud/trigger/start.js";
 import { UsageError } from "../errors.js";
 import { parseStepName } from "../orbax/step.js";
@@ -62,7 +63,8 @@ export async function runCloudStatus(root: string, flags: StatusFlags, out: Outp
     const rows = await stepStatuses(root, flags.step, deps);
     if (flags.json) out.stdout(JSON.stringify(rows, null, 2));
     else out.stdout(statusTable(rows));
-    if (!flags.watch || !rows.some((r) => r.status.state === "running" || r.status.state === "claimed")) return 0;
+    const busy = (r: StepRow) => r.status.state === "running" || r.status.state === "claimed" || r.export?.state === "running";
+    if (!flags.watch || !rows.some(busy)) return 0;
     await new Promise((r) => setTimeout(r, (flags.interval ?? 10) * 1000));
     if (!flags.json) out.stdout("");
   }
@@ -72,9 +74,41 @@ export function statusTable(rows: readonly StepRow[]): string {
   if (rows.length === 0) return "no steps";
   return table(
     ["STEP", "STATE", "DETAIL"],
-    rows.map((r) => [String(r.step), r.status.state, detail(r.status)]),
+    // A step's export, when one was asked for, on its own line under the step's conversion.
+    rows.flatMap((r) => [
+      [String(r.step), r.status.state, detail(r.status)],
+      ...(r.export === null ? [] : [[String(r.step), `export ${r.export.state}`, exportDetail(r.export)]]),
+    ]),
     new Set([0]),
   );
+}
+
+function exportDetail(s: ExportStatus): string {
+  switch (s.state) {
+    case "committed":
+      return [
+        s.destination,
+        s.shards === null ? "" : `${s.shards} shards`,
+        s.bytes === null ? "" : formatBytes(s.bytes),
+        s.seconds === null ? "" : `in ${s.seconds} s`,
+        s.finishedAt === null ? "" : `finished ${s.finishedAt}`,
+      ]
+        .filter(Boolean)
+        .join(", ");
+    case "running": {
+      if (s.shards === null) return `${s.destination}: not begun (${s.phase ?? "converting first"}), ${s.elapsedSeconds} s so far`;
+      const bytes = s.bytes === null ? formatBytes(s.bytesDone) : `${formatBytes(s.bytesDone)} of ${formatBytes(s.bytes)}`;
+      return `${s.destination}: shards ${s.shardsDone}/${s.shards}, ${bytes}, ${s.elapsedSeconds} s so far${s.phase ? ` (${s.phase})` : ""}`;
+    }
+    case "failed": {
+      const retry = s.retryable ? "running it again may help" : "running it again cannot help";
+      return `${s.destination}: ${s.phase ? `${s.phase}: ` : ""}${s.error}; ${retry}`;
+    }
+    case "cancelled":
+      return `${s.destination}: ${s.execution}${s.finishedAt ? ` at ${s.finishedAt}` : ""}`;
+    case "pruned":
+      return `${s.destination}: exported once, since removed by the exports' retention`;
+  }
 }
 
 function detail(s: StepStatus): string {
@@ -159,10 +193,44 @@ export interface BackfillFlags extends FleetFlags {
   readonly maxRunning?: number;
   readonly poll?: number;
   readonly dryRun?: boolean;
+  /** --export: exports instead of conversions; --export-steps: these steps instead of hf_export's. */
+  readonly export?: boolean;
+  readonly exportSteps?: string;
+}
+
+/**
+ * The export rule backfill --export follows: the deployed function's own settings (ORBAX2REG_EXPORT_*, read by the
+ * function's parser: the same steps, folder template and settings the trigger would have used).
+ */
+function backfillExport(flags: BackfillFlags): BackfillExport | undefined {
+  if (!flags.export) {
+    if (flags.exportSteps !== undefined) throw new UsageError("--export-steps needs --export");
+    return undefined;
+  }
+  const rule = exportFromEnv(process.env);
+  if (rule.export === undefined || rule.exportSettings === undefined)
+    throw new UsageError(
+      "--export needs the deployment's hf_export rule: set ORBAX2REG_EXPORT_DESTINATION_TEMPLATE (and ORBAX2REG_EXPORT_EVERY_N_STEPS or ORBAX2REG_EXPORT_STEPS, dtype, tokenizer...) as the trigger function has them",
+    );
+  let steps: number[] | undefined;
+  if (flags.exportSteps !== undefined) {
+    const parts = flags.exportSteps.split(",").map((s) => s.trim());
+    if (parts.some((s) => !/^\d{1,8}$/.test(s)))
+      throw new UsageError(`--export-steps takes step numbers separated by commas, got ${JSON.stringify(flags.exportSteps)}`);
+    steps = parts.map(Number);
+  }
+  return {
+    destinationTemplate: rule.export.destinationTemplate,
+    ...(rule.export.everyNSteps === undefined ? {} : { everyNSteps: rule.export.everyNSteps }),
+    ruleSteps: rule.export.steps,
+    settings: rule.exportSettings,
+    ...(steps === undefined ? {} : { steps }),
+  };
 }
 
 /** `orbax2reg cloud backfill <checkpoint-root>`: prints each step as it is started or skipped. */
 export async function runCloudBackfill(root: string, flags: BackfillFlags, out: Output): Promise<number> {
+  const exported = backfillExport(flags);
   const deps = await fleetDeps(flags, out);
   const line = (e: BackfillEntry) =>
     `${String(e.step).padStart(8)}  ${e.action.padEnd(11)}  ${e.action === "started" ? e.execution : e.why}`;
@@ -176,6 +244,7 @@ export async function runCloudBackfill(root: string, flags: BackfillFlags, out: 
       pollMs: (flags.poll ?? 15) * 1000,
       dryRun: flags.dryRun === true,
       groups: deps.groups,
+      ...(exported === undefined ? {} : { export: exported }),
       onEntry: (e) => {
         if (!flags.json) out.stdout(line(e));
       },

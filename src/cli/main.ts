@@ -323,6 +323,8 @@ export const COMMANDS: readonly CommandSpec[] = [
       "poll",
       { name: "dryRun", description: "print what would start, start nothing" },
       "pipelineGroups",
+      "exportBackfill",
+      "exportSteps",
       ...PIPELINE,
     ],
     helpAfter: SETTINGS_HELP,

@@ -204,6 +204,15 @@ export const OPTIONS = {
     description: "with --export: export the step straight from its Orbax source, without converting it",
   },
   exportTasks: { flags: "--export-tasks <n>", description: "Cloud Run tasks writing the export's shards (default 4)", parse: positive },
+  // cloud backfill --export: the deployment's hf_export rule, from the function's ORBAX2REG_EXPORT_* variables
+  exportBackfill: {
+    flags: "--export",
+    description: "start Hugging Face exports (export only) of the steps hf_export asks for that have none, instead of conversions",
+  },
+  exportSteps: {
+    flags: "--export-steps <list>",
+    description: "with --export: these steps (comma-separated) instead of the ones hf_export asks for",
+  },
   from: { flags: "--from <n>", description: "first step", parse: wholeNumber },
   to: { flags: "--to <n>", description: "last step", parse: wholeNumber },
   every: { flags: "--every <k>", description: "only steps divisible by k", parse: positive, default: 1 },

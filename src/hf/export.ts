@@ -491,7 +491,12 @@ async function writeShards(o: Opened, options: ExportOptions & { readonly signal
  * generation_config.json and the tokenizer's files, then the index LAST. Refused unless the record at the
  * destination is this export's.
  */
-export async function finalizeExport(sourceLocation: string, destLocation: string, options: ExportOptions): Promise<ExportResult> {
+export async function finalizeExport(
+  sourceLocation: string,
+  destLocation: string,
+  options: ExportOptions,
+  hooks: FinalizeHooks = {},
+): Promise<ExportResult> {
   const o = await openExport(sourceLocation, destLocation, options);
   if (o.previous !== o.wanted) throw notBegun(o, "nothing committed");
   const index = await readText(o.dest, INDEX_NAME);
@@ -501,13 +506,22 @@ export async function finalizeExport(sourceLocation: string, destLocation: strin
     at !== undefined &&
     at.foreign.length === 0 &&
     o.files.every((f) => at.recorded.includes(f.name));
-  return finalize(o, options, { written: new Set(), rereads: 0, peak: 0, resumed: false, already });
+  return finalize(o, options, { written: new Set(), rereads: 0, peak: 0, resumed: false, already }, hooks);
+}
+
+export interface FinalizeHooks {
+  /**
+   * Runs once every shard is checked, right before anything is written (the small files, then the index): the
+   * pipeline's last look at its stop signal and `cloud cancel`'s marker. Throwing commits nothing.
+   */
+  readonly beforeCommit?: () => Promise<void>;
 }
 
 async function finalize(
   o: Opened,
   options: ExportOptions,
   run: { written: ReadonlySet<string>; rereads: number; peak: number; resumed: boolean; already: boolean },
+  hooks: FinalizeHooks = {},
 ): Promise<ExportResult> {
   const { dest } = o;
   for (const s of o.shards) {
@@ -523,6 +537,8 @@ async function finalize(
       );
   }
   if (!run.already) {
+    // Between the shard checks and the first write: a cancel that came while the shards were checked still stops it.
+    await hooks.beforeCommit?.();
     await removeInterruptedWrites(dest);
     // Every task is done: scratch objects any left go.
     await Spill.removeAll(dest);

@@ -45,7 +45,8 @@ export interface ModuleDashboard {
   readonly alertPolicies: Record<string, AlertPolicy>;
 }
 
-export async function moduleDashboard(): Promise<ModuleDashboard> {
+/** `vars`: more -var settings, e.g. hf_export={...} (the export's metrics, charts and alert exist only with it). */
+export async function moduleDashboard(vars: readonly string[] = []): Promise<ModuleDashboard> {
   const dir = tempDir("dashboard");
   copyFileSync(join(MODULE, "variables.tf"), join(dir, "variables.tf"));
   copyFileSync(join(MODULE, "main.tf"), join(dir, "main.tf"));
@@ -72,8 +73,8 @@ export async function moduleDashboard(): Promise<ModuleDashboard> {
   );
   const init = terraform(["init", "-backend=false", "-input=false"], dir);
   if (init.code !== 0) throw new Error(`terraform init: ${init.out}`);
-  const vars = ["project_id=my-project", "region=us-central1", "checkpoint_bucket=ckpts", "destination_bucket=regular"];
-  const r = applyForOutputs(dir, [...vars.flatMap((v) => ["-var", v]), "-var", "destination_template=gs://regular/{root}"]);
+  const given = ["project_id=my-project", "region=us-central1", "checkpoint_bucket=ckpts", "destination_bucket=regular", ...vars];
+  const r = applyForOutputs(dir, [...given.flatMap((v) => ["-var", v]), "-var", "destination_template=gs://regular/{root}"]);
   if (r.code !== 0) throw new Error(`terraform apply: ${r.out}`);
   return {
     dashboard: r.outputs.dashboard as Obj,

@@ -97,8 +97,11 @@ const moduleFile = async (file: string): Promise<Obj> => (await parse(file, read
 /** A terraform expression as a JSON-syntax string. */
 const ex = (expression: string): string => `\${${expression}}`;
 
+/** hf_export on: every chart and metric the module can have is checked (the export's exist only with it). */
+const HF_EXPORT = 'hf_export={every_n_steps = 5000, destination_template = "gs://regular/{root}/hf/{step}"}';
+
 beforeAll(async () => {
-  ({ dashboard, logMetrics, logFilters, logMetricTable } = await moduleDashboard());
+  ({ dashboard, logMetrics, logFilters, logMetricTable } = await moduleDashboard([HF_EXPORT]));
 }, 120_000);
 
 /** Every chart's data sets, with the chart's title. */
@@ -178,6 +181,25 @@ describe("the dashboard's JSON", () => {
       expect(t.xPos, JSON.stringify(t)).not.toBe(0);
       expect(t.yPos, JSON.stringify(t)).not.toBe(0);
     }
+  });
+
+  test("without hf_export: no export metric, chart or alert (there is no export job)", async () => {
+    const off = await moduleDashboard();
+    expect(Object.keys(off.logMetrics).sort()).toEqual(["conversion_seconds", "conversions_started", "trigger_starts"]);
+    const titles = (off.dashboard.mosaicLayout as { tiles: { widget: { title: string } }[] }).tiles.map((t) => t.widget.title);
+    expect(titles.filter((t) => /export/i.test(t))).toEqual([]);
+    expect(Object.keys(off.alertPolicies)).not.toContain("export_failed");
+  }, 120_000);
+
+  test("with hf_export: exports committed, and each export-shards task's speed from its mbPerSecond", () => {
+    const titles = (dashboard.mosaicLayout as { tiles: { widget: { title: string } }[] }).tiles.map((t) => t.widget.title);
+    expect(titles).toContain("Hugging Face exports committed");
+    expect(titles).toContain("Hugging Face export: shard-writing speed per task (MB/s)");
+    expect(logMetricTable.export_task_mb_per_second).toMatchObject({
+      value_extractor: "EXTRACT(jsonPayload.mbPerSecond)",
+      value_type: "DISTRIBUTION",
+      exponential_buckets: { num_finite_buckets: 20, growth_factor: 2, scale: 0.1 },
+    });
   });
 
   test("charts what the issue asks for: conversions, duration, bytes, events, the trigger's backlog, task attempts", () => {
@@ -262,12 +284,18 @@ describe("every charted metric", () => {
       expect(full.test(job), job).toBe(false);
   });
 
-  test("the log-based metrics count the pipeline's own lines: the plan job's, the finalize job's, the function's", () => {
+  test("the log-based metrics count the pipeline's own lines: the plan job's, the finalize job's, the function's, the export job's", () => {
     expect(logMetrics).toEqual({
       conversions_started: "orbax2reg/conversions_started",
       conversion_seconds: "orbax2reg/conversion_seconds",
       trigger_starts: "orbax2reg/trigger_starts",
+      exports_committed: "orbax2reg/exports_committed",
+      export_task_mb_per_second: "orbax2reg/export_task_mb_per_second",
     });
+    const exportJob =
+      'resource.type="cloud_run_job" AND resource.labels.job_name="orbax2reg-export" AND jsonPayload.component="orbax2reg-job"';
+    expect(logFilters.exports_committed).toBe(`${exportJob} AND jsonPayload.message="export committed"`);
+    expect(logFilters.export_task_mb_per_second).toBe(`${exportJob} AND jsonPayload.message="shards written"`);
     expect(logFilters.conversions_started).toBe(
       'resource.type="cloud_run_job" AND resource.labels.job_name="orbax2reg-plan" AND jsonPayload.component="orbax2reg-job" AND ' +
         '(jsonPayload.message="plan written" OR jsonPayload.message="reusing existing plan" OR jsonPayload.message="already converted; nothing to do")',

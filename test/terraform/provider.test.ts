@@ -320,6 +320,39 @@ describe.skipIf(!present)(
       expect(unknown.conditions[0]?.condition_threshold[0]?.filter).toBe(true);
     });
 
+    test("with hf_export, notification_channels and dashboard: the export's alert policy and its two log-based metrics", async () => {
+      const channel = "projects/my-project/notificationChannels/1234";
+      const { summary, changes } = await plan({
+        hf_export: '{every_n_steps = 5000, destination_template = "gs://{bucket}/{root}/hf/{step}"}',
+        notification_channels: JSON.stringify([channel]),
+        dashboard: "true",
+      });
+      // hf_export's 57, the Monitoring API, 4 alert policies, 5 log-based metrics and the dashboard.
+      expect(summary).toBe("Plan: 68 to add, 0 to change, 0 to destroy.");
+      const failed = after(changes, 'google_monitoring_alert_policy.pipeline["export_failed"]');
+      expect(failed.display_name).toBe("orbax2reg: a Hugging Face export failed for good");
+      expect(failed.notification_channels).toEqual([channel]);
+      const log = (failed.conditions as { condition_matched_log: { filter: string }[] }[])[0]?.condition_matched_log[0];
+      expect(log?.filter).toBe(
+        'resource.type="cloud_run_job" AND resource.labels.job_name="orbax2reg-export" AND jsonPayload.component="orbax2reg-job" AND ' +
+          "severity>=ERROR AND jsonPayload.permanent=true",
+      );
+      const strategy = (failed.alert_strategy as { notification_rate_limit: { period: string }[] }[])[0];
+      expect(strategy?.notification_rate_limit[0]?.period).toBe("300s");
+      expect(after(changes, 'google_monitoring_alert_policy.pipeline["conversion_failed"]').display_name).toBe(
+        "orbax2reg: a conversion or export failed",
+      );
+      expect(after(changes, 'google_logging_metric.pipeline["exports_committed"]')).toMatchObject({
+        name: "orbax2reg/exports_committed",
+        metric_descriptor: [{ metric_kind: "DELTA", value_type: "INT64", unit: "1" }],
+      });
+      expect(after(changes, 'google_logging_metric.pipeline["export_task_mb_per_second"]')).toMatchObject({
+        value_extractor: "EXTRACT(jsonPayload.mbPerSecond)",
+        metric_descriptor: [{ metric_kind: "DELTA", value_type: "DISTRIBUTION", unit: "MBy/s" }],
+        bucket_options: [{ exponential_buckets: [{ num_finite_buckets: 20, growth_factor: 2, scale: 0.1 }] }],
+      });
+    });
+
     test("with dashboard = true: the Monitoring API, the three log-based metrics and the dashboard, its JSON known once the trigger exists", async () => {
       const { summary, changes } = await plan({ dashboard: "true" });
       expect(summary).toBe("Plan: 59 to add, 0 to change, 0 to destroy.");

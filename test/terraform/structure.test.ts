@@ -871,6 +871,23 @@ describe("Failure alerts (alerts.tf)", () => {
       expect(filter).toContain(term);
   });
 
+  test("the failed-executions alert says conversion or export: an export that fails fails its execution", () => {
+    expect(policies.conversion_failed?.title).toBe("a conversion or export failed");
+    expect(policies.conversion_failed?.documentation).toContain("Hugging Face export");
+  });
+
+  test("with hf_export: an export task's permanent ERROR line alerts as it arrives, naming the export job", async () => {
+    const on = await moduleDashboard(['hf_export={steps = [1000], destination_template = "gs://regular/{root}/hf/{step}"}']);
+    expect(Object.keys(on.alertPolicies).sort()).toEqual(["conversion_failed", "event_backlog", "event_dropped", "export_failed"]);
+    const p = on.alertPolicies.export_failed as AlertPolicy;
+    expect(p.threshold).toBeUndefined();
+    expect(p.log_match).toBe(
+      'resource.type="cloud_run_job" AND resource.labels.job_name="orbax2reg-export" AND jsonPayload.component="orbax2reg-job" AND ' +
+        "severity>=ERROR AND jsonPayload.permanent=true",
+    );
+    expect(on.alertPolicies.conversion_failed?.documentation).toContain("`orbax2reg-export`");
+  }, 120_000);
+
   test("a failed conversion alerts on any failure in 5 minutes", () => {
     expect(policies.conversion_failed?.threshold).toMatchObject({ above: 0, period: "300s", aligner: "ALIGN_SUM" });
     expect(policies.conversion_failed?.log_match).toBeUndefined();
@@ -903,8 +920,10 @@ describe("Failure alerts (alerts.tf)", () => {
     expect(at(policy(), "conditions", 0, "dynamic", "condition_threshold", 0, "content", 0, "threshold_value")).toBe(
       ex("condition_threshold.value.above"),
     );
-    expect(mod.locals.alert_policies).toBeDefined();
-    expect(JSON.stringify(at(mod.locals.alert_policies, "event_backlog", "threshold"))).toContain("var.event_backlog_alert_seconds");
+    // The table is a merge() (the export's policy only with hf_export): its source says where the threshold comes from.
+    expect(readFileSync(join(MODULE, "alerts.tf"), "utf8")).toMatch(
+      /event_backlog = \{[\s\S]*?threshold = \{[^}]*above = var\.event_backlog_alert_seconds/,
+    );
     for (const term of [
       'metric.type="pubsub.googleapis.com/subscription/oldest_unacked_message_age"',
       'resource.type="pubsub_subscription"',

@@ -54,8 +54,8 @@ function exportSettings(env: Env) {
 }
 
 /**
- * Runs one export phase. `beforeCommit` runs right before export-finalize writes the index (the stop signal and
- * `cloud cancel`'s marker, as the conversion's finalize checks them).
+ * Runs one export phase. `beforeCommit` runs once export-finalize has checked every shard, right before it writes
+ * anything (the stop signal and `cloud cancel`'s marker, as the conversion's finalize checks them).
  */
 export async function runExportPhase(
   phase: ExportPhase,
@@ -123,8 +123,8 @@ export async function runExportPhase(
   }
   if (phase !== "export-finalize") throw new UsageError(`unknown export phase ${phase}`);
   const retention = exportRetentionFromEnv(env); // checked before committing: a bad setting commits nothing
-  await beforeCommit();
-  const result = await finalizeExport(source, exp.destination, options);
+  // Checked by the engine between its shard checks and its first write (the index is written last).
+  const result = await finalizeExport(source, exp.destination, options, { beforeCommit });
   progress.set({ objects: result.shards.length, objectsDone: result.shards.length, bytes: result.totalSize, bytesDone: result.totalSize });
   elog.info("export committed", {
     shards: result.shards.length,

@@ -1,5 +1,8 @@
+import { INDEX_NAME } from "../../hf/shards.js";
+import { stepDirName } from "../../orbax/step.js";
 import { mapLimited } from "../../util/budget.js";
-import { isLive, rootLabel } from "../api/executions.js";
+import { isLive, rootLabel, type WorkflowArgument, type WorkflowExport } from "../api/executions.js";
+import { expand } from "../trigger/classify.js";
 import { type StartDeps, startByHand } from "../trigger/start.js";
 import { type FleetDeps, locate, parseRoot, type StepRow, stepStatuses } from "./status.js";
 
@@ -25,8 +28,25 @@ export interface BackfillOptions {
   /** Called for each step as it is decided, for progress on a terminal. */
   readonly onEntry?: (entry: BackfillEntry) => void;
   readonly sleep?: (ms: number) => Promise<void>;
+  /**
+   * Exports instead of conversions: every committed step in range the rule asks for (or only `steps`, when
+   * given) whose export folder has no index and no export running is started export-only ("convert": false), as
+   * `cloud start --export --export-only` starts one, through the step's same claim.
+   */
+  readonly export?: BackfillExport;
 }
 
+/** The deployment's hf_export rule (the function's ORBAX2REG_EXPORT_* settings) and, optionally, the steps asked. */
+export interface BackfillExport {
+  /** The export's folder per step: placeholders {bucket}, {root}, {step}. */
+  readonly destinationTemplate: string;
+  readonly everyNSteps?: number;
+  readonly ruleSteps: readonly number[];
+  /** Passed in every argument's "export" as they are (dtype, tokenizer, shard size, tasks). */
+  readonly settings: Omit<WorkflowExport, "destination">;
+  /** These steps instead of the rule's. */
+  readonly steps?: readonly number[];
+}
 export type BackfillEntry =
   | { readonly step: number; readonly action: "started"; readonly execution: string }
   | { readonly step: number; readonly action: "would-start"; readonly why: string }
@@ -54,10 +74,16 @@ export async function backfill(rootLocation: string, options: BackfillOptions, d
     batch = [];
     const outcomes = await mapLimited(rowsNow, START_CONCURRENCY, (row) => {
       const where = locate(root, row.step, deps.destinationTemplate);
-      return startByHand(
-        { argument: { source: where.source, destination: where.destination, step: row.step, groups: options.groups } },
-        deps,
-      );
+      const argument: WorkflowArgument = {
+        source: where.source,
+        destination: where.destination,
+        step: row.step,
+        groups: options.groups,
+        ...(options.export === undefined
+          ? {}
+          : { convert: false, export: { destination: exportFolder(root, row.step, options.export), ...options.export.settings } }),
+      };
+      return startByHand({ argument }, deps);
     });
     outcomes.forEach((outcome, i) => {
       const step = (rowsNow[i] as StepRow).step;
@@ -68,13 +94,40 @@ export async function backfill(rootLocation: string, options: BackfillOptions, d
       }
     });
   };
+  const exported = options.export;
+  // Exports: an index in the step's export folder means done, whatever the executions' history still holds.
+  const exportIndexed =
+    exported === undefined
+      ? new Set<number>()
+      : new Set(
+          (
+            await mapLimited(rows, START_CONCURRENCY, async (row) =>
+              asksExport(exported, row.step) &&
+              (await (await deps.openStore(exportFolder(root, row.step, exported))).stat(INDEX_NAME)) !== undefined
+                ? row.step
+                : undefined,
+            )
+          ).filter((s) => s !== undefined),
+        );
   for (const row of rows) {
-    const skip = options.every > 1 && row.step % options.every !== 0 ? `not a multiple of --every ${options.every}` : whySkip(row);
+    const skip =
+      options.every > 1 && row.step % options.every !== 0
+        ? `not a multiple of --every ${options.every}`
+        : exported === undefined
+          ? whySkip(row)
+          : whySkipExport(row, exported, exportIndexed.has(row.step));
     if (skip !== undefined) {
       add({ step: row.step, action: "skipped", why: skip });
       continue;
     }
-    const why = row.status.state === "not-converted" ? "not converted" : `${row.status.state} before`;
+    const why =
+      exported !== undefined
+        ? row.export === null
+          ? "not exported"
+          : `export ${row.export.state} before`
+        : row.status.state === "not-converted"
+          ? "not converted"
+          : `${row.status.state} before`;
     if (options.dryRun) {
       add({ step: row.step, action: "would-start", why });
       continue;
@@ -93,6 +146,31 @@ export async function backfill(rootLocation: string, options: BackfillOptions, d
   await flush();
   // In step order, as the rows were (a batch's starts are reported after the skips that came meanwhile).
   return entries.sort((a, b) => a.step - b.step);
+}
+
+/** The step's export folder by the rule's template. */
+function exportFolder(root: ReturnType<typeof parseRoot>, step: number, e: BackfillExport): string {
+  return expand(e.destinationTemplate, { bucket: root.bucket, root: root.path, step: stepDirName(step) });
+}
+
+/** Whether the step is one to export: in the given list, else by the rule (as the trigger's classify). */
+function asksExport(e: BackfillExport, step: number): boolean {
+  if (e.steps !== undefined) return e.steps.includes(step);
+  return e.ruleSteps.includes(step) || (e.everyNSteps !== undefined && e.everyNSteps > 0 && step % e.everyNSteps === 0);
+}
+
+/** Why a step's export is left alone, or undefined when it should be exported. */
+function whySkipExport(row: StepRow, e: BackfillExport, indexed: boolean): string | undefined {
+  if (!asksExport(e, row.step)) return e.steps !== undefined ? "not a step asked for" : "not a step hf_export asks for";
+  if (indexed) return "exported";
+  const s = row.status;
+  // The step's claim is one for its conversion and its export: a run or a fresh claim holds it either way.
+  if (s.state === "running") return `running (${s.execution})`;
+  if (s.state === "claimed" && !s.expired) return `claimed at ${s.claimedAt}, being started`;
+  if (!row.committed) return s.state === "not-converted" ? s.reason : "the Orbax step is gone or not committed";
+  const x = row.export;
+  if (x?.state === "failed" && !x.retryable) return `export failed, and running it again cannot help: ${x.error}`;
+  return undefined;
 }
 
 /** Why a step is left alone, or undefined when it should be converted. */

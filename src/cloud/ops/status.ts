@@ -1,5 +1,6 @@
 import { type PlanSummary, PROGRESS_PREFIX, type ProgressRecord, SUMMARY_KEY } from "../../convert/work-dir.js";
 import { UsageError } from "../../errors.js";
+import { INDEX_NAME } from "../../hf/shards.js";
 import { listSteps, parseStepName, stepDirName } from "../../orbax/step.js";
 import type { GcsOptions } from "../../store/gcs.js";
 import { INPUT } from "../../store/open.js";
@@ -64,7 +65,53 @@ export interface StepRow {
   /** The regular checkpoint root the step converts into. */
   readonly destination: string;
   readonly status: StepStatus;
+  /** Whether the Orbax step is there and committed (an export is made from it). */
+  readonly committed: boolean;
+  /** The step's Hugging Face export, from the newest execution that asked for one; null when none did. */
+  readonly export: ExportStatus | null;
 }
+
+/**
+ * Where a step's Hugging Face export stands: `committed` once its folder has `model.safetensors.index.json` (the
+ * export's finalize writes it last), else by the execution that asked for it and the export jobs' progress
+ * records (in the step's work directory, as the conversion's).
+ */
+export type ExportStatus =
+  | {
+      readonly state: "committed";
+      readonly destination: string;
+      readonly shards: number | null;
+      readonly bytes: number | null;
+      /** From the export-begin job's start to the export-finalize job's end, when this run's records say. */
+      readonly seconds: number | null;
+      readonly finishedAt: string | null;
+      readonly execution: string;
+    }
+  | {
+      readonly state: "running";
+      readonly destination: string;
+      readonly execution: string;
+      /** Planned shards and bytes, from export-begin's record; null until it has planned. */
+      readonly shards: number | null;
+      readonly shardsDone: number;
+      readonly bytes: number | null;
+      readonly bytesDone: number;
+      readonly elapsedSeconds: number;
+      /** The newest export phase of this run; null while the conversion (or the plan job) runs first. */
+      readonly phase: string | null;
+    }
+  | {
+      readonly state: "failed";
+      readonly destination: string;
+      readonly execution: string;
+      readonly finishedAt: string | null;
+      readonly phase: string | null;
+      readonly error: string;
+      readonly retryable: boolean;
+    }
+  | { readonly state: "cancelled"; readonly destination: string; readonly execution: string; readonly finishedAt: string | null }
+  /** The run that asked for it succeeded, but the folder has no index now (the exports' retention pruned it). */
+  | { readonly state: "pruned"; readonly destination: string; readonly execution: string };
 
 export interface FleetDeps {
   /** `options`: INPUT for the checkpoint root, which is read (a missing bucket there is bad input, exit 2). */
@@ -135,16 +182,23 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
   // error are what the rows show), newest created first; then each step's newest by a map, not a scan per step.
   const executions = await deps.executions.findFull(deps.workflow, { source: rootLabel(root.url) });
   const newestOf = new Map<number, ExecutionRef>();
+  const newestExportOf = new Map<number, { execution: ExecutionRef; destination: string }>();
   const byName = new Map<string, ExecutionRef>();
   for (const e of executions) {
     byName.set(e.name, e);
     const step = executionStep(e);
-    if (step !== undefined && !newestOf.has(step)) newestOf.set(step, e);
+    // An export alone ("convert": false) says nothing of the step's conversion: only of its export.
+    if (step !== undefined && !newestOf.has(step) && converts(e)) newestOf.set(step, e);
+    const exported = step === undefined || newestExportOf.has(step) ? undefined : exportOf(e);
+    if (step !== undefined && exported !== undefined) newestExportOf.set(step, { execution: e, destination: exported });
   }
   const rows = await mapLimited([...steps], CONCURRENCY, async (step) => {
     const where = locate(root, step, deps.destinationTemplate);
-    const status = await statusOf(step, where.destination, committed.get(step), newestOf.get(step), byName, deps);
-    return { step, ...where, status };
+    const [status, exported] = await Promise.all([
+      statusOf(step, where.destination, committed.get(step), newestOf.get(step), byName, deps),
+      exportStatusOf(step, where.destination, newestExportOf.get(step), deps),
+    ]);
+    return { step, ...where, status, committed: committed.get(step) === true, export: exported };
   });
   return rows.sort((a, b) => a.step - b.step);
 }
@@ -160,6 +214,87 @@ function executionStep(e: ExecutionRef): number | undefined {
     const label = e.labels.step;
     return label !== undefined && /^\d+$/.test(label) ? Number(label) : undefined;
   }
+}
+
+/** Whether an execution converts its step (false: an export alone); one whose argument cannot be read counts. */
+function converts(e: ExecutionRef): boolean {
+  try {
+    return parseWorkflowArgument(JSON.parse(e.argument), 1).convert;
+  } catch {
+    return true;
+  }
+}
+
+/** The export folder an execution's argument asks for, if any. */
+function exportOf(e: ExecutionRef): string | undefined {
+  try {
+    return parseWorkflowArgument(JSON.parse(e.argument), 1).export?.destination;
+  } catch {
+    return undefined;
+  }
+}
+
+async function exportStatusOf(
+  step: number,
+  destinationRoot: string,
+  asked: { execution: ExecutionRef; destination: string } | undefined,
+  deps: FleetDeps,
+): Promise<ExportStatus | null> {
+  if (asked === undefined) return null;
+  const { execution, destination } = asked;
+  const now = (deps.now ?? Date.now)();
+  const [index, work] = await Promise.all([
+    deps
+      .openStore(destination)
+      .then((s) => readJson<{ metadata?: { total_size?: number }; weight_map?: Record<string, string> }>(s, INDEX_NAME)),
+    deps.openStore(destinationRoot),
+  ]);
+  const records = (await progressOf(work, stepDirName(step), execution)).filter((r) => r.phase.startsWith("export-"));
+  const of = (phase: string) => records.find((r) => r.phase === phase);
+  if (index !== undefined) {
+    const begun = of("export-begin");
+    const done = of("export-finalize");
+    return {
+      state: "committed",
+      destination,
+      shards: index.weight_map ? new Set(Object.values(index.weight_map)).size : null,
+      bytes: index.metadata?.total_size ?? null,
+      seconds:
+        begun && done?.state === "succeeded" ? Math.round((Date.parse(done.updatedAt) - Date.parse(begun.startedAt)) / 100) / 10 : null,
+      finishedAt: done?.state === "succeeded" ? done.updatedAt : (execution.endTime ?? null),
+      execution: execution.name,
+    };
+  }
+  if (isLive(execution)) {
+    const begun = of("export-begin");
+    const shardTasks = records.filter((r) => r.phase === "export-shards");
+    const newest = records.reduce<ProgressRecord | undefined>((a, r) => (a === undefined || r.updatedAt > a.updatedAt ? r : a), undefined);
+    return {
+      state: "running",
+      destination,
+      execution: execution.name,
+      shards: begun?.objects ?? null,
+      shardsDone: shardTasks.reduce((n, r) => n + r.objectsDone, 0),
+      bytes: begun?.bytes ?? null,
+      bytesDone: shardTasks.reduce((n, r) => n + r.bytesDone, 0),
+      elapsedSeconds: execution.startTime ? Math.max(0, Math.round((now - Date.parse(execution.startTime)) / 1000)) : 0,
+      phase: newest?.phase ?? null,
+    };
+  }
+  if (execution.state === "CANCELLED")
+    return { state: "cancelled", destination, execution: execution.name, finishedAt: execution.endTime ?? null };
+  if (execution.state === "SUCCEEDED") return { state: "pruned", destination, execution: execution.name };
+  const payload = parseJson<WorkflowError>(execution.error);
+  const culprit = records.find((r) => r.state === "failed") ?? records.find((r) => r.state === "stopped");
+  return {
+    state: "failed",
+    destination,
+    execution: execution.name,
+    finishedAt: execution.endTime ?? null,
+    phase: culprit?.phase ?? null,
+    error: firstLine(culprit?.error ?? payload?.message ?? execution.error ?? "unknown error"),
+    retryable: retryCanHelp(payload),
+  };
 }
 
 async function statusOf(
@@ -186,7 +321,7 @@ async function statusOf(
   const claimedName = claimState.kind === "started" ? (claimState.record.execution as string) : undefined;
   if (claimedName !== undefined && claimedName !== listed?.name && !listing.has(claimedName)) {
     const claimed = await deps.executions.get(claimedName).catch(() => undefined);
-    if (claimed && (!execution || newer(claimed, execution))) execution = claimed;
+    if (claimed && converts(claimed) && (!execution || newer(claimed, execution))) execution = claimed;
   }
 
   if (execution && isLive(execution)) return running(destination, stepDir, execution, deps, now());

@@ -95,7 +95,7 @@ const hasOnlyKnownPlaceholders = (t: string) => !/[{}]/.test(t.replaceAll(/\{(bu
  * plan job, as any argument's (src/cloud/job/workflow-argument.ts), and refused here already so a bad deployment
  * fails at its first event, loudly, rather than in every workflow.
  */
-function exportFromEnv(env: Env): { export?: ExportSelection; exportSettings?: Omit<WorkflowExport, "destination"> } {
+export function exportFromEnv(env: Env): { export?: ExportSelection; exportSettings?: Omit<WorkflowExport, "destination"> } {
   const template = optionalString(env, "ORBAX2REG_EXPORT_DESTINATION_TEMPLATE", "");
   if (template === "") return {};
   if (!/^gs:\/\/[^/]+\/.*\{step\}$/.test(template) || !hasOnlyKnownPlaceholders(template))

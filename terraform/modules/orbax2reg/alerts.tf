@@ -50,19 +50,20 @@ locals {
   #   limit is "required for alert policies with a LogMatch condition":
   #   https://cloud.google.com/python/docs/reference/monitoring/latest/google.cloud.monitoring_v3.types.AlertPolicy.AlertStrategy).
   # Every incident closes by itself 30 minutes after the condition last held. `documentation` is the notification's text.
-  alert_policies = {
-    # (1) Any conversion failed in the last 5 minutes.
+  alert_policies = merge({
+    # (1) Any conversion or export failed in the last 5 minutes: an export that fails raises in workflows/convert.yaml,
+    # so its execution ends FAILED as a conversion's does.
     conversion_failed = {
-      title     = "a conversion failed"
+      title     = "a conversion or export failed"
       condition = "failed executions of ${local.names.workflow}"
       threshold = { series = "failed_executions", above = 0, aligner = "ALIGN_SUM", period = "300s" }
 
       documentation = <<-EOT
-        An execution of the `${local.names.workflow}` workflow (one orbax2reg conversion) failed in project `${var.project_id}`, region `${var.region}`; nothing was committed for that step.
+        An execution of the `${local.names.workflow}` workflow (one orbax2reg conversion of a step, its Hugging Face export, or both) failed in project `${var.project_id}`, region `${var.region}`; what failed was not committed (no `index` for a conversion, no `model.safetensors.index.json` for an export).
 
-        - Which one and why: `orbax2reg cloud status`, or the workflow's executions in the console (the error names the phase and group, from the jobs' failure reports).
-        - The job logs: Cloud Run jobs `${local.names.plan_job}`, `${local.names.group_job}`, `${local.names.finalize_job}`.
-        - To convert the step again: `orbax2reg cloud start` with the same source and destination (finished objects are skipped).
+        - Which one and why: `orbax2reg cloud status`, or the workflow's executions in the console (the error names the phase and group, from the jobs' failure reports; an export's on its own `export` line).
+        - The job logs: Cloud Run jobs `${local.names.plan_job}`, `${local.names.group_job}`, `${local.names.finalize_job}`${local.export_on ? ", and the export job `${local.names.export_job}`" : ""}.
+        - To run the step again: `orbax2reg cloud start` with the same source and destination (finished objects are skipped); an export alone: `orbax2reg cloud start --export <folder> --export-only`, or `orbax2reg cloud backfill --export`.
       EOT
     }
 
@@ -103,7 +104,28 @@ locals {
         - Once deliveries succeed, the backlog drains by itself. Steps whose events were discarded meanwhile: `orbax2reg cloud backfill <checkpoint-root>` starts every committed step that has no conversion.
       EOT
     }
-  }
+    },
+    # (4) With hf_export: an export task failed for good (its ERROR line says permanent: the input or the settings are
+    # wrong, no retry can help). Matched as the line arrives, so the notification carries the export job's own line
+    # (the file, key or field at fault), which (1) only counts. Log query: https://cloud.google.com/logging/docs/view/logging-query-language;
+    # a log-match condition's filter is such a query
+    # (https://cloud.google.com/dotnet/docs/reference/Google.Cloud.Monitoring.V3/latest/Google.Cloud.Monitoring.V3.AlertPolicy.Types.Condition.Types.LogMatch).
+    { for k, p in {
+      export_failed = {
+        title     = "a Hugging Face export failed for good"
+        condition = "permanent ERROR lines of ${local.names.export_job}"
+        log_match = join(" AND ", concat(local.monitored_terms.export_job, ["jsonPayload.component=\"orbax2reg-job\"", "severity>=ERROR", "jsonPayload.permanent=true"]))
+
+        documentation = <<-EOT
+          A task of the export job `${local.names.export_job}` (project `${var.project_id}`) failed permanently: the step's Orbax source, the export's settings (hf_export) or its folder is wrong, and retrying cannot help. Its workflow execution fails too ("a conversion or export failed"); the export's folder has no `model.safetensors.index.json`, so it is not a complete export.
+
+          - The line names the file, key or field at fault (`phase`: export-begin plans, export-shards writes, export-finalize checks the shards and commits).
+          - `orbax2reg cloud status <checkpoint-root>` shows the step's export as failed, with the same line.
+          - Once fixed: `orbax2reg cloud start <step> --export <folder> --export-only`, or `orbax2reg cloud backfill <checkpoint-root> --export` for every step hf_export asks for that has no export.
+        EOT
+      }
+    } : k => p if local.export_on },
+  )
 }
 
 resource "google_monitoring_alert_policy" "pipeline" {

@@ -25,7 +25,7 @@ locals {
   # a time series of monitoring.tf (`series`), aggregated as `aggregation` names, grouped by the labels `group` lists
   # (when given), plotted as `plot`, named by `legend`, in the unit `unit` (when given). The trigger's backlog is
   # selected as the backlog alert selects it (alerts.tf).
-  dashboard_charts = [
+  dashboard_charts = concat([
     {
       title = "Conversions: started, and finished by status"
       yAxis = { label = "conversions / 5 min", scale = "LINEAR" }
@@ -79,7 +79,27 @@ locals {
         { series = "task_attempts", aggregation = "sum_5min", group = ["resource.labels.job_name", "metric.labels.result"], plot = "STACKED_BAR", legend = "$${resource.labels.job_name} $${metric.labels.result}" },
       ]
     },
-  ]
+    ],
+    # With hf_export: the exports committed (their failures are the FAILED bars above: an export fails its execution)
+    # and how fast each export-shards task wrote, from the export job's lines (monitoring.tf).
+    [for c in [
+      {
+        title = "Hugging Face exports committed"
+        yAxis = { label = "exports / 5 min", scale = "LINEAR" }
+        data = [
+          { series = "exports_committed", aggregation = "sum_5min", plot = "STACKED_BAR", legend = "committed" },
+        ]
+      },
+      {
+        title = "Hugging Face export: shard-writing speed per task (MB/s)"
+        yAxis = { label = "MB/s", scale = "LINEAR" }
+        data = [
+          { series = "export_task_mb_per_second", aggregation = "p50_1h", unit = "MBy/s", plot = "LINE", legend = "median" },
+          { series = "export_task_mb_per_second", aggregation = "p95_1h", unit = "MBy/s", plot = "LINE", legend = "95th percentile" },
+        ]
+      },
+    ] : c if local.export_on],
+  )
 
   # The charts as the Dashboards API takes them: a data set's TimeSeriesQuery.timeSeriesFilter (metrics.proto), the
   # options not given left out (null is dropped).

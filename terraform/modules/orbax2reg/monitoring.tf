@@ -20,6 +20,7 @@ locals {
     plan_job             = { type = "cloud_run_job", labels = ["job_name=\"${local.names.plan_job}\""] }
     finalize_job         = { type = "cloud_run_job", labels = ["job_name=\"${local.names.finalize_job}\""] }
     jobs                 = { type = "cloud_run_job", labels = ["job_name=monitoring.regex.full_match(\"${var.name_prefix}-(plan|convert-group|finalize)\")"] }
+    export_job           = { type = "cloud_run_job", labels = ["job_name=\"${local.names.export_job}\""] }
     trigger_subscription = { type = "pubsub_subscription", labels = ["subscription_id=starts_with(\"${local.trigger_subscription_prefix}\")"] }
     destination_bucket   = { type = "gcs_bucket", labels = ["bucket_name=\"${local.destination_bucket}\""] }
   }
@@ -31,7 +32,7 @@ locals {
   # (dashboard.tf), named <name_prefix>/<key>; the metric type is logging.googleapis.com/user/<name>. Each counts the
   # lines of `component` on the resource `on` whose message is one of `messages`; a DISTRIBUTION takes its values from
   # the line with `value_extractor`, into `exponential_buckets`.
-  log_metrics = {
+  log_metrics = merge({
     # One per conversion planned: every execution of the workflow runs the plan job once (a retried plan job, or an
     # execution resumed by hand, plans again), and it logs exactly one of these lines when it has planned
     # (src/cloud/job/phases.ts).
@@ -62,7 +63,32 @@ locals {
       value_type = "INT64"
       unit       = "1"
     }
-  }
+    },
+    # The export job's lines (src/cloud/job/export-phases.ts), only with hf_export (no export job otherwise).
+    { for k, m in {
+      # One per export committed: export-finalize's "export committed" line, written once the index is (a rerun of an
+      # export already committed logs it too, with alreadyExported true).
+      exports_committed = {
+        on         = "export_job"
+        component  = "orbax2reg-job"
+        messages   = ["export committed"]
+        value_type = "INT64"
+        unit       = "1"
+      }
+      # Each export-shards task's "shards written" line: mbPerSecond, the task's bytes written over its run time. 20
+      # exponential buckets from 0.1 MB/s growing by 2, the last finite one ending at ~52 GB/s. A DISTRIBUTION needs
+      # bucket_options (https://cloud.google.com/dotnet/docs/reference/Google.Cloud.Logging.V2/latest/Google.Cloud.Logging.V2.LogMetric).
+      export_task_mb_per_second = {
+        on                  = "export_job"
+        component           = "orbax2reg-job"
+        messages            = ["shards written"]
+        value_type          = "DISTRIBUTION"
+        unit                = "MBy/s"
+        value_extractor     = "EXTRACT(jsonPayload.mbPerSecond)"
+        exponential_buckets = { num_finite_buckets = 20, growth_factor = 2, scale = 0.1 }
+      }
+    } : k => m if local.export_on },
+  )
   log_metric_names = { for k, m in local.log_metrics : k => "${var.name_prefix}/${k}" }
   log_metric_filters = {
     for k, m in local.log_metrics : k => join(" AND ", concat(local.monitored_terms[m.on], [

@@ -107,3 +107,84 @@ describe("cloud backfill over a root with many steps", () => {
     expect(most).toBeLessThanOrEqual(8);
   });
 });
+
+describe("cloud backfill --export", () => {
+  /** Ten committed steps; step 10's export already has its index. Returns what was started. */
+  async function run(exportSteps?: number[]) {
+    const base = tempDir("backfill-export");
+    for (let s = 0; s < 40; s += 5) {
+      mkdirSync(join(base, "runs/exp", stepDirName(s)), { recursive: true });
+      writeFileSync(join(base, "runs/exp", stepDirName(s), "commit_success.txt"), "");
+    }
+    mkdirSync(join(base, "runs/exp/regular"), { recursive: true });
+    mkdirSync(join(base, "runs/exp/hf", stepDirName(10)), { recursive: true });
+    writeFileSync(join(base, "runs/exp/hf", stepDirName(10), "model.safetensors.index.json"), "{}");
+    const claims = memoryVersions();
+    const started: { step: number; argument: Record<string, unknown> }[] = [];
+    const executions: Executions = {
+      async start(workflow, argument) {
+        started.push({ step: argument.step as number, argument: argument as unknown as Record<string, unknown> });
+        return `${workflow}/executions/e${started.length}`;
+      },
+      find: async () => [],
+      findFull: async () => [],
+      get: async (name) => {
+        throw new Error(`5 NOT_FOUND: ${name}`);
+      },
+      cancel: async () => {
+        throw new Error("not here");
+      },
+    };
+    const entries = await backfill(
+      ROOT,
+      {
+        every: 1,
+        maxRunning: 100,
+        dryRun: false,
+        groups: 4,
+        sleep: async () => {},
+        export: {
+          destinationTemplate: "gs://{bucket}/{root}/hf/{step}",
+          everyNSteps: 10,
+          ruleSteps: [25],
+          settings: { dtype: "bfloat16", max_shard_size: "5GB", tasks: 8 },
+          ...(exportSteps === undefined ? {} : { steps: exportSteps }),
+        },
+      },
+      {
+        executions,
+        workflow: WORKFLOW,
+        destinationTemplate: "gs://{bucket}/{root}/regular",
+        claimLeaseMs: 600_000,
+        log: jsonLogger({}, () => {}),
+        async openStore(location): Promise<Store> {
+          const store = await openStore(location.replace(/^gs:\/\/b/, base));
+          return new Proxy(store, { get: (target, key) => (key === "versioned" ? claims : Reflect.get(target, key, target)) });
+        },
+      },
+    );
+    return { entries, started };
+  }
+
+  test("exports, export only, the committed steps hf_export asks for that have no export", async () => {
+    const { entries, started } = await run();
+    expect(started.map((s) => s.step).sort((a, b) => a - b)).toEqual([0, 20, 25, 30]);
+    expect(started.find((s) => s.step === 20)?.argument).toEqual({
+      source: `${ROOT}/step_00000020`,
+      destination: `${ROOT}/regular`,
+      step: 20,
+      groups: 4,
+      convert: false,
+      export: { destination: `${ROOT}/hf/step_00000020`, dtype: "bfloat16", max_shard_size: "5GB", tasks: 8 },
+    });
+    expect(entries.find((e) => e.step === 10)).toEqual({ step: 10, action: "skipped", why: "exported" });
+    expect(entries.find((e) => e.step === 5)).toEqual({ step: 5, action: "skipped", why: "not a step hf_export asks for" });
+  });
+
+  test("with a list of steps: those, and only those", async () => {
+    const { entries, started } = await run([5, 10]);
+    expect(started.map((s) => s.step)).toEqual([5]);
+    expect(entries.find((e) => e.step === 10)).toMatchObject({ action: "skipped", why: "exported" });
+    expect(entries.find((e) => e.step === 20)).toMatchObject({ action: "skipped", why: "not a step asked for" });
+  });
+});

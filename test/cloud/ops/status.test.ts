@@ -187,3 +187,156 @@ describe("cloud status of a failed step", () => {
     });
   });
 });
+
+describe("cloud status of a step's Hugging Face export", () => {
+  const HF = `${ROOT}/hf`;
+  /** A committed step, its work directory's progress folder, and deps reading them locally. */
+  function setup(prefix: string, step: number, runs: ExecutionRef[], now?: number) {
+    const base = tempDir(prefix);
+    const source = join(base, "runs/exp");
+    mkdirSync(join(source, stepDirName(step)), { recursive: true });
+    writeFileSync(join(source, stepDirName(step), "commit_success.txt"), "");
+    const progress = join(source, "regular", stepDirName(step), PROGRESS_PREFIX);
+    mkdirSync(progress, { recursive: true });
+    const deps = {
+      executions: fakeExecutions(runs),
+      workflow: WORKFLOW,
+      destinationTemplate: "gs://{bucket}/{root}/regular",
+      claimLeaseMs: 600_000,
+      openStore: (location: string) => openStore(location.replace(/^gs:\/\/b\/runs\/exp/, source)),
+      ...(now === undefined ? {} : { now: () => now }),
+    };
+    return { source, progress, deps };
+  }
+  const exporting = (n: number, step: number, state: string, extra: Partial<ExecutionRef> = {}) => {
+    const e = execution(n, step, state, extra);
+    const argument = { ...JSON.parse(e.argument), export: { destination: `${HF}/${stepDirName(step)}` } };
+    return { ...e, argument: JSON.stringify(argument) };
+  };
+  const record = (run: ExecutionRef, phase: string, task: number, fields: Record<string, unknown>) => ({
+    phase,
+    group: null,
+    task,
+    taskCount: 1,
+    attempt: "a1",
+    workflowExecution: run.name,
+    execution: null,
+    state: "running",
+    objects: null,
+    objectsDone: 0,
+    bytes: null,
+    bytesDone: 0,
+    startedAt: run.startTime,
+    updatedAt: new Date(Date.parse(run.startTime as string) + 30_000).toISOString(),
+    error: null,
+    ...fields,
+  });
+
+  test("a step no execution asked to export has no export", async () => {
+    const { deps } = setup("status-no-export", 5, [execution(1, 5, "SUCCEEDED")]);
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.export).toBeNull();
+  });
+
+  test("a running export: shards done of planned, bytes so far, its phase", async () => {
+    const run = exporting(1, 5, "ACTIVE");
+    const start = Date.parse(run.startTime as string);
+    const { progress, deps } = setup("status-export-running", 5, [run], start + 90_000);
+    const write = (file: string, r: unknown) => writeFileSync(join(progress, file), JSON.stringify(r));
+    write("export-begin.json", record(run, "export-begin", 0, { state: "succeeded", objects: 7, bytes: 7000 }));
+    write(
+      "export-shards.task-0.json",
+      record(run, "export-shards", 0, { state: "succeeded", objects: 4, objectsDone: 4, bytesDone: 4000 }),
+    );
+    write(
+      "export-shards.task-1.json",
+      record(run, "export-shards", 1, { objects: 3, bytesDone: 1500, updatedAt: new Date(start + 60_000).toISOString() }),
+    );
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.export).toEqual({
+      state: "running",
+      destination: `${HF}/step_00000005`,
+      execution: run.name,
+      shards: 7,
+      shardsDone: 4,
+      bytes: 7000,
+      bytesDone: 5500,
+      elapsedSeconds: 90,
+      phase: "export-shards",
+    });
+  });
+
+  test("a committed export: its index's shards and bytes, and the time from begin to finalize", async () => {
+    const run = exporting(1, 5, "SUCCEEDED", { endTime: "2026-11-01T00:05:00.000Z" });
+    const { source, progress, deps } = setup("status-export-committed", 5, [run]);
+    const start = Date.parse(run.startTime as string);
+    writeFileSync(join(progress, "export-begin.json"), JSON.stringify(record(run, "export-begin", 0, { state: "succeeded" })));
+    const finished = new Date(start + 42_500).toISOString();
+    writeFileSync(
+      join(progress, "export-finalize.json"),
+      JSON.stringify(record(run, "export-finalize", 0, { state: "succeeded", updatedAt: finished })),
+    );
+    mkdirSync(join(source, "hf", "step_00000005"), { recursive: true });
+    writeFileSync(
+      join(source, "hf", "step_00000005", "model.safetensors.index.json"),
+      JSON.stringify({
+        metadata: { total_size: 7000 },
+        weight_map: { a: "model-00001-of-00002.safetensors", b: "model-00002-of-00002.safetensors" },
+      }),
+    );
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.export).toEqual({
+      state: "committed",
+      destination: `${HF}/step_00000005`,
+      shards: 2,
+      bytes: 7000,
+      seconds: 42.5,
+      finishedAt: finished,
+      execution: run.name,
+    });
+  });
+
+  test("a failed export names the export task that failed and whether retrying can help", async () => {
+    const run = exporting(1, 5, "FAILED", { error: '{"message":"export failed","tags":["PermanentError"]}' });
+    const { progress, deps } = setup("status-export-failed", 5, [run]);
+    writeFileSync(
+      join(progress, "export-finalize.json"),
+      JSON.stringify(
+        record(run, "export-finalize", 0, {
+          state: "failed",
+          error: "gs://b/runs/exp/hf/step_00000005/model-00001-of-00002.safetensors: shard missing\nmore",
+        }),
+      ),
+    );
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.export).toMatchObject({
+      state: "failed",
+      phase: "export-finalize",
+      error: "gs://b/runs/exp/hf/step_00000005/model-00001-of-00002.safetensors: shard missing",
+      retryable: false,
+    });
+  });
+
+  test("an export alone says nothing of the step's conversion: the conversion's row is the newest run that converts", async () => {
+    const converted = execution(1, 5, "FAILED", { error: '{"message":"group 0 failed"}' });
+    const exportOnly = exporting(2, 5, "SUCCEEDED");
+    const alone = { ...exportOnly, argument: JSON.stringify({ ...JSON.parse(exportOnly.argument), convert: false }) };
+    const { deps } = setup("status-export-alone", 5, [alone, converted]);
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.status).toMatchObject({ state: "failed", execution: converted.name });
+    expect(rows[0]?.export).toEqual({ state: "pruned", destination: `${HF}/step_00000005`, execution: alone.name });
+  });
+
+  test("the newest execution that asked for an export is the one shown, not a newer conversion alone", async () => {
+    const asked = exporting(1, 5, "CANCELLED", { endTime: "2026-11-01T00:05:00.000Z" });
+    const later = execution(2, 5, "SUCCEEDED");
+    const { deps } = setup("status-export-newest", 5, [later, asked]);
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.export).toEqual({
+      state: "cancelled",
+      destination: `${HF}/step_00000005`,
+      execution: asked.name,
+      finishedAt: "2026-11-01T00:05:00.000Z",
+    });
+  });
+});
