@@ -411,7 +411,8 @@ export class FrameEncoder {
 
 /** A whole chunk decoded as TensorStore reads it (ChunkDecoder): exactly one frame of exactly `size` bytes. */
 export function decodeChunkFrame(data: Uint8Array, size: number, path: string): Uint8Array {
-  const out = new Uint8Array(size);
+  // Not zero-filled first: the decoder writes every byte or fails, and a failed chunk's buffer is dropped.
+  const out = new Uint8Array(Buffer.allocUnsafeSlow(size).buffer, 0, size);
   const decoder = new ChunkDecoder(size, path, undefined, out);
   try {
     decoder.push(data);

@@ -11,6 +11,7 @@ import { parseIndex } from "../regular/index-file.js";
 import { regularChunkKey } from "../regular/zarray.js";
 import { INPUT, openStore } from "../store/open.js";
 import { describe, joinKey, type Store } from "../store/store.js";
+import { Budget } from "../util/budget.js";
 import { decodeChunk } from "../zarr/chunk.js";
 import { chunkKey, parseZarrMetadata, product, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { fillBuffer } from "../zarr/region.js";
@@ -96,9 +97,98 @@ async function* decoded(compressed: AsyncIterable<Uint8Array>, size: number, pat
  */
 export const WHOLE_CHUNK_BYTES = 1 << 20;
 
+/** Sizes of the read buffers: a compressed chunk's length rounded up to this, so that similar chunks share one. */
+const READ_BUFFER_STEP = 16 << 10;
+/**
+ * Whole chunks read at once through a source's buffers: as many as a local store reads at once (its descriptors),
+ * so no read waits longer than it did, and a pass that asks for all its 1,024 chunks at once has 128 buffers out,
+ * not 1,024 taken before their reads could start.
+ */
+const READS_AT_ONCE = 128;
+/** The most a source's idle read buffers hold (those of the classes used last). */
+const IDLE_BYTES = 32 << 20;
+
+/**
+ * Buffers a whole chunk's compressed bytes are read into (Store.readRangeInto) and given back once decoded: a
+ * source cut 1,024 ways reads 5,134 chunk files, and a fresh buffer per read (670 MB in all) aged into the old
+ * generation and kept V8's concurrent marking busy (bench/README.md, "--cuts").
+ */
+class ReadBuffers {
+  private readonly reads = new Budget(READS_AT_ONCE);
+  /** Idle buffers by size; a Map keeps its sizes in the order first used, the oldest given up first. */
+  private readonly idle = new Map<number, Uint8Array[]>();
+  private idleBytes = 0;
+
+  /** Reads `length` bytes of `key` at `offset` into a buffer and hands them to `use`, then keeps the buffer. */
+  async read<T>(
+    store: Store & Required<Pick<Store, "readRangeInto">>,
+    key: string,
+    offset: number,
+    length: number,
+    use: (bytes: Uint8Array) => T,
+  ): Promise<T> {
+    const release = await this.reads.acquire();
+    try {
+      const buffer = this.take(length);
+      // A failed read's buffer is dropped rather than given back.
+      const result = use(await store.readRangeInto(key, offset, length, buffer));
+      this.give(buffer);
+      return result;
+    } finally {
+      release();
+    }
+  }
+
+  private take(length: number): Uint8Array {
+    const size = Math.ceil(length / READ_BUFFER_STEP) * READ_BUFFER_STEP;
+    const list = this.idle.get(size);
+    const buffer = list?.pop();
+    if (buffer === undefined) return new Uint8Array(size);
+    if (list?.length === 0) this.idle.delete(size);
+    this.idleBytes -= size;
+    return buffer;
+  }
+
+  private give(buffer: Uint8Array): void {
+    const size = buffer.length;
+    if (size > IDLE_BYTES) return;
+    // Make room by giving up the oldest sizes' buffers: a weight's chunks differ from the last weight's.
+    for (const [other, list] of this.idle) {
+      if (this.idleBytes + size <= IDLE_BYTES) break;
+      while (list.length > 0 && this.idleBytes + size > IDLE_BYTES) {
+        list.pop();
+        this.idleBytes -= other;
+      }
+      if (list.length === 0) this.idle.delete(other);
+    }
+    this.idleBytes += size;
+    const list = this.idle.get(size);
+    if (list === undefined) this.idle.set(size, [buffer]);
+    else list.push(buffer);
+  }
+}
+
+/** A small chunk read and decoded whole, through a reused buffer where the store reads into one. */
+async function* wholeZstdChunk(
+  store: Store,
+  buffers: ReadBuffers,
+  key: string,
+  offset: number,
+  length: number,
+  size: number,
+  path: string,
+): AsyncIterable<Uint8Array> {
+  if (store.readRangeInto === undefined) yield decodeChunkFrame(await store.readRange(key, offset, length), size, path);
+  else
+    yield await buffers.read(store as Store & Required<Pick<Store, "readRangeInto">>, key, offset, length, (bytes) =>
+      decodeChunkFrame(bytes, size, path),
+    );
+}
+
 /** A zstd chunk: decoded whole when small (WHOLE_CHUNK_BYTES), else streamed a window at a time. */
 function zstdChunk(
   store: Store,
+  buffers: ReadBuffers,
   key: string,
   offset: number,
   length: number,
@@ -109,9 +199,7 @@ function zstdChunk(
   // A frame of at most WHOLE_CHUNK_BYTES is at most a few bytes a block longer: a longer one is streamed, and
   // fails there as corrupt without being read whole.
   if (size <= WHOLE_CHUNK_BYTES && length <= WHOLE_CHUNK_BYTES + (64 << 10))
-    return (async function* () {
-      yield decodeChunkFrame(await store.readRange(key, offset, length), size, path);
-    })();
+    return wholeZstdChunk(store, buffers, key, offset, length, size, path);
   return decoded(windows(store, key, offset, length, window), size, path);
 }
 
@@ -146,6 +234,7 @@ function valueStore(step: OrbaxStep): Store {
 function orbaxChunk(
   step: OrbaxStep,
   store: Store,
+  buffers: ReadBuffers,
   meta: ZarrArrayMeta,
   value: ValueLocation | undefined,
   path: string,
@@ -157,7 +246,7 @@ function orbaxChunk(
   if (value.kind === "file") {
     const range = { kind: "range" as const, key: value.key, offset: value.offset, length: value.length };
     if ((enc.kind === "v2" || enc.kind === "v3") && enc.compressor === "zstd")
-      return zstdChunk(store, value.key, value.offset, value.length, size, window, path);
+      return zstdChunk(store, buffers, value.key, value.offset, value.length, size, window, path);
     if (
       enc.kind === "v3-sharded" &&
       enc.compressor === "zstd" &&
@@ -179,6 +268,7 @@ async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSourc
   const arrays: SourceArray[] = [];
   const hash = createHash("sha256");
   const store = valueStore(step);
+  const buffers = new ReadBuffers();
   for await (const a of listArrays(step)) {
     const meta = a.meta;
     hash.update(`${a.leaf.path}|${meta.dtype.name}|${meta.shape}|${meta.chunkShape}\n`);
@@ -193,7 +283,7 @@ async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSourc
       describeChunk,
       wholeChunks: (meta.encoding.kind === "v2" || meta.encoding.kind === "v3") && chunkBytes(meta) <= WHOLE_CHUNK_BYTES,
       chunk: (index, window = readWindow(store.url)) =>
-        orbaxChunk(step, store, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index), window),
+        orbaxChunk(step, store, buffers, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index), window),
     });
   }
   return {
@@ -221,6 +311,7 @@ async function openRegular(store: Store, dir: string, location: string): Promise
   const arrays: SourceArray[] = [];
   const otherLeaves: string[] = [];
   const hash = createHash("sha256");
+  const buffers = new ReadBuffers();
   for (const [path, value] of entries) {
     const isArray = typeof value === "object" && value !== null && "dtype" in value && "shape" in value;
     if (!isArray) {
@@ -251,7 +342,7 @@ async function openRegular(store: Store, dir: string, location: string): Promise
         const key = `${base}/${name}`;
         const length = sizes.get(name);
         const value: ValueLocation | undefined = length === undefined ? undefined : { kind: "file", key, offset: 0, length };
-        return regularChunk(store, meta, value, describe(store, key), window);
+        return regularChunk(store, buffers, meta, value, describe(store, key), window);
       },
     });
   }
@@ -260,6 +351,7 @@ async function openRegular(store: Store, dir: string, location: string): Promise
 
 function regularChunk(
   store: Store,
+  buffers: ReadBuffers,
   meta: ZarrArrayMeta,
   value: ValueLocation | undefined,
   path: string,
@@ -268,7 +360,7 @@ function regularChunk(
   const size = chunkBytes(meta);
   if (value === undefined || value.kind !== "file") return missingChunk(meta, size, path);
   const enc = meta.encoding;
-  if (enc.kind === "v2" && enc.compressor === "zstd") return zstdChunk(store, value.key, 0, value.length, size, window, path);
+  if (enc.kind === "v2" && enc.compressor === "zstd") return zstdChunk(store, buffers, value.key, 0, value.length, size, window, path);
   return (async function* () {
     yield decodeChunk(meta, await store.read(value.key), path);
   })();

@@ -198,14 +198,23 @@ export class LocalStore implements Store {
     return this.readPiece(key, offset, length, offset, length);
   }
 
+  async readRangeInto(key: string, offset: number, length: number, into: Uint8Array): Promise<Uint8Array> {
+    if (into.length < length) throw new RangeError(`readRangeInto: a buffer of ${into.length} bytes for ${length}`);
+    if (length === 0) return into.subarray(0, 0);
+    if (length <= SMALL_READ) return this.readSmall(key, offset, length, into);
+    const bytes = await this.readPiece(key, offset, length, offset, length);
+    into.set(bytes);
+    return into.subarray(0, length);
+  }
+
   /**
    * A range of at most SMALL_READ bytes (a finely cut source's whole chunks: thousands of them, each read once):
    * opened, read and closed, with the stat readPiece makes first (which refuses what is not a regular file) made
    * at the same time as the read instead of before it: one thread-pool round trip fewer in line before each of a
    * finely cut source's chunks, and a named pipe or a device (/dev/zero reads "successfully") is still refused.
-   * A file shorter than the range is a short read.
+   * A file shorter than the range is a short read. Read into `into` (its first `length` bytes) when given.
    */
-  private async readSmall(key: string, offset: number, length: number): Promise<Uint8Array> {
+  private async readSmall(key: string, offset: number, length: number, into?: Uint8Array): Promise<Uint8Array> {
     const path = this.file(key);
     const release = await READS.acquire();
     let f: number;
@@ -219,7 +228,7 @@ export class LocalStore implements Store {
     const stat = fd.stat(f);
     stat.catch(() => {}); // awaited below; a read that throws first must not leave it unhandled
     try {
-      const out = new Uint8Array(length);
+      const out = into === undefined ? new Uint8Array(length) : into.subarray(0, length);
       let done = 0;
       let failed: unknown;
       try {

@@ -57,6 +57,13 @@ export interface Store {
   /** Exactly `length` bytes from `offset`; FormatError if the object is shorter, NotFoundError if absent. */
   readRange(key: string, offset: number, length: number): Promise<Uint8Array>;
   /**
+   * Optional capability: readRange's bytes read into `into` (at least `length` long), resolving to its first
+   * `length` bytes; same errors as readRange. A caller reading thousands of small ranges it is done with at once
+   * (a finely cut source's compressed chunks) reuses its buffers instead of leaving a fresh one per read to the
+   * garbage collector. A local directory has it; a store without it is read with readRange.
+   */
+  readRangeInto?(key: string, offset: number, length: number, into: Uint8Array): Promise<Uint8Array>;
+  /**
    * The object's first `max` bytes (all of it when shorter) and its whole size, in one request; undefined if
    * absent. Reads a small object whose size is not to be trusted (a plan's head, checked every 500 ms while a
    * conversion writes) in bounded memory, without a stat first.

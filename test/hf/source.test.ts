@@ -44,6 +44,22 @@ describe("a zstd chunk of the source", () => {
     ]);
   });
 
+  test("many small chunks read at once, through buffers reused from read to read, each decode to their own bytes", async () => {
+    const rows = array("rows", 300); // 300 chunks of one row: more than the reads let out at once
+    const many = tempDir("hf-source-many");
+    writeRegularStep(many, [rows], () => [1, 1024]);
+    const source = await openExportSource(many);
+    const a = source.arrays[0];
+    const chunks = await Promise.all(
+      Array.from({ length: 300 }, async (_, r) => {
+        const pieces: Uint8Array[] = [];
+        for await (const piece of a?.chunk([r, 0]) ?? []) pieces.push(piece);
+        return Buffer.concat(pieces);
+      }),
+    );
+    expect(chunks.map((bytes, r) => Buffer.compare(bytes, chunkOf(rows, [1, 1024], [r, 0])))).toEqual(chunks.map(() => 0));
+  });
+
   for (const [what, damage, message] of [
     ["truncated", (b: Buffer) => b.subarray(0, b.length - 100), /truncated zstd frame/],
     ["followed by other bytes", (b: Buffer) => Buffer.concat([b, Buffer.from([1, 2, 3])]), /bytes follow the zstd frame/],

@@ -61,6 +61,22 @@ describe("LocalStore", () => {
     await expect(s.readRange("dir", 0, 4)).rejects.toBeInstanceOf(NotFoundError);
   });
 
+  test("readRangeInto reads a range into the caller's buffer, small or large, with readRange's refusals", async () => {
+    const s = tempStore();
+    const big = new Uint8Array(5 << 20).map((_, i) => i % 251);
+    await s.write("f", new Uint8Array([1, 2, 3, 4, 5, 6]));
+    await s.write("big", big);
+    const buffer = new Uint8Array(8).fill(9);
+    const bytes = await s.readRangeInto("f", 1, 4, buffer);
+    expect(bytes.buffer).toBe(buffer.buffer);
+    expect([...buffer]).toEqual([2, 3, 4, 5, 9, 9, 9, 9]);
+    const large = await s.readRangeInto("big", 1, big.length - 1, new Uint8Array(big.length));
+    expect(Buffer.compare(large, big.subarray(1))).toBe(0);
+    await expect(s.readRangeInto("f", 4, 4, buffer)).rejects.toThrow(/\/f, offset 4: short read/);
+    await expect(s.readRangeInto("absent", 0, 4, buffer)).rejects.toBeInstanceOf(NotFoundError);
+    await expect(s.readRangeInto("f", 0, 6, new Uint8Array(4))).rejects.toThrow(RangeError);
+  });
+
   test("stat and listDir of local files carry no CRC-32C (nothing stores one)", async () => {
     const s = tempStore();
     await s.write("d/x", new Uint8Array(5));
