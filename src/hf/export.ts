@@ -390,11 +390,11 @@ function memoryOf(o: Opened, options: ExportOptions) {
   // What the open chunks hold at most: the capped decoders, or a spilled array's group (a chunk decoded whole
   // costs its bytes, not a decoder: chunkCost).
   const per = decoderBytes(window);
-  const spilled = new Map(o.plan.tensors.map((t) => [t.array.path, t.array]));
+  const arrays = new Map(o.plan.tensors.map((t) => [t.array.path, t.array]));
   const held = Math.max(
     Math.min(decoders, memory.maxOpen) * per,
     ...[...spillPlan.groupSize].map(([path, k]) => {
-      const array = spilled.get(path);
+      const array = arrays.get(path);
       return array === undefined ? k * per : k * chunkCost(array, per);
     }),
   );
