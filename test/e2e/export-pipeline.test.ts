@@ -263,7 +263,11 @@ describe("the pipeline with hf_export", () => {
       await uploadDir(reference, bucket, `${HF}/${step}`);
     await uploadDir(reference, bucket, `${HF}/step_00000500`, (k) => k === INDEX_NAME);
     await uploadDir("test/fixtures/axlearn-regular-sample/step_00000100", bucket, "runs/exp/regular/step_00000100");
+    // A converted step among the exports too (a destination_template pointing there): by its number the rule would
+    // drop it, but it is no export (no model.safetensors.index.json).
+    await uploadDir("test/fixtures/axlearn-regular-sample/step_00000100", bucket, `${HF}/step_00000150`);
     const regular = await names(bucket, "runs/exp/regular/");
+    const convertedAmongExports = await names(bucket, `${HF}/step_00000150/`);
     const uncommitted = await names(bucket, `${HF}/step_00000500/`);
 
     expect(await p.finalized(bucket, marker)).toBe(204);
@@ -272,8 +276,9 @@ describe("the pipeline with hf_export", () => {
     // keep_last_n = 2 keeps 1000 and 400; keep_every_n_steps = 300 walks the older ones from the oldest (AXLearn's
     // rule, src/cloud/job/retention.ts): 100 kept, 200 and 300 less than 300 steps after it, deleted.
     const folders = new Set((await names(bucket, `${HF}/`)).map((n) => n.slice(HF.length + 1).split("/")[0]));
-    expect([...folders].sort()).toEqual(["step_00000100", "step_00000400", "step_00000500", "step_00001000"]);
+    expect([...folders].sort()).toEqual(["step_00000100", "step_00000150", "step_00000400", "step_00000500", "step_00001000"]);
     expect(await names(bucket, `${HF}/step_00000500/`)).toEqual(uncommitted);
+    expect(await names(bucket, `${HF}/step_00000150/`)).toEqual(convertedAmongExports);
     expect(await names(bucket, "runs/exp/regular/")).toEqual(expect.arrayContaining(regular));
     expect(p.jobLines().filter((l) => l.message === "export retention applied" && l.export === hf)).toEqual([
       expect.objectContaining({ pruned: [200, 300] }),
