@@ -11,7 +11,7 @@ import { AXLEARN_FUJI_ROOT, HF_PYTHON } from "../helpers/paths.js";
 import type { Running } from "../helpers/servers.js";
 import { deployedSettings } from "./deployed.js";
 import { printLogsOnFailure, startFunction } from "./emulators.js";
-import { type Execution, type Pipeline, startPipeline } from "./pipeline-harness.js";
+import { type Execution, type Pipeline, PROJECT, startPipeline } from "./pipeline-harness.js";
 
 vi.setConfig({ testTimeout: 300_000 });
 
@@ -23,9 +23,9 @@ vi.setConfig({ testTimeout: 300_000 });
 // Cloud Run's task retries included) and publishes export.succeeded or export.failed to the Pub/Sub emulator.
 //
 // Two deployments share the emulators, told apart by their function (the workflow's and the jobs' settings are the
-// same, checked below): the example's, which exports step 1000 alone (convert_every_n_steps = 3000) in 1 kB shards
-// and keeps the last 2 exports and, of the older ones, one every 300 steps; and the fuji step's, which converts and exports it in 50 kB
-// shards. What test/workflows/export.test.ts proves on the workflow alone is not repeated here.
+// same, checked below): the example's, which exports step 1000 alone (convert_every_n_steps = 3000) in 1 kB shards,
+// and the fuji step's, which converts and exports it in 50 kB shards; both keep the last 2 exports and, of the older
+// ones, one every 300 steps. What test/workflows/export.test.ts proves on the workflow alone is not repeated here.
 
 const EXAMPLE = "test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000";
 // A fuji v3-shaped LM (grouped-query attention, untied head) saved by AXLearn's own OrbaxCheckpointer as a trainer
@@ -33,7 +33,7 @@ const EXAMPLE = "test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000";
 const FUJI = `${AXLEARN_FUJI_ROOT}/grouped-untied/checkpoints/step_00001000`;
 const STEP = "runs/exp/step_00001000";
 const HF = "runs/exp/hf";
-const TFVARS = { project_id: "test-project", checkpoint_bucket: "ckpts", convert_into_checkpoint_bucket: true };
+const TFVARS = { project_id: PROJECT, checkpoint_bucket: "ckpts", convert_into_checkpoint_bucket: true };
 const HF_EXPORT = {
   steps: [1000],
   destination_template: "gs://{bucket}/{root}/hf/{step}",
