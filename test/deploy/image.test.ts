@@ -1,11 +1,20 @@
 import { spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { chmodSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { chmodSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
-import { type ProgressRecord, progressKey, RUN_PLAN_KEY, type RunPlan, runDirKey } from "../../src/convert/work-dir.js";
+import {
+  type ExportBegun,
+  type ProgressRecord,
+  progressKey,
+  RUN_EXPORT_KEY,
+  RUN_PLAN_KEY,
+  type RunPlan,
+  runDirKey,
+} from "../../src/convert/work-dir.js";
+import { DEFAULT_EXPORT_MEMORY, exportHf } from "../../src/hf/export.js";
 import { type FaultProxy, isDownload, startFaultProxy } from "../faults/proxy.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase } from "../helpers/convert.js";
@@ -17,10 +26,10 @@ import { tempDir } from "../helpers/tmp.js";
 // ...`, as docs/install.md's "The container image" shows; those transcripts are not read here, this runs the same
 // commands on its own fixture), and as Cloud Run runs the jobs: one container per task, as user `node` on a
 // read-only root, the command and args jobs.tf gives (`node --max-semi-space-size=1` replacing the entry
-// point, then `dist/jobs/main.js PHASE`), and the environment the workflow and Cloud Run give it, against
-// fake-gcs-server on loopback (host network). Needs a container engine (ORBAX2REG_CONTAINER_ENGINE, default
-// podman) that can run containers here, and the base image (ORBAX2REG_IMAGE_BASE, default the Dockerfile's
-// node:22-bookworm-slim); skipped, saying why, without them.
+// point, then `dist/jobs/main.js PHASE`: the conversion's phases, and the export job's), and the environment the
+// workflow and Cloud Run give it, against fake-gcs-server on loopback (host network). Needs a container engine
+// (ORBAX2REG_CONTAINER_ENGINE, default podman) that can run containers here, and the base image
+// (ORBAX2REG_IMAGE_BASE, default the Dockerfile's node:22-bookworm-slim); skipped, saying why, without them.
 
 const ENGINE = process.env.ORBAX2REG_CONTAINER_ENGINE || "podman";
 const BASE = process.env.ORBAX2REG_IMAGE_BASE || "node:22-bookworm-slim";
@@ -232,6 +241,65 @@ describe.skipIf(skipped !== undefined)("the image", () => {
     const verify = runBin(["verify", source, `${destination}/${tiny.stepDir}`]);
     expect(verify.code, verify.stderr).toBe(0);
     expect(verify.stdout).toMatch(/\b[1-9]\d* passed, 0 failed/);
+  }, 600_000);
+
+  test("export-begin, export-shards (2 tasks) and export-finalize, each a container of the export job, export the bundled example: export-hf's files byte for byte", async () => {
+    const example = "test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000";
+    const exportBucket = await newBucket("image-export");
+    await uploadDir(example, exportBucket, "runs/exp/step_00001000");
+    const destination = `gs://${exportBucket}/runs/exp/regular`;
+    const folder = "runs/exp/hf/step_00001000";
+    const run = `${destination}/${runDirKey("wf1")}`;
+    const argument = {
+      source: `gs://${exportBucket}/runs/exp/step_00001000`,
+      destination,
+      convert: false,
+      export: { destination: `gs://${exportBucket}/${folder}`, max_shard_size: 1000, tasks: 4 },
+    };
+    // The plan job (in this process: its answer is all this needs) plans the export alone, as convert.yaml starts it.
+    const planned = await runJob(
+      "plan",
+      {
+        ORBAX2REG_ARGUMENT: JSON.stringify(argument),
+        ORBAX2REG_DESTINATION: destination,
+        ORBAX2REG_EXECUTION: WORKFLOW_EXECUTION,
+        ORBAX2REG_RUN: run,
+        ORBAX2REG_ATTEMPT: randomUUID(),
+      },
+      jsonLogger({}, () => {}),
+    );
+    expect(planned).toBe(0);
+    const bucketObject = async (name: string) => (await emulatorStorage().bucket(exportBucket).file(name).download())[0];
+    const answer = JSON.parse(String(await bucketObject(`runs/exp/regular/${runDirKey("wf1")}${RUN_PLAN_KEY}`))) as RunPlan;
+    const exportEnv = { ...STATIC_ENV, ...endpoint(), ...asEnv(answer.export?.jobEnv ?? []) };
+    // One job, its phase the execution's args override (jobs.tf: the export job), one container per task.
+    const begin = await runTask("export-begin", { ...exportEnv, ...cloudRun("orbax2reg-export", 0, 1), ORBAX2REG_ATTEMPT: randomUUID() });
+    expect(begin.code, begin.stderr).toBe(0);
+    const began = JSON.parse(String(await bucketObject(`runs/exp/regular/${runDirKey("wf1")}${RUN_EXPORT_KEY}`))) as ExportBegun;
+    expect(began).toMatchObject({ tasks: 2, shards: 8, alreadyExported: false });
+    const attempt = randomUUID();
+    const shards = await Promise.all(
+      Array.from({ length: began.tasks }, (_, task) =>
+        runTask("export-shards", { ...exportEnv, ...cloudRun("orbax2reg-export", task, began.tasks), ORBAX2REG_ATTEMPT: attempt }),
+      ),
+    );
+    for (const t of shards) expect(t.code, t.stderr).toBe(0);
+    const finalize = await runTask("export-finalize", {
+      ...exportEnv,
+      ...cloudRun("orbax2reg-export", 0, 1),
+      ORBAX2REG_ATTEMPT: randomUUID(),
+    });
+    expect(finalize.code, finalize.stderr).toBe(0);
+    expect(finalize.lines.find((l) => l.message === "export committed")).toMatchObject({ severity: "INFO", shards: 8 });
+
+    const want = tempDir("image-export");
+    await exportHf(example, want, { memoryBytes: DEFAULT_EXPORT_MEMORY, maxShardSize: 1000 });
+    const [got] = await emulatorStorage()
+      .bucket(exportBucket)
+      .getFiles({ prefix: `${folder}/` });
+    const names = readdirSync(want).sort();
+    expect(got.map((f) => f.name.slice(folder.length + 1)).sort()).toEqual(names);
+    for (const n of names) expect(Buffer.compare(await bucketObject(`${folder}/${n}`), readFileSync(join(want, n))), n).toBe(0);
   }, 600_000);
 
   describe("stopped", () => {

@@ -29,6 +29,8 @@
 //                    {"fault": "publish", "type": "conversion.succeeded", "code": 403}   publishing fails
 //                    {"phase": "export-shards", "fault": "kill", "task": 1, "afterMs": 300}   task 1's first attempt
 //                                                       is killed (SIGKILL) that long after it starts; Cloud Run retries it
+//                    {"phase": "export-shards", "fault": "kill", "task": 1, "inShard": 2}   task 1's first attempt is
+//                                                       killed while it writes its 2nd shard (kill-in-shard.mjs)
 //                  "times": N applies a fault to the first N matching calls only.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -40,6 +42,7 @@ import * as runState from "./run-state.mjs";
 
 const THIS_FILE = fileURLToPath(import.meta.url);
 const JOB_MAIN = fileURLToPath(new URL("../../dist/jobs/main.js", import.meta.url));
+const KILL_IN_SHARD = fileURLToPath(new URL("./kill-in-shard.mjs", import.meta.url));
 const NODE_ARGS = JSON.parse(process.env.E2E_JOB_NODE_ARGS ?? "[]");
 // A hung execution gives up after this long; operations.get holds its answer this long while one runs (both
 // may be changed by a test whose workflow waits on the emulator's clock, which needs neither).
@@ -113,8 +116,19 @@ async function runTasks(phase, env, taskCount, execution, onSpawn = () => {}, jo
 
 /** One attempt of one task: its exit code. */
 function runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn, jobKey = phase) {
-  const child = spawn(process.execPath, [...NODE_ARGS, JOB_MAIN, phase], {
+  const killed =
+    attempt === 0 &&
+    takeFault(
+      (f) =>
+        f.fault === "kill" &&
+        String(f.task ?? 0) === String(task) &&
+        faultMatches(f, { destination: env.ORBAX2REG_DESTINATION, phase, group: env.ORBAX2REG_GROUP ?? null }),
+    );
+  // Killed inside its Nth shard: kill-in-shard.mjs, preloaded into this attempt only, does it.
+  const inShard = killed && killed.inShard !== undefined ? ["--import", KILL_IN_SHARD] : [];
+  const child = spawn(process.execPath, [...NODE_ARGS, ...inShard, JOB_MAIN, phase], {
     env: {
+      ...(inShard.length > 0 ? { E2E_KILL_IN_SHARD: String(killed.inShard) } : {}),
       ...process.env,
       // E2E_JOB_ENV, {phase: {NAME: VALUE}}: the job's own env (jobs.tf), under the execution's overrides, which
       // win: Cloud Run merges a job's env with an execution's container overrides.
@@ -132,15 +146,7 @@ function runAttempt(phase, env, taskCount, execution, task, attempt, onSpawn, jo
     stdio: ["ignore", "pipe", "pipe"],
   });
   onSpawn(child, task);
-  const killed =
-    attempt === 0 &&
-    takeFault(
-      (f) =>
-        f.fault === "kill" &&
-        String(f.task ?? 0) === String(task) &&
-        faultMatches(f, { destination: env.ORBAX2REG_DESTINATION, phase, group: env.ORBAX2REG_GROUP ?? null }),
-    );
-  if (killed) setTimeout(() => child.kill("SIGKILL"), killed.afterMs ?? 300);
+  if (killed && inShard.length === 0) setTimeout(() => child.kill("SIGKILL"), killed.afterMs ?? 300);
   child.stdout.on("data", jobLog);
   child.stderr.on("data", jobLog);
   return new Promise((resolve) => child.on("close", (code) => resolve(code ?? 1)));

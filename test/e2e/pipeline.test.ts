@@ -1,9 +1,6 @@
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { PubSub } from "@google-cloud/pubsub";
-import { ExecutionsClient, type protos } from "@google-cloud/workflows";
-import { PassThroughClient } from "google-auth-library";
-import { afterAll, beforeAll, describe, expect, inject, test, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, test, vi } from "vitest";
 import type { ConversionEvent } from "../../src/cloud/api/events.js";
 import { executionLabels } from "../../src/cloud/api/executions.js";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
@@ -14,7 +11,8 @@ import { startTriggerStandIn } from "../helpers/eventarc-stand-in.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { freePort, type Running } from "../helpers/servers.js";
 import { type Deployed, deployedSettings } from "./deployed.js";
-import { printLogsOnFailure, startDeployedWorkflow, startFunction, startPubsub } from "./emulators.js";
+import { printLogsOnFailure, startFunction } from "./emulators.js";
+import { type Execution, type Pipeline, PROJECT, startPipeline } from "./pipeline-harness.js";
 
 // Each test waits on workflow retries with real backoff and several processes per job: ~10-25 s on an idle
 // machine, up to 5x that when the 2 cores are shared (seen in the full suite). A deadline, not a timing check.
@@ -24,17 +22,16 @@ vi.setConfig({ testTimeout: 180_000 });
 // fake-gcs-server bucket, its finalize events go to the trigger function served by the real
 // functions-framework, which claims the step and starts the real workflows/convert.yaml on the Workflows
 // emulator; the workflow's connector calls run the real job entry point as local processes against
-// fake-gcs-server (test/e2e/connector-hook.mjs) and publish to the Pub/Sub emulator.
+// fake-gcs-server (test/e2e/connector-hook.mjs) and publish to the Pub/Sub emulator. The harness that starts them
+// (pipeline-harness.ts) is export-pipeline.test.ts's too.
 
-type Execution = protos.google.cloud.workflows.executions.v1.IExecution;
-
-const PROJECT = "test-project";
 const tiny = fixtureCase("tiny"); // 15 arrays
 const STEP = "runs/exp/step_00000100";
 const CLAIM = `runs/exp/regular/step_00000100/${CLAIM_KEY}`;
 
 let work: string;
-let pubsub: Running;
+/** The emulators, the workflow and the function as the example root deploys it by default (pipeline-harness.ts). */
+let p: Pipeline;
 let workflows: Running;
 /** The function as the example root deploys it by default: the whole bucket watched. */
 let fn: Running;
@@ -44,9 +41,6 @@ let functionEnv: NodeJS.ProcessEnv;
 let deployed: Deployed;
 let WORKFLOW: string;
 let GROUPS: number;
-let executions: ExecutionsClient;
-const events: { attributes: Record<string, string>; event: ConversionEvent }[] = [];
-let closeSubscription: () => Promise<void>;
 
 // Required variables of the example root without defaults; the function reads none of them.
 // The regular checkpoints next to the Orbax ones, in the bucket each test makes (the example's own bucket for them is
@@ -55,52 +49,20 @@ const TFVARS = { project_id: PROJECT, checkpoint_bucket: "ckpts", convert_into_c
 
 beforeAll(async () => {
   work = scratch("e2e");
-  // No metadata server on loopback: keep the Google clients from probing for one (and warning).
-  process.env.METADATA_SERVER_DETECTION = "none";
   deployed = await deployedSettings(TFVARS);
   const watchingRuns = await deployedSettings({ ...TFVARS, checkpoint_prefixes: ["runs"] });
   WORKFLOW = deployed.functionEnv.ORBAX2REG_WORKFLOW as string;
   GROUPS = Number(deployed.workflowEnv.ORBAX2REG_GROUPS);
-
-  const gcs = inject("gcsEndpoint");
-  pubsub = await startPubsub(join(work, "pubsub.log"));
-  process.env.PUBSUB_EMULATOR_HOST = `127.0.0.1:${pubsub.port}`;
-  const client = new PubSub({ projectId: PROJECT });
-  const [topic] = await client.createTopic(deployed.functionEnv.ORBAX2REG_EVENTS_TOPIC as string);
-  const [subscription] = await topic.createSubscription("e2e-all");
-  subscription.on("message", (m) => {
-    events.push({ attributes: m.attributes, event: JSON.parse(m.data.toString()) });
-    m.ack();
-  });
-  closeSubscription = () => subscription.close();
-
-  const emulators = {
-    ORBAX2REG_GCS_ENDPOINT: gcs,
-    PUBSUB_EMULATOR_HOST: `127.0.0.1:${pubsub.port}`,
-    GOOGLE_CLOUD_PROJECT: PROJECT,
-    METADATA_SERVER_DETECTION: "none",
-  };
-  workflows = await startDeployedWorkflow(work, deployed, emulators);
-  // The deployed environment, plus where the emulators listen.
-  const endpoints = { ...emulators, ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url };
-  functionEnv = { ...deployed.functionEnv, ...endpoints };
-  fn = await startFunction(functionEnv, join(work, "function.log"));
-  fnRuns = await startFunction({ ...watchingRuns.functionEnv, ...endpoints }, join(work, "function-runs.log"));
-  executions = new ExecutionsClient({
-    fallback: true,
-    protocol: "http",
-    apiEndpoint: "127.0.0.1",
-    port: workflows.port,
-    authClient: new PassThroughClient(),
-  } as unknown as ConstructorParameters<typeof ExecutionsClient>[0]);
+  p = await startPipeline(work, deployed);
+  ({ workflows, fn, functionEnv } = p);
+  fnRuns = await startFunction({ ...watchingRuns.functionEnv, ...p.endpoints }, join(work, "function-runs.log"));
 }, 180_000);
 
 // A failed test prints the end of what the pipeline logged, so that a failure seen once in CI can be read.
 printLogsOnFailure(() => work, ["hooks.jsonl", "jobs.jsonl", "workflows.log", "function.log", "function-runs.log", "pubsub.log"]);
 
 afterAll(async () => {
-  await closeSubscription?.();
-  await Promise.all([fn?.stop(), fnRuns?.stop(), workflows?.stop(), pubsub?.stop()]);
+  await Promise.all([fnRuns?.stop(), p?.stop()]);
   removeScratch();
 });
 
@@ -116,81 +78,15 @@ async function writeCheckpoint(bucket: string): Promise<string[]> {
   return [...names, `${STEP}/${marker}`];
 }
 
-/** POSTs a google.cloud.storage.object.v1.finalized CloudEvent (binary mode), as Eventarc does; returns the status. */
-async function deliver(data: { bucket: string; name: string; generation?: unknown }, url = fn.url): Promise<number> {
-  const response = await fetch(url, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      "ce-specversion": "1.0",
-      "ce-id": `${data.name}#${data.generation}`,
-      "ce-type": "google.cloud.storage.object.v1.finalized",
-      "ce-source": `//storage.googleapis.com/projects/_/buckets/${data.bucket}`,
-      "ce-subject": `objects/${data.name}`,
-      "ce-time": new Date().toISOString(),
-    },
-    body: JSON.stringify(data),
-  });
-  return response.status;
-}
-
-/** The event for an object in the bucket, with its real metadata. */
-async function finalized(bucket: string, name: string, url = fn.url): Promise<number> {
-  const [metadata] = await emulatorStorage().bucket(bucket).file(name).getMetadata();
-  return deliver({ ...metadata, bucket, name }, url);
-}
-
+const deliver = (data: { bucket: string; name: string; generation?: unknown }, url = fn.url) => p.deliver(data, url);
+const finalized = (bucket: string, name: string, url = fn.url) => p.finalized(bucket, name, url);
 /** The event for a name that need not exist (the function must decide without looking). */
 const finalizedName = (bucket: string, name: string, url = fn.url) => deliver({ bucket, name, generation: "1" }, url);
-
-async function executionsOf(bucket: string): Promise<Execution[]> {
-  // FULL: the listing's default BASIC view has no argument (every page: the client follows the page tokens).
-  const [all] = await executions.listExecutions({ parent: WORKFLOW, view: "FULL" });
-  return all.filter((e) => (JSON.parse(e.argument ?? "{}").source as string | undefined)?.startsWith(`gs://${bucket}/`));
-}
-
-async function startByHand(argument: unknown): Promise<Execution> {
-  const [created] = await executions.createExecution({ parent: WORKFLOW, execution: { argument: JSON.stringify(argument) } });
-  return created;
-}
-
-async function finished(execution: Execution): Promise<Execution> {
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    const [e] = await executions.getExecution({ name: execution.name as string });
-    if (e.state !== "ACTIVE") return e;
-    if (Date.now() > deadline) throw new Error(`${execution.name} still ACTIVE after 120 s`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-async function eventsFor(destination: string, type: ConversionEvent["type"], count = 1) {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const found = events.filter((e) => e.event.destination === destination && e.event.type === type);
-    if (found.length >= count || Date.now() > deadline) return found;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-const hookCalls = (destination: string) =>
-  readFileSync(join(work, "hooks.jsonl"), "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map(
-      (l) =>
-        JSON.parse(l) as {
-          connector: string;
-          phase?: string;
-          job?: string;
-          group?: string | null;
-          destination?: string;
-          taskCount?: number;
-          attempt?: number;
-          code?: number;
-        },
-    )
-    .filter((c) => c.destination === destination);
+const executionsOf = (bucket: string) => p.executionsOf(bucket);
+const startByHand = (argument: unknown) => p.startByHand(argument);
+const finished = (execution: Execution) => p.finished(execution);
+const eventsFor = (destination: string, type: ConversionEvent["type"], count = 1) => p.eventsFor(destination, type, count);
+const hookCalls = (destination: string) => p.hookCalls(destination);
 
 /** Each task attempt the hook ran for `destination`'s `phase` (as Cloud Run runs a task again after a non-zero exit). */
 const taskAttempts = (destination: string, phase: string) =>
@@ -198,16 +94,11 @@ const taskAttempts = (destination: string, phase: string) =>
     .filter((c) => c.connector === "task" && c.job === phase)
     .map((c) => ({ group: c.group ?? null, attempt: c.attempt, code: c.code }));
 
-const jobLines = () =>
-  readFileSync(join(work, "jobs.jsonl"), "utf8")
-    .split("\n")
-    .filter((l) => l.startsWith("{"))
-    .map((l) => JSON.parse(l) as Record<string, unknown>);
+const jobLines = () => p.jobLines();
 
 /** Makes every job execution of `group` for `destination` fail the way a killed task does (no report). */
-const injectFault = (destination: string, group: number) =>
-  writeFileSync(join(work, "faults.json"), JSON.stringify([{ destination, group }]));
-const clearFaults = () => writeFileSync(join(work, "faults.json"), "[]");
+const injectFault = (destination: string, group: number) => p.setFaults([{ destination, group }]);
+const clearFaults = () => p.setFaults([]);
 
 async function exists(bucket: string, name: string): Promise<boolean> {
   const [found] = await emulatorStorage().bucket(bucket).file(name).exists();

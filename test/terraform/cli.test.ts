@@ -8,6 +8,7 @@
 // Provider-dependent checks (init, validate, plan with hashicorp/google) are in provider.test.ts.
 import { appendFileSync, copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { parse } from "@cdktf/hcl2json";
 import { beforeAll, describe, expect, test } from "vitest";
 import { deployedSettings } from "../e2e/deployed.js";
 import { copyOfSources, type ModuleSources, moduleSources } from "../helpers/sources.js";
@@ -15,6 +16,15 @@ import { applyForOutputs, TERRAFORM_VERSION, terraform } from "../helpers/terraf
 import { tempDir } from "../helpers/tmp.js";
 
 const MODULE = resolve("terraform/modules/orbax2reg");
+
+/** The hf_export of terraform/README.md's example (its `hf_export` section's hcl block), as hcl2json reads it. */
+async function readmeHfExport(): Promise<Record<string, unknown>> {
+  const readme = readFileSync("terraform/README.md", "utf8");
+  const hcl = /```hcl\n([\s\S]*?)```/.exec(readme.slice(readme.indexOf("### `hf_export`")))?.[1] ?? "";
+  const first = (v: unknown) => (Array.isArray(v) ? v[0] : v) as Record<string, unknown>;
+  const block = first(first(((await parse("README.md", hcl)) as Record<string, unknown>).module).orbax2reg);
+  return first(block.hf_export);
+}
 
 test(`terraform is the pinned v${TERRAFORM_VERSION}`, () => {
   const r = terraform(["version"], process.cwd());
@@ -64,6 +74,8 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     "job_shape_ok",
     "job_wait_fits",
     "names",
+    "export_bucket_known",
+    "export_write_form",
   ];
 
   /** Applies variables.tf + main.tf (variables and locals only) with these values; returns the locals or the error. */
@@ -257,6 +269,18 @@ describe("module checks evaluated offline (variables.tf + main.tf)", () => {
     expect(ok.locals.destination_bucket).toBe("other");
     expect(ok.locals.destination_matches_template).toBe(true);
   });
+
+  test("terraform/README.md's hf_export example, with the example's own bucket for the regular checkpoints, passes every validation and is granted its exports only", async () => {
+    const bucket = "my-project-orbax2reg-regular"; // examples/basic's, for project_id my-project
+    const hfExport = await readmeHfExport();
+    expect(hfExport.destination_template).toMatch(new RegExp(`^gs://${bucket}/`));
+    // A JSON object is an HCL object constructor too.
+    const r = evaluate({ destination_bucket: bucket, destination_template: `gs://${bucket}/{root}`, hf_export: JSON.stringify(hfExport) });
+    expect(r.code, r.out).toBe(0);
+    // iam.tf's preconditions on the exports' grant: a bucket the jobs list, and a condition naming the exports only.
+    expect(r.locals.export_bucket_known).toBe(true);
+    expect(r.locals.export_write_form).toBe("prefix");
+  });
 });
 
 describe("step selection and retention, as the example root deploys them (test/e2e/deployed.ts)", () => {
@@ -286,6 +310,19 @@ describe("step selection and retention, as the example root deploys them (test/e
     expect(d.functionEnv.ORBAX2REG_CONVERT_EVERY_N_STEPS).toBe("1000");
     expect(d.jobEnv.finalize).toMatchObject({ ORBAX2REG_KEEP_LAST_N: "2", ORBAX2REG_KEEP_EVERY_N_STEPS: "3000" });
     expect(d.jobEnv.plan).not.toHaveProperty("ORBAX2REG_KEEP_LAST_N");
+  });
+
+  test("terraform/README.md's hf_export example, in the example's module block, reaches the function and the export job", async () => {
+    const d = await deployedSettings(TFVARS, { hf_export: await readmeHfExport() });
+    expect(d.functionEnv).toMatchObject({
+      ORBAX2REG_EXPORT_EVERY_N_STEPS: "5000",
+      ORBAX2REG_EXPORT_DESTINATION_TEMPLATE: "gs://my-project-orbax2reg-regular/hf/{root}/{step}",
+      ORBAX2REG_EXPORT_DTYPE: "bfloat16",
+      ORBAX2REG_EXPORT_TOKENIZER: "",
+      ORBAX2REG_EXPORT_MAX_SHARD_SIZE: "5GB",
+      ORBAX2REG_EXPORT_TASKS: "8",
+    });
+    expect(d.jobEnv["export-shards"]).toMatchObject({ ORBAX2REG_EXPORT_KEEP_LAST_N: "3", ORBAX2REG_EXPORT_KEEP_EVERY_N_STEPS: "20000" });
   });
 
   test("a rule left null is not set at all (the job reads unset as off)", async () => {
