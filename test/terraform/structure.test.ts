@@ -1022,6 +1022,11 @@ describe("documentation", () => {
     expect(example.output.groups?.value).toBe(ex("module.orbax2reg.groups"));
   });
 
+  test("the module and the example output hf_export's destination template, null when it is off (cloud check reads it)", () => {
+    expect(mod.output.hf_export_destination_template?.value).toBe(ex("var.hf_export == null ? null : var.hf_export.destination_template"));
+    expect(example.output.hf_export_destination_template?.value).toBe(ex("module.orbax2reg.hf_export_destination_template"));
+  });
+
   test("the module's outputs name what it created", () => {
     expect(Object.keys(mod.output)).toEqual(
       expect.arrayContaining([
