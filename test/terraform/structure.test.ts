@@ -883,7 +883,7 @@ describe("Failure alerts (alerts.tf)", () => {
     expect(p.threshold).toBeUndefined();
     expect(p.log_match).toBe(
       'resource.type="cloud_run_job" AND resource.labels.job_name="orbax2reg-export" AND jsonPayload.component="orbax2reg-job" AND ' +
-        "severity>=ERROR AND jsonPayload.permanent=true",
+        'severity>=ERROR AND jsonPayload.permanent="true"',
     );
     expect(on.alertPolicies.conversion_failed?.documentation).toContain("`orbax2reg-export`");
   }, 120_000);
