@@ -8,7 +8,14 @@ import { stepDirName } from "../../orbax/step-name.js";
 import { deleteSeen, type ObjectInfo, type Store } from "../../store/store.js";
 import type { ConversionEvent } from "../api/events.js";
 import { type ExecutionRef, type Executions, executionLabels } from "../api/executions.js";
-import { compareWithLocalExport, EXPORT_STEP, exportCheckPlan, startExportRun, uploadExample } from "./check-export.js";
+import {
+  compareWithLocalExport,
+  EXPORT_STEP,
+  type ExportCheckPlan,
+  exportCheckPlan,
+  startExportRun,
+  uploadExample,
+} from "./check-export.js";
 import { proveLabelFilter } from "./check-filter.js";
 import type { QuotaVerdict } from "./check-quota.js";
 
@@ -188,10 +195,13 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
 
   /** An export-only run of the bundled fuji example, its event, and its files against the same export made here. */
   const exportStages = async (template: string): Promise<void> => {
-    const plan = exportCheckPlan(o.bucket, root, o.destinationTemplate ?? DEFAULT_DESTINATION_TEMPLATE, template);
     const inRoot = (location: string) => location.startsWith(`gs://${o.bucket}/${root}/`);
     let exported: ExecutionRef | undefined;
+    let planned: ExportCheckPlan | undefined;
     await run("export", async () => {
+      // A template that puts the export inside the source is refused here, as a failed stage.
+      const plan = exportCheckPlan(o.bucket, root, o.destinationTemplate ?? DEFAULT_DESTINATION_TEMPLATE, template);
+      planned = plan;
       const uploaded = await uploadExample(await deps.openStore(bundledFujiStep()), await deps.openStore(plan.source));
       // Cleaned up whatever happens next: the export's folder, the step's work directory (progress records) and the
       // run's directory in the regular root, each only where it is not under the check's root already.
@@ -211,6 +221,7 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
       if (done.state !== "SUCCEEDED") throw new Error(`execution ${started.name} ended ${done.state}: ${errorLine(done.error)}`);
       return `${plan.source} (${uploaded} objects, no commit marker) exported alone by ${started.name}: ${done.state} into ${plan.exportTo}`;
     });
+    const plan = planned as ExportCheckPlan;
     if (subscription) {
       const events = subscription.events;
       await run("export-event", async () => {

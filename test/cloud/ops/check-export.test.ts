@@ -191,6 +191,18 @@ describe("cloud check with hf_export", () => {
     expect(left).toEqual([]);
   }, 120_000);
 
+  test("a template that puts the export in the step itself fails the export stage, before anything is started", async () => {
+    const { report, stages, started, left } = await check("gs://{bucket}/{root}/{step}");
+    expect(report.ok).toBe(false);
+    expect(stages.slice(-2).map((s) => [s.stage, s.ok])).toEqual([
+      ["export", false],
+      ["cleanup", true],
+    ]);
+    expect(stages.at(-2)?.detail).toMatch(/export\.destination .* is inside the source .*: nothing is written into a source/);
+    expect(started).toEqual([]);
+    expect(left).toEqual([]);
+  }, 120_000);
+
   test("without hf_export the export stage is skipped, saying why, and the check passes", async () => {
     const { report, stages, started } = await check(undefined);
     expect(stages.find((s) => s.stage === "export")).toMatchObject({
