@@ -63,7 +63,8 @@ export async function runCloudStatus(root: string, flags: StatusFlags, out: Outp
     const rows = await stepStatuses(root, flags.step, deps);
     if (flags.json) out.stdout(JSON.stringify(rows, null, 2));
     else out.stdout(statusTable(rows));
-    const busy = (r: StepRow) => r.status.state === "running" || r.status.state === "claimed" || r.export?.state === "running";
+    const busy = (r: StepRow) =>
+      r.status.state === "running" || r.status.state === "exporting" || r.status.state === "claimed" || r.export?.state === "running";
     if (!flags.watch || !rows.some(busy)) return 0;
     await new Promise((r) => setTimeout(r, (flags.interval ?? 10) * 1000));
     if (!flags.json) out.stdout("");
@@ -131,10 +132,20 @@ function detail(s: StepStatus): string {
     case "failed": {
       const where = s.phase === null ? "" : s.group === null ? `${s.phase}: ` : `group ${s.group} (${s.phase}): `;
       const retry = s.retryable ? "running it again may help" : "running it again cannot help";
+      // An export alone's error is on its export line, right below.
+      if (s.exportOnly) return `export alone, not converted: ${s.phase ?? "the run"} failed (below); ${retry}`;
       return `${where}${s.error}; ${retry}${s.logUri ? `; logs ${s.logUri}` : ""}`;
     }
     case "cancelled":
-      return `${s.execution}${s.finishedAt ? ` at ${s.finishedAt}` : ""}; \`orbax2reg cloud start\` resumes it`;
+      return s.exportOnly
+        ? `export alone, not converted: ${s.execution}${s.finishedAt ? ` at ${s.finishedAt}` : ""}; \`orbax2reg cloud start --export FOLDER --export-only\` resumes it`
+        : `${s.execution}${s.finishedAt ? ` at ${s.finishedAt}` : ""}; \`orbax2reg cloud start\` resumes it`;
+    case "exporting":
+      return s.executionState === "QUEUED"
+        ? "export alone, not converted: queued in the Workflows backlog, not begun"
+        : `export alone, not converted: ${s.execution.split("/").at(-1)}, ${s.elapsedSeconds} s so far`;
+    case "exported":
+      return `export alone, not converted: ${s.execution.split("/").at(-1)}${s.finishedAt ? `, finished ${s.finishedAt}` : ""}`;
     case "claimed":
       return s.expired ? `claimed at ${s.claimedAt}, never started (the claim has expired)` : `claimed at ${s.claimedAt}, starting`;
     case "not-converted":

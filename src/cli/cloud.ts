@@ -49,6 +49,8 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
       keep: flags.keep === true,
       triggerTimeoutMs: Math.min(300, flags.timeout) * 1000,
       convertTimeoutMs: flags.timeout * 1000,
+      destinationTemplate: settings.destinationTemplate,
+      ...(settings.exportDestinationTemplate === undefined ? {} : { exportTemplate: settings.exportDestinationTemplate }),
     },
     {
       executions,
@@ -85,12 +87,22 @@ export async function runCloudCheck(flags: CheckFlags, out: Output): Promise<num
         });
       },
       onStage: (s: Stage) => {
-        if (!flags.json) out.stdout(`${s.ok ? "ok  " : "FAIL"} ${s.stage.padEnd(8)} ${s.seconds.toFixed(1).padStart(6)} s  ${s.detail}`);
+        if (!flags.json)
+          out.stdout(
+            `${s.skipped ? "skip" : s.ok ? "ok  " : "FAIL"} ${s.stage.padEnd(8)} ${s.seconds.toFixed(1).padStart(6)} s  ${s.detail}`,
+          );
       },
     },
   );
   if (flags.json) out.stdout(JSON.stringify(report, null, 2));
-  else out.stdout(report.ok ? "the pipeline converted and verified a checkpoint: deployment OK" : "deployment check FAILED");
+  else {
+    const exported = report.stages.some((s) => s.stage === "export-verify" && s.ok);
+    out.stdout(
+      report.ok
+        ? `the pipeline converted and verified a checkpoint${exported ? ", and exported one as export-hf does" : ""}: deployment OK`
+        : "deployment check FAILED",
+    );
+  }
   return report.ok ? 0 : EXIT_CHECK_FAILED;
 }
 

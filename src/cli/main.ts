@@ -261,7 +261,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     name: "check",
     summary: "after terraform apply: convert a tiny checkpoint through the pipeline",
     description:
-      "After `terraform apply`: upload a tiny Orbax checkpoint under a watched prefix, wait for the pipeline to convert it, verify the result, clean up.",
+      "After `terraform apply`: upload a tiny Orbax checkpoint under a watched prefix, wait for the pipeline to convert it, verify the result, clean up. With hf_export (terraform output hf_export_destination_template, or ORBAX2REG_EXPORT_DESTINATION_TEMPLATE), also export the bundled fuji example alone through the pipeline and compare it byte for byte with the same export made here.",
     arguments: [],
     options: [
       "bucket",

@@ -600,6 +600,41 @@ describe("the pipeline on local emulators", () => {
     expect(left.map((f) => f.name)).toEqual([]);
   });
 
+  test("orbax2reg cloud check with hf_export also exports the bundled fuji example alone, finds export-hf's bytes and its export.succeeded, then removes it", async () => {
+    const bucket = await newBucket("deploy");
+    const eventarc = eventarcStandIn(bucket, fnRuns.url);
+    const topic = deployed.functionEnv.ORBAX2REG_EVENTS_TOPIC as string;
+    const quotas = await startQuotaStandIn(PROJECT, [cpuQuota(100), memoryQuota(400)]);
+    const r = await runBinAsync(["cloud", "check", "--bucket", bucket, "--prefix", "runs", "--events-topic", topic], {
+      ORBAX2REG_WORKFLOW: WORKFLOW,
+      ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url,
+      ORBAX2REG_CLOUDQUOTAS_ENDPOINT: quotas.url,
+      // hf_export's template, as the function has it (terraform output hf_export_destination_template).
+      ORBAX2REG_EXPORT_DESTINATION_TEMPLATE: "gs://{bucket}/{root}/hf/{step}",
+    }).finally(async () => {
+      await eventarc.stop();
+      await quotas.close();
+    });
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    const stages = r.stdout.split("\n").filter((l) => /^(ok|FAIL|skip) /.test(l));
+    expect(stages.map((l) => l.split(/\s+/).slice(0, 2).join(" ")).slice(-4)).toEqual([
+      "ok export",
+      "ok export-event",
+      "ok export-verify",
+      "ok cleanup",
+    ]);
+    expect(r.stdout).toMatch(
+      new RegExp(
+        `^ok +export .*gs://${bucket}/runs/orbax2reg-check-[0-9a-f]{8}/step_00001000 \\(\\d+ objects, no commit marker\\) exported alone by .*: SUCCEEDED into gs://${bucket}/runs/orbax2reg-check-[0-9a-f]{8}/hf/step_00001000$`,
+        "m",
+      ),
+    );
+    expect(r.stdout).toMatch(/^ok +export-verify .*: byte for byte export-hf's of the same example$/m);
+    expect(r.stdout).toMatch(/and exported one as export-hf does: deployment OK/);
+    const [left] = await emulatorStorage().bucket(bucket).getFiles();
+    expect(left.map((f) => f.name)).toEqual([]);
+  });
+
   test("orbax2reg cloud check fails with one line naming the likely cause when no conversion starts", async () => {
     const bucket = await newBucket("deploy");
     const eventarc = eventarcStandIn(bucket, fnRuns.url); // watches runs/, not elsewhere/

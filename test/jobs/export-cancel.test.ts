@@ -105,7 +105,7 @@ describe("the export job's lines the dashboard and alerts read", () => {
     expect(logFilters.exports_committed).toContain('jsonPayload.message="export committed"');
     expect(logFilters.export_task_mb_per_second).toContain('jsonPayload.message="shards written"');
     expect(logMetricTable.export_task_mb_per_second?.value_extractor).toBe("EXTRACT(jsonPayload.mbPerSecond)");
-    expect(alertPolicies.export_failed?.log_match).toContain("severity>=ERROR AND jsonPayload.permanent=true");
+    expect(alertPolicies.export_failed?.log_match).toContain('severity>=ERROR AND jsonPayload.permanent="true"');
   }, 120_000);
 });
 

@@ -335,7 +335,7 @@ describe.skipIf(!present)(
       const log = (failed.conditions as { condition_matched_log: { filter: string }[] }[])[0]?.condition_matched_log[0];
       expect(log?.filter).toBe(
         'resource.type="cloud_run_job" AND resource.labels.job_name="orbax2reg-export" AND jsonPayload.component="orbax2reg-job" AND ' +
-          "severity>=ERROR AND jsonPayload.permanent=true",
+          'severity>=ERROR AND jsonPayload.permanent="true"',
       );
       const strategy = (failed.alert_strategy as { notification_rate_limit: { period: string }[] }[])[0];
       expect(strategy?.notification_rate_limit[0]?.period).toBe("300s");

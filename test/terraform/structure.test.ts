@@ -883,7 +883,7 @@ describe("Failure alerts (alerts.tf)", () => {
     expect(p.threshold).toBeUndefined();
     expect(p.log_match).toBe(
       'resource.type="cloud_run_job" AND resource.labels.job_name="orbax2reg-export" AND jsonPayload.component="orbax2reg-job" AND ' +
-        "severity>=ERROR AND jsonPayload.permanent=true",
+        'severity>=ERROR AND jsonPayload.permanent="true"',
     );
     expect(on.alertPolicies.conversion_failed?.documentation).toContain("`orbax2reg-export`");
   }, 120_000);
@@ -1020,6 +1020,11 @@ describe("documentation", () => {
     expect(mod.output.groups?.value).toBe(ex("var.groups"));
     expect(example.output.destination_template?.value).toBe(ex("module.orbax2reg.destination_template"));
     expect(example.output.groups?.value).toBe(ex("module.orbax2reg.groups"));
+  });
+
+  test("the module and the example output hf_export's destination template, null when it is off (cloud check reads it)", () => {
+    expect(mod.output.hf_export_destination_template?.value).toBe(ex("var.hf_export == null ? null : var.hf_export.destination_template"));
+    expect(example.output.hf_export_destination_template?.value).toBe(ex("module.orbax2reg.hf_export_destination_template"));
   });
 
   test("the module's outputs name what it created", () => {

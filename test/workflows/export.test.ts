@@ -226,4 +226,26 @@ describe("convert.yaml with an export", () => {
     expect(events(bucket).map((e) => e.type)).toEqual(["export.failed"]);
     expect((await emulatorStorage().bucket(bucket).file(`runs/exp/hf/step_00001000/${INDEX_NAME}`).exists())[0]).toBe(false);
   }, 300_000);
+
+  test("an export alone whose plan job fails announces export.failed for the export's folder, not conversion.failed", async () => {
+    const { bucket, destination, hf, argument } = await setUp();
+    // A dtype the plan job refuses: it fails for good before export-begin runs.
+    const run = await runWorkflow(
+      emulator,
+      "convert",
+      { ...argument, convert: false, export: { destination: `${hf}/`, dtype: "int8" } },
+      240_000,
+    );
+    expect(run.state).toBe("FAILED");
+    expect(run.error).toMatchObject({ tags: ["PermanentError"], message: expect.stringMatching(/^plan: .*export\.dtype/) });
+    expect(runs(destination, "export-begin")).toEqual([]);
+    expect(events(bucket).map((e) => [e.type, e.destination])).toEqual([["export.failed", hf]]);
+  }, 300_000);
+
+  test("a run that converts and whose plan job fails still announces conversion.failed", async () => {
+    const { bucket, destination, hf, argument } = await setUp();
+    const run = await runWorkflow(emulator, "convert", { ...argument, export: { destination: hf, dtype: "int8" } }, 240_000);
+    expect(run.state).toBe("FAILED");
+    expect(events(bucket).map((e) => [e.type, e.destination])).toEqual([["conversion.failed", destination]]);
+  }, 300_000);
 });

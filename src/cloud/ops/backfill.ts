@@ -127,7 +127,9 @@ export async function backfill(rootLocation: string, options: BackfillOptions, d
           : `export ${row.export.state} before`
         : row.status.state === "not-converted"
           ? "not converted"
-          : `${row.status.state} before`;
+          : row.status.state === "exported" || ("exportOnly" in row.status && row.status.exportOnly)
+            ? `not converted (an export alone ${row.status.state} before)`
+            : `${row.status.state} before`;
     if (options.dryRun) {
       add({ step: row.step, action: "would-start", why });
       continue;
@@ -165,7 +167,7 @@ function whySkipExport(row: StepRow, e: BackfillExport, indexed: boolean): strin
   if (indexed) return "exported";
   const s = row.status;
   // The step's claim is one for its conversion and its export: a run or a fresh claim holds it either way.
-  if (s.state === "running") return `running (${s.execution})`;
+  if (s.state === "running" || s.state === "exporting") return `${s.state} (${s.execution})`;
   if (s.state === "claimed" && !s.expired) return `claimed at ${s.claimedAt}, being started`;
   if (!row.committed) return s.state === "not-converted" ? s.reason : "the Orbax step is gone or not committed";
   const x = row.export;
@@ -181,11 +183,17 @@ function whySkip(row: StepRow): string | undefined {
       return "converted";
     case "running":
       return `running (${s.execution})`;
+    // The step's claim names the export's execution while it runs; done, it says nothing of converting the step.
+    case "exporting":
+      return `exporting (${s.execution})`;
+    case "exported":
+      return row.committed ? undefined : "the Orbax step is gone or not committed";
     case "claimed":
       return s.expired ? undefined : `claimed at ${s.claimedAt}, being started`;
     case "not-converted":
       return s.committed ? undefined : s.reason;
     case "failed":
+      if (s.exportOnly) return row.committed ? undefined : "the Orbax step is gone or not committed";
       return s.retryable ? undefined : `failed, and running it again cannot help: ${s.error}`;
     case "cancelled":
       return undefined;

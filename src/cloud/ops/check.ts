@@ -3,9 +3,19 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { VerifyResult } from "../../convert/verify.js";
+import { DEFAULT_DESTINATION_TEMPLATE } from "../../defaults.js";
+import { stepDirName } from "../../orbax/step-name.js";
 import { deleteSeen, type ObjectInfo, type Store } from "../../store/store.js";
 import type { ConversionEvent } from "../api/events.js";
 import { type ExecutionRef, type Executions, executionLabels } from "../api/executions.js";
+import {
+  compareWithLocalExport,
+  EXPORT_STEP,
+  type ExportCheckPlan,
+  exportCheckPlan,
+  startExportRun,
+  uploadExample,
+} from "./check-export.js";
 import { proveLabelFilter } from "./check-filter.js";
 import type { QuotaVerdict } from "./check-quota.js";
 
@@ -35,6 +45,9 @@ export type StageName =
   | "event"
   | "verify"
   | "layout"
+  | "export"
+  | "export-event"
+  | "export-verify"
   | "cleanup";
 
 export interface Stage {
@@ -42,6 +55,8 @@ export interface Stage {
   readonly ok: boolean;
   readonly seconds: number;
   readonly detail: string;
+  /** Not run, and why (detail): what it checks is not deployed. Counts as passed. */
+  readonly skipped?: true;
 }
 
 export interface CheckReport {
@@ -65,6 +80,13 @@ export interface CloudCheckOptions {
   /** How long the conversion may take once started. */
   readonly convertTimeoutMs: number;
   readonly pollMs?: number;
+  /**
+   * hf_export's destination_template (terraform output hf_export_destination_template), undefined when hf_export is
+   * off: then the export stages are skipped, saying so. With it, the check also runs an export-only run of the bundled
+   * fuji example (src/cloud/ops/check-export.ts), its regular work directory where `destinationTemplate` says.
+   */
+  readonly exportTemplate?: string;
+  readonly destinationTemplate?: string;
 }
 
 export interface EventSubscription {
@@ -91,6 +113,15 @@ export interface CheckDeps {
 
 /** The example step every check uploads: the bundled tiny checkpoint (15 arrays). */
 export function bundledCheckpoint(): string {
+  return bundled("test/fixtures/orbax-axlearn/tiny/step_00000100");
+}
+
+/** The step the export check uploads: the bundled fuji example (`orbax2reg example fuji`), saved by AXLearn. */
+export function bundledFujiStep(): string {
+  return bundled("test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000");
+}
+
+function bundled(relative: string): string {
   // Walk up from this file (src/cloud or dist/src/cloud) to the package root.
   let dir = dirname(fileURLToPath(import.meta.url));
   while (!existsSync(join(dir, "package.json")) || !readFileSync(join(dir, "package.json"), "utf8").includes('"name": "orbax2reg"')) {
@@ -98,7 +129,7 @@ export function bundledCheckpoint(): string {
     if (up === dir) throw new Error("cannot find the orbax2reg package root for the bundled checkpoint");
     dir = up;
   }
-  return join(dir, "test/fixtures/orbax-axlearn/tiny/step_00000100");
+  return join(dir, relative);
 }
 
 const STEP_DIR = "step_00000100";
@@ -117,8 +148,15 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
   let execution: ExecutionRef | undefined;
   let destination: string | null = null;
   let subscription: EventSubscription | undefined;
+  /** What the export-only run wrote outside the check's root, for the clean-up (nothing when it is all inside). */
+  const exportWrote: string[] = [];
 
   /** A stage; a failed one ends the check, unless `goOn` (its failure is reported, and fails the check, all the same). */
+  const skip = (stage: StageName, detail: string) => {
+    const s: Stage = { stage, ok: true, seconds: 0, detail, skipped: true };
+    stages.push(s);
+    deps.onStage(s);
+  };
   const run = async (stage: StageName, body: () => Promise<string>, goOn = false): Promise<void> => {
     const started = now();
     let ok = true;
@@ -153,6 +191,48 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
     return uniform === undefined
       ? `gs://${bucket}: its metadata does not say (no iamConfiguration: not Cloud Storage itself?)`
       : `gs://${bucket}: uniform bucket-level access enabled`;
+  };
+
+  /** An export-only run of the bundled fuji example, its event, and its files against the same export made here. */
+  const exportStages = async (template: string): Promise<void> => {
+    const inRoot = (location: string) => location.startsWith(`gs://${o.bucket}/${root}/`);
+    let exported: ExecutionRef | undefined;
+    let planned: ExportCheckPlan | undefined;
+    await run("export", async () => {
+      // A template that puts the export inside the source is refused here, as a failed stage.
+      const plan = exportCheckPlan(o.bucket, root, o.destinationTemplate ?? DEFAULT_DESTINATION_TEMPLATE, template);
+      planned = plan;
+      const uploaded = await uploadExample(await deps.openStore(bundledFujiStep()), await deps.openStore(plan.source));
+      // Cleaned up whatever happens next: the export's folder, the step's work directory (progress records) and the
+      // run's directory in the regular root, each only where it is not under the check's root already.
+      const started = await startExportRun(deps.executions, o.workflow, plan);
+      exported = started;
+      const id = started.name.split("/").at(-1) as string;
+      for (const w of [
+        plan.exportTo,
+        `${plan.destinationRoot}/${stepDirName(EXPORT_STEP)}`,
+        `${plan.destinationRoot}/.orbax2reg/executions/${id}`,
+      ])
+        if (!inRoot(w)) exportWrote.push(w);
+      const done = await waitFor(`execution ${started.name} still running`, o.convertTimeoutMs, async () => {
+        const e = await deps.executions.get(started.name);
+        return e.state === "ACTIVE" || e.state === "QUEUED" ? undefined : e;
+      });
+      if (done.state !== "SUCCEEDED") throw new Error(`execution ${started.name} ended ${done.state}: ${errorLine(done.error)}`);
+      return `${plan.source} (${uploaded} objects, no commit marker) exported alone by ${started.name}: ${done.state} into ${plan.exportTo}`;
+    });
+    const plan = planned as ExportCheckPlan;
+    if (subscription) {
+      const events = subscription.events;
+      await run("export-event", async () => {
+        const e = await waitFor(`no export.succeeded event for ${plan.exportTo} on ${o.eventsTopic}`, 60_000, async () =>
+          events.find((x) => x.source === plan.source && x.type.startsWith("export.")),
+        );
+        if (e.type !== "export.succeeded") throw new Error(`${e.type}: ${e.error ?? ""}`);
+        return `${e.type} (${e.bytes} bytes) from ${(exported as ExecutionRef).name}`;
+      });
+    }
+    await run("export-verify", async () => compareWithLocalExport(bundledFujiStep(), await deps.openStore(plan.exportTo), deps.openStore));
   };
 
   try {
@@ -246,6 +326,12 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
         );
       });
     }
+    if (o.exportTemplate === undefined)
+      skip(
+        "export",
+        "skipped: hf_export is off (no terraform output hf_export_destination_template, no ORBAX2REG_EXPORT_DESTINATION_TEMPLATE)",
+      );
+    else await exportStages(o.exportTemplate);
   } catch (e) {
     if (!(e instanceof StageFailed)) throw e;
   } finally {
@@ -253,7 +339,7 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
     if (!o.keep) {
       await run("cleanup", async () => {
         let removed = 0;
-        for (const location of [`gs://${o.bucket}/${root}`, destination]) {
+        for (const location of [`gs://${o.bucket}/${root}`, destination, ...exportWrote]) {
           if (location === null) continue;
           const store = await deps.openStore(location);
           const listed: ObjectInfo[] = [];

@@ -23,8 +23,8 @@ import type { Env } from "../api/env.js";
  *   2. the environment: ORBAX2REG_WORKFLOW (full id or name), ORBAX2REG_PROJECT or GOOGLE_CLOUD_PROJECT,
  *      ORBAX2REG_REGION, ORBAX2REG_EVENTS_TOPIC;
  *   3. `terraform output -json` when the command runs in the terraform root that deployed it
- *      (outputs workflow_id, events_topic_id, destination_template, groups, claim_lease_seconds and event_trigger
- *      of terraform/examples/basic);
+ *      (outputs workflow_id, events_topic_id, destination_template, groups, claim_lease_seconds, event_trigger and
+ *      hf_export_destination_template of terraform/examples/basic);
  *   4. for the destination template and groups only: the module's defaults (src/defaults.ts).
  * The claim lease (how long a step's pending claim protects it) comes from ORBAX2REG_CLAIM_LEASE_SECONDS or the
  * terraform output claim_lease_seconds, else the longest any deployment has: a shorter guess could take a claim
@@ -43,6 +43,11 @@ export interface CloudSettings {
   readonly claimLeaseSeconds: number;
   /** The function's Eventarc trigger, projects/P/locations/L/triggers/T, when known (ORBAX2REG_EVENT_TRIGGER, terraform output event_trigger). */
   readonly eventTrigger: string | undefined;
+  /**
+   * hf_export's destination_template, undefined when hf_export is off or not known: ORBAX2REG_EXPORT_DESTINATION_TEMPLATE
+   * (as the function has it) or terraform output hf_export_destination_template.
+   */
+  readonly exportDestinationTemplate: string | undefined;
 }
 
 export interface CloudFlags {
@@ -115,6 +120,7 @@ export function resolveCloudSettings(
     groups: groupsText === undefined ? DEFAULT_GROUPS : Number(groupsText),
     claimLeaseSeconds: leaseText === undefined ? LONGEST_CLAIM_LEASE_SECONDS : Number(leaseText),
     eventTrigger: nonEmpty(env.ORBAX2REG_EVENT_TRIGGER) ?? tf("event_trigger"),
+    exportDestinationTemplate: nonEmpty(env.ORBAX2REG_EXPORT_DESTINATION_TEMPLATE) ?? tf("hf_export_destination_template"),
   };
 }
 

@@ -53,9 +53,23 @@ export type StepStatus =
       /** False when the failure says the input or configuration is wrong: running it again cannot help. */
       readonly retryable: boolean;
       readonly logUri: string | null;
+      /** The run that failed only exported the step ("convert": false): it says nothing of converting it. */
+      readonly exportOnly?: true;
     }
-  | { readonly state: "cancelled"; readonly execution: string; readonly finishedAt: string | null }
+  | { readonly state: "cancelled"; readonly execution: string; readonly finishedAt: string | null; readonly exportOnly?: true }
   | { readonly state: "claimed"; readonly claimedAt: string; readonly expired: boolean }
+  /**
+   * Not converted, and an export alone ("convert": false) is the step's newest run: running (exporting) or done
+   * (exported; the row's `export` says where and whether its folder is still there).
+   */
+  | {
+      readonly state: "exporting";
+      readonly execution: string;
+      readonly executionState: string;
+      readonly startedAt: string | null;
+      readonly elapsedSeconds: number;
+    }
+  | { readonly state: "exported"; readonly execution: string; readonly finishedAt: string | null }
   | { readonly state: "not-converted"; readonly committed: boolean; readonly reason: string };
 
 export interface StepRow {
@@ -182,6 +196,7 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
   // error are what the rows show), newest created first; then each step's newest by a map, not a scan per step.
   const executions = await deps.executions.findFull(deps.workflow, { source: rootLabel(root.url) });
   const newestOf = new Map<number, ExecutionRef>();
+  const newestAloneOf = new Map<number, ExecutionRef>();
   const newestExportOf = new Map<number, { execution: ExecutionRef; destination: string }>();
   const byName = new Map<string, ExecutionRef>();
   for (const e of executions) {
@@ -189,13 +204,14 @@ export async function stepStatuses(rootLocation: string, onlyStep: number | unde
     const step = executionStep(e);
     // An export alone ("convert": false) says nothing of the step's conversion: only of its export.
     if (step !== undefined && !newestOf.has(step) && converts(e)) newestOf.set(step, e);
+    if (step !== undefined && !newestAloneOf.has(step) && !converts(e)) newestAloneOf.set(step, e);
     const exported = step === undefined || newestExportOf.has(step) ? undefined : exportOf(e);
     if (step !== undefined && exported !== undefined) newestExportOf.set(step, { execution: e, destination: exported });
   }
   const rows = await mapLimited([...steps], CONCURRENCY, async (step) => {
     const where = locate(root, step, deps.destinationTemplate);
     const [status, exported] = await Promise.all([
-      statusOf(step, where.destination, committed.get(step), newestOf.get(step), byName, deps),
+      statusOf(step, where.destination, committed.get(step), newestOf.get(step), newestAloneOf.get(step), byName, deps),
       exportStatusOf(step, where.destination, newestExportOf.get(step), deps),
     ]);
     return { step, ...where, status, committed: committed.get(step) === true, export: exported };
@@ -302,6 +318,7 @@ async function statusOf(
   destinationRoot: string,
   committed: boolean | undefined,
   listed: ExecutionRef | undefined,
+  alone: ExecutionRef | undefined,
   listing: ReadonlyMap<string, ExecutionRef>,
   deps: FleetDeps,
 ): Promise<StepStatus> {
@@ -340,6 +357,11 @@ async function statusOf(
   if (execution?.state === "FAILED") return failed(destination, stepDir, execution, deps);
   if (execution?.state === "CANCELLED") return { state: "cancelled", execution: execution.name, finishedAt: execution.endTime ?? null };
   if (claimState.kind === "pending") return { state: "claimed", claimedAt: claimState.record.claimedAt, expired: claimState.expired };
+  // Not converted: an export alone newer than any conversion is what the step's last run did.
+  if (alone !== undefined && (execution === undefined || newer(alone, execution))) {
+    const shown = await exportAlone(destination, stepDir, alone, deps, now());
+    if (shown !== undefined) return shown;
+  }
   const reason =
     committed === undefined
       ? "no Orbax step directory"
@@ -349,6 +371,29 @@ async function statusOf(
           ? "converted once, since deleted"
           : "never started";
   return { state: "not-converted", committed: committed === true, reason };
+}
+
+/** A step's newest run when it only exported the step, as the step's status; undefined for a state that says nothing. */
+async function exportAlone(
+  destination: Store,
+  stepDir: string,
+  execution: ExecutionRef,
+  deps: FleetDeps,
+  now: number,
+): Promise<StepStatus | undefined> {
+  if (isLive(execution))
+    return {
+      state: "exporting",
+      execution: execution.name,
+      executionState: execution.state,
+      startedAt: execution.startTime ?? null,
+      elapsedSeconds: execution.startTime ? Math.max(0, Math.round((now - Date.parse(execution.startTime)) / 1000)) : 0,
+    };
+  if (execution.state === "SUCCEEDED") return { state: "exported", execution: execution.name, finishedAt: execution.endTime ?? null };
+  if (execution.state === "FAILED") return { ...(await failed(destination, stepDir, execution, deps)), exportOnly: true };
+  if (execution.state === "CANCELLED")
+    return { state: "cancelled", execution: execution.name, finishedAt: execution.endTime ?? null, exportOnly: true };
+  return undefined;
 }
 
 async function running(destination: Store, stepDir: string, execution: ExecutionRef, deps: FleetDeps, now: number): Promise<StepStatus> {
@@ -380,7 +425,12 @@ async function running(destination: Store, stepDir: string, execution: Execution
   };
 }
 
-async function failed(destination: Store, stepDir: string, execution: ExecutionRef, deps: FleetDeps): Promise<StepStatus> {
+async function failed(
+  destination: Store,
+  stepDir: string,
+  execution: ExecutionRef,
+  deps: FleetDeps,
+): Promise<Extract<StepStatus, { state: "failed" }>> {
   const payload = parseJson<WorkflowError>(execution.error);
   const records = await progressOf(destination, stepDir, execution);
   // The newest task that failed; else the newest one told to stop (its job execution was cancelled or ran

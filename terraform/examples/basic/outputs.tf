@@ -22,6 +22,11 @@ output "destination_template" {
   value       = module.orbax2reg.destination_template
 }
 
+output "hf_export_destination_template" {
+  description = "Where a step's Hugging Face export goes, or null without hf_export; `orbax2reg cloud check` reads it."
+  value       = module.orbax2reg.hf_export_destination_template
+}
+
 output "groups" {
   description = "Number of groups a checkpoint is split into; the CLI reads it."
   value       = module.orbax2reg.groups

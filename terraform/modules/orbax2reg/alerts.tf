@@ -108,13 +108,16 @@ locals {
     # (4) With hf_export: an export task failed for good (its ERROR line says permanent: the input or the settings are
     # wrong, no retry can help). Matched as the line arrives, so the notification carries the export job's own line
     # (the file, key or field at fault), which (1) only counts. Log query: https://cloud.google.com/logging/docs/view/logging-query-language;
-    # a log-match condition's filter is such a query
+    # the job logs `permanent` as a JSON boolean, which makes jsonPayload.permanent a bool field ("Types of log fields"),
+    # and a bool field is compared with the string "true" or "false" ("Values and conversions": a bool's permitted
+    # query values are "True" or "false" in any letter case, e.g. "true"; the value is converted to the field's type).
+    # A log-match condition's filter is such a query
     # (https://cloud.google.com/dotnet/docs/reference/Google.Cloud.Monitoring.V3/latest/Google.Cloud.Monitoring.V3.AlertPolicy.Types.Condition.Types.LogMatch).
     { for k, p in {
       export_failed = {
         title     = "a Hugging Face export failed for good"
         condition = "permanent ERROR lines of ${local.names.export_job}"
-        log_match = join(" AND ", concat(local.monitored_terms.export_job, ["jsonPayload.component=\"orbax2reg-job\"", "severity>=ERROR", "jsonPayload.permanent=true"]))
+        log_match = join(" AND ", concat(local.monitored_terms.export_job, ["jsonPayload.component=\"orbax2reg-job\"", "severity>=ERROR", "jsonPayload.permanent=\"true\""]))
 
         documentation = <<-EOT
           A task of the export job `${local.names.export_job}` (project `${var.project_id}`) failed permanently: the step's Orbax source, the export's settings (hf_export) or its folder is wrong, and retrying cannot help. Its workflow execution fails too ("a conversion or export failed"); the export's folder has no `model.safetensors.index.json`, so it is not a complete export.

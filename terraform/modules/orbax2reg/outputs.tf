@@ -107,6 +107,11 @@ output "destination_template" {
   value       = var.destination_template
 }
 
+output "hf_export_destination_template" {
+  description = "Where a step's Hugging Face export goes (hf_export.destination_template, {bucket}, {root}, {step}), or null when hf_export is off; `orbax2reg cloud check` exports its fuji example there for its own root."
+  value       = var.hf_export == null ? null : var.hf_export.destination_template
+}
+
 output "groups" {
   description = "Number of groups a checkpoint is split into (ORBAX2REG_GROUPS)."
   value       = var.groups

@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
-import type { ExecutionRef, Executions } from "../../../src/cloud/api/executions.js";
+import { type ExecutionRef, type Executions, rootLabel } from "../../../src/cloud/api/executions.js";
 import { jsonLogger } from "../../../src/cloud/api/log.js";
 import { backfill } from "../../../src/cloud/ops/backfill.js";
 import { stepDirName } from "../../../src/orbax/step.js";
@@ -110,7 +110,7 @@ describe("cloud backfill over a root with many steps", () => {
 
 describe("cloud backfill --export", () => {
   /** Ten committed steps; step 10's export already has its index. Returns what was started. */
-  async function run(exportSteps?: number[]) {
+  async function run(exportSteps?: number[], listed: ExecutionRef[] = []) {
     const base = tempDir("backfill-export");
     for (let s = 0; s < 40; s += 5) {
       mkdirSync(join(base, "runs/exp", stepDirName(s)), { recursive: true });
@@ -126,8 +126,8 @@ describe("cloud backfill --export", () => {
         started.push({ step: argument.step as number, argument: argument as unknown as Record<string, unknown> });
         return `${workflow}/executions/e${started.length}`;
       },
-      find: async () => [],
-      findFull: async () => [],
+      find: async () => listed,
+      findFull: async () => listed,
       get: async (name) => {
         throw new Error(`5 NOT_FOUND: ${name}`);
       },
@@ -179,6 +179,25 @@ describe("cloud backfill --export", () => {
     });
     expect(entries.find((e) => e.step === 10)).toEqual({ step: 10, action: "skipped", why: "exported" });
     expect(entries.find((e) => e.step === 5)).toEqual({ step: 5, action: "skipped", why: "not a step hf_export asks for" });
+  });
+
+  test("a step whose export alone is running is left to it", async () => {
+    const live: ExecutionRef = {
+      name: `${WORKFLOW}/executions/x1`,
+      state: "ACTIVE",
+      startTime: new Date().toISOString(),
+      argument: JSON.stringify({
+        source: `${ROOT}/step_00000020`,
+        destination: `${ROOT}/regular`,
+        step: 20,
+        convert: false,
+        export: { destination: `${ROOT}/hf/step_00000020` },
+      }),
+      labels: { step: "20", source: rootLabel(ROOT) },
+    };
+    const { entries, started } = await run(undefined, [live]);
+    expect(started.map((s) => s.step)).not.toContain(20);
+    expect(entries.find((e) => e.step === 20)).toEqual({ step: 20, action: "skipped", why: `exporting (${live.name})` });
   });
 
   test("with a list of steps: those, and only those", async () => {

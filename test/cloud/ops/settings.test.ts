@@ -59,6 +59,17 @@ describe("where the `orbax2reg cloud` commands find the deployed pipeline", () =
     });
   });
 
+  test("hf_export's destination template comes from the function's environment name, then terraform's output; none when off", () => {
+    const tf = () => ({ workflow_id: WF, hf_export_destination_template: "gs://{bucket}/{root}/hf/{step}" });
+    expect(resolveCloudSettings({}, {}, tf).exportDestinationTemplate).toBe("gs://{bucket}/{root}/hf/{step}");
+    const env = { ORBAX2REG_EXPORT_DESTINATION_TEMPLATE: "gs://exports/{root}/{step}" };
+    expect(resolveCloudSettings({}, env, tf).exportDestinationTemplate).toBe("gs://exports/{root}/{step}");
+    // terraform outputs null when hf_export is off.
+    expect(resolveCloudSettings({}, {}, () => ({ workflow_id: WF, hf_export_destination_template: null })).exportDestinationTemplate).toBe(
+      undefined,
+    );
+  });
+
   test("the claim lease is the deployed function's (the environment, then terraform's output), else the longest any has", () => {
     const tf = () => ({ workflow_id: WF, claim_lease_seconds: 120 });
     expect(resolveCloudSettings({}, {}, tf).claimLeaseSeconds).toBe(120);

@@ -327,6 +327,59 @@ describe("cloud status of a step's Hugging Face export", () => {
     expect(rows[0]?.export).toEqual({ state: "pruned", destination: `${HF}/step_00000005`, execution: alone.name });
   });
 
+  const alone = (n: number, step: number, state: string, extra: Partial<ExecutionRef> = {}) => {
+    const e = exporting(n, step, state, extra);
+    return { ...e, argument: JSON.stringify({ ...JSON.parse(e.argument), convert: false }) };
+  };
+
+  test("a step that is only being exported is exporting, not not-converted (its export line says how far)", async () => {
+    const run = alone(1, 5, "ACTIVE");
+    const start = Date.parse(run.startTime as string);
+    const { deps } = setup("status-alone-running", 5, [run], start + 90_000);
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.status).toEqual({
+      state: "exporting",
+      execution: run.name,
+      executionState: "ACTIVE",
+      startedAt: run.startTime,
+      elapsedSeconds: 90,
+    });
+    expect(rows[0]?.export?.state).toBe("running");
+  });
+
+  test("after an export alone succeeded, the step is exported, and still not converted", async () => {
+    const run = alone(1, 5, "SUCCEEDED", { endTime: "2026-11-01T00:05:00.000Z" });
+    const { deps } = setup("status-alone-exported", 5, [run]);
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.status).toEqual({ state: "exported", execution: run.name, finishedAt: "2026-11-01T00:05:00.000Z" });
+  });
+
+  test("after an export alone failed, the step is failed, marked export only, with the export task's error", async () => {
+    const run = alone(1, 5, "FAILED", { error: '{"message":"export begin failed","tags":["PermanentError"]}' });
+    const { progress, deps } = setup("status-alone-failed", 5, [run]);
+    writeFileSync(
+      join(progress, "export-begin.json"),
+      JSON.stringify(record(run, "export-begin", 0, { state: "failed", error: "gs://b/tok.model: not found" })),
+    );
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.status).toMatchObject({
+      state: "failed",
+      exportOnly: true,
+      execution: run.name,
+      phase: "export-begin",
+      error: "gs://b/tok.model: not found",
+      retryable: false,
+    });
+  });
+
+  test("an export alone older than the step's conversion run does not hide it", async () => {
+    const older = alone(1, 5, "SUCCEEDED");
+    const cancelled = execution(2, 5, "CANCELLED");
+    const { deps } = setup("status-alone-older", 5, [cancelled, older]);
+    const rows = await stepStatuses(ROOT, 5, deps);
+    expect(rows[0]?.status).toEqual({ state: "cancelled", execution: cancelled.name, finishedAt: null });
+  });
+
   test("the newest execution that asked for an export is the one shown, not a newer conversion alone", async () => {
     const asked = exporting(1, 5, "CANCELLED", { endTime: "2026-11-01T00:05:00.000Z" });
     const later = execution(2, 5, "SUCCEEDED");
