@@ -8,6 +8,7 @@ import { stepDirName } from "../../orbax/step-name.js";
 import { deleteSeen, type ObjectInfo, type Store } from "../../store/store.js";
 import type { ConversionEvent } from "../api/events.js";
 import { type ExecutionRef, type Executions, executionLabels } from "../api/executions.js";
+import { CHECK_ROOT_PREFIX } from "../trigger/classify.js";
 import {
   compareWithLocalExport,
   EXPORT_STEP,
@@ -142,7 +143,8 @@ export async function postDeployCheck(o: CloudCheckOptions, deps: CheckDeps): Pr
   const now = deps.now ?? Date.now;
   const poll = o.pollMs ?? 2_000;
   const prefix = o.prefix.replace(/^\/+|\/+$/g, "");
-  const root = `${prefix === "" ? "" : `${prefix}/`}orbax2reg-check-${randomBytes(4).toString("hex")}`;
+  // The trigger knows this name: it converts a step here whatever the step rules say and never exports it.
+  const root = `${prefix === "" ? "" : `${prefix}/`}${CHECK_ROOT_PREFIX}${randomBytes(4).toString("hex")}`;
   const source = `gs://${o.bucket}/${root}/${STEP_DIR}`;
   const stages: Stage[] = [];
   let execution: ExecutionRef | undefined;

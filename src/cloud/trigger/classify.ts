@@ -49,6 +49,14 @@ export type TriggerDecision =
     };
 
 const COMMIT = "/commit_success.txt";
+
+/**
+ * `orbax2reg cloud check` uploads its example step under `<prefix>/orbax2reg-check-<8 hex>/`: a step there proves
+ * the pipeline, so it is converted whatever convert_every_n_steps says (the example is step 100) and never exported
+ * by the hf_export rules (the example is no fuji model; the check runs its export as a run of its own).
+ */
+export const CHECK_ROOT_PREFIX = "orbax2reg-check-";
+const CHECK_ROOT = /(^|\/)orbax2reg-check-[0-9a-f]{8}$/;
 const INDEX = "/index";
 
 /** Classifies one finalized object. Pure: no I/O. */
@@ -69,9 +77,10 @@ export function classify(bucket: string, name: string, config: TriggerConfig): T
   if (file === "index" && !isEmergency) return { kind: "ignore", reason: "an index outside non-tensors/" };
   const root = isEmergency ? parts.slice(0, -1).join("/") : parent;
   if (!watched(root, config.rootPrefixes)) return { kind: "ignore", reason: "outside the watched checkpoint roots" };
+  const check = CHECK_ROOT.test(root);
   const every = config.convertEveryNSteps ?? 1;
-  const convert = every <= 1 || n % every === 0;
-  const ex = config.export;
+  const convert = check || every <= 1 || n % every === 0;
+  const ex = check ? undefined : config.export;
   const exported = ex !== undefined && (ex.steps.includes(n) || (ex.everyNSteps !== undefined && n % ex.everyNSteps === 0));
   if (!convert && !exported)
     return {

@@ -135,3 +135,27 @@ describe("which steps hf_export exports", () => {
     });
   });
 });
+
+describe("the post-deploy check's own example step", () => {
+  const strict: TriggerConfig = {
+    ...config,
+    convertEveryNSteps: 1000,
+    export: { everyNSteps: 100, steps: [100], destinationTemplate: "gs://{bucket}/{root}/hf/{step}" },
+  };
+  const checkMarker = "runs/orbax2reg-check-0a1b2c3d/step_00000100/commit_success.txt";
+
+  test("is converted whatever convert_every_n_steps says", () => {
+    expect(classify("train", checkMarker, strict)).toMatchObject({ kind: "convert", step: 100, convert: true });
+  });
+
+  test("is never exported by the hf_export rules", () => {
+    expect(classify("train", checkMarker, strict)).not.toHaveProperty("exportTo");
+  });
+
+  test("a run's folder that only looks like the check's follows the rules", () => {
+    expect(classify("train", "runs/orbax2reg-check-notes/step_00000100/commit_success.txt", strict)).toMatchObject({
+      convert: false,
+      exportTo: expect.any(String),
+    });
+  });
+});
