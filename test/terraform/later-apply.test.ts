@@ -272,9 +272,12 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
     ]);
   }, 300_000);
 
-  test("alert policies and log-based metrics deployed under their earlier addresses are moved, not replaced", async () => {
-    // Where the versions before alerts.tf's and dashboard.tf's tables kept them (those files' moved blocks).
+  test("alert policies, log-based metrics and repositories deployed under their earlier addresses are moved, not replaced", async () => {
+    // Where the versions before alerts.tf's, dashboard.tf's and artifact_registry.tf's tables kept them (those files'
+    // moved blocks).
     const earlier: Record<string, string> = {
+      'google_artifact_registry_repository.docker["images"]': "google_artifact_registry_repository.images",
+      'google_artifact_registry_repository.docker["function_builds"]': "google_artifact_registry_repository.function_builds",
       'google_monitoring_alert_policy.pipeline["conversion_failed"]': "google_monitoring_alert_policy.conversion_failed[0]",
       'google_monitoring_alert_policy.pipeline["event_dropped"]': "google_monitoring_alert_policy.event_dropped[0]",
       'google_monitoring_alert_policy.pipeline["event_backlog"]': "google_monitoring_alert_policy.event_backlog[0]",
@@ -305,16 +308,20 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
       const id =
         c.type === "google_monitoring_alert_policy"
           ? `projects/my-project/alertPolicies/${r.instances.length + 1}`
-          : `my-project/${c.change.after?.name}`;
+          : c.type === "google_artifact_registry_repository"
+            ? `projects/my-project/locations/us-central1/repositories/${c.change.after?.repository_id}`
+            : `my-project/${c.change.after?.name}`;
+      // The resource name the API gives back, where it is not the configured one.
+      const named = { google_monitoring_alert_policy: id, google_artifact_registry_repository: c.change.after?.repository_id }[c.type];
       r.instances.push({
-        index_key: JSON.parse(index as string),
+        ...(index === undefined ? {} : { index_key: JSON.parse(index) }),
         schema_version: schemaVersions[c.type] ?? 0,
-        attributes: { ...c.change.after, id, ...(c.type === "google_monitoring_alert_policy" ? { name: id } : {}) },
+        attributes: { ...c.change.after, id, ...(named === undefined ? {} : { name: named }) },
         sensitive_attributes: [],
       });
       resources.set(`${c.type}.${name}`, r);
     }
-    expect([...resources.values()].flatMap((r) => r.instances)).toHaveLength(6);
+    expect([...resources.values()].flatMap((r) => r.instances)).toHaveLength(8);
     const state = join(tempDir("tf-state"), "terraform.tfstate");
     writeFileSync(
       state,

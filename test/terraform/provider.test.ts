@@ -223,7 +223,9 @@ describe.skipIf(!present)(
         const unknownBuild = (c?.change.after_unknown?.build_config as Record<string, unknown>[] | undefined)?.[0];
         expect(unknownBuild?.docker_repository).toBe(true); // the repository's id, created in this apply
         expect(unknownBuild?.service_account).toBe(true); // the build account's id, created in this apply
-        expect(after(changes, "google_artifact_registry_repository.function_builds").repository_id).toBe("orbax2reg-function-builds");
+        expect(after(changes, 'google_artifact_registry_repository.docker["function_builds"]').repository_id).toBe(
+          "orbax2reg-function-builds",
+        );
       });
     });
 
@@ -399,7 +401,7 @@ describe.skipIf(!present)(
       });
       const fn = after(changes, "google_cloudfunctions2_function.on_checkpoint");
       expect((fn.build_config as Record<string, unknown>[])[0]?.worker_pool).toBe(pool);
-      const repo = after(changes, "google_artifact_registry_repository.images");
+      const repo = after(changes, 'google_artifact_registry_repository.docker["images"]');
       expect(repo.cleanup_policies).toEqual([
         expect.objectContaining({
           id: "delete-old",
