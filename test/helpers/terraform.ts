@@ -63,7 +63,38 @@ export async function terraformAsync(
   return { code: r.code ?? -1, out: `${r.stdout}${r.stderr}`, stdout: r.stdout };
 }
 
-/** The hashicorp/google version the module's `~> 7.45` is checked against (docs and local build). */
+/** A planned resource, as `terraform show -json` of a plan lists it (resource_changes). */
+export interface PlannedChange {
+  address: string;
+  /** The address a `moved` block moved it from. */
+  previous_address?: string;
+  mode: string;
+  type: string;
+  name: string;
+  index?: string | number;
+  provider_name: string;
+  change: { actions: string[]; after: Record<string, unknown> | null; after_unknown?: Record<string, unknown> };
+}
+
+/**
+ * `terraform plan` with `args`, saved, then `terraform show -json` of it, through `tf` (a test's terraformAsync with
+ * its directory and environment): the summary line ("Plan: ..." or "No changes. ..."), the planned changes and the
+ * configuration. A failed plan: its exit code and output, nothing else.
+ */
+export async function planAndShow(
+  tf: (args: string[]) => Promise<{ code: number; out: string; stdout: string }>,
+  args: string[],
+): Promise<{ code: number; out: string; summary: string; changes: PlannedChange[]; configuration: Record<string, unknown> }> {
+  const saved = join(tempDir("tf-plan"), "tfplan");
+  const r = await tf(["plan", ...args, `-out=${saved}`]);
+  if (r.code !== 0) return { code: r.code, out: r.out, summary: "", changes: [], configuration: {} };
+  const shown = await tf(["show", "-json", saved]);
+  if (shown.code !== 0) throw new Error(`terraform show -json ${saved}: ${shown.out}`);
+  const json = JSON.parse(shown.stdout) as { resource_changes?: PlannedChange[]; configuration: Record<string, unknown> };
+  const summary = r.stdout.split("\n").find((l) => l.startsWith("Plan: ") || l.startsWith("No changes.")) ?? "";
+  return { code: 0, out: r.out, summary, changes: json.resource_changes ?? [], configuration: json.configuration };
+}
+
 /**
  * `terraform apply` of an initialised configuration that has no resources (variables, locals, outputs: no
  * provider needed), into a state of its own, then the values of its outputs. `args` adds -var / -var-file.
@@ -77,6 +108,7 @@ export function applyForOutputs(dir: string, args: string[]): { code: number; ou
   return { code: r.code, out: r.out, outputs: Object.fromEntries(Object.entries(parsed).map(([k, v]) => [k, v.value])) };
 }
 
+/** The hashicorp/google version the module's `~> 7.45` is checked against (docs and local build). */
 export const GOOGLE_PROVIDER_VERSION = "7.45.0";
 /** The hashicorp/archive version the module's `~> 2.7` is checked against (local build, like the google provider's). */
 export const ARCHIVE_PROVIDER_VERSION = "2.7.1";

@@ -21,7 +21,14 @@ import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { moduleDashboard } from "../helpers/dashboard-json.js";
 import { MODULE_REPOSITORY_FILES } from "../helpers/sources.js";
-import { GOOGLE_PROVIDER_VERSION, mirrorCliConfig, providerMirror, terraformAsync } from "../helpers/terraform.js";
+import {
+  GOOGLE_PROVIDER_VERSION,
+  mirrorCliConfig,
+  type PlannedChange,
+  planAndShow,
+  providerMirror,
+  terraformAsync,
+} from "../helpers/terraform.js";
 import { tempDir } from "../helpers/tmp.js";
 
 const { mirror, missing, present } = providerMirror();
@@ -50,17 +57,6 @@ const GRANTS = [
   "google_project_iam_member.pubsub_agent_token_creator[0]",
   "google_project_iam_member.build_reads_function_source[0]",
 ];
-
-interface Change {
-  address: string;
-  previous_address?: string;
-  mode: string;
-  type: string;
-  name: string;
-  index?: string | number;
-  provider_name: string;
-  change: { actions: string[]; after: Record<string, unknown> | null };
-}
 
 /** Google's answers to the reads a later plan makes; every request is recorded. */
 function standIn(requests: string[]): Server {
@@ -110,7 +106,7 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
   });
   const tf = (args: string[], dir = DIR()) => terraformAsync(args, dir, { cliConfig, env: env(), timeoutMs: 300_000 });
   const schemaVersions: Record<string, number> = {};
-  let firstPlan: Change[] = [];
+  let firstPlan: PlannedChange[] = [];
 
   /** The root that deploys the module: module "orbax2reg" with `vars`, written into `dir`. */
   function writeRoot(dir: string, vars: Record<string, string>) {
@@ -123,18 +119,11 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
     );
   }
 
-  async function planJson(state: string, ...extra: string[]): Promise<{ code: number; out: string; summary: string; changes: Change[] }> {
-    const out = join(tempDir("tf-plan"), "tfplan");
-    const r = await tf(["plan", "-refresh=false", "-input=false", "-no-color", "-lock=false", `-state=${state}`, `-out=${out}`, ...extra]);
-    if (r.code !== 0) return { code: r.code, out: r.out, summary: "", changes: [] };
-    const shown = await tf(["show", "-json", out]);
-    expect(shown.code, shown.out).toBe(0);
-    const summary = r.stdout.split("\n").find((l) => l.startsWith("Plan: ") || l.startsWith("No changes.")) ?? "";
-    return { code: 0, out: r.out, summary, changes: (JSON.parse(shown.stdout) as { resource_changes: Change[] }).resource_changes };
-  }
+  const planJson = (state: string, ...extra: string[]) =>
+    planAndShow((args) => tf(args), ["-refresh=false", "-input=false", "-no-color", "-lock=false", `-state=${state}`, ...extra]);
 
   /** What Google answers with once the first apply made them: the values the first plan could not know. */
-  function filled(c: Change): Record<string, unknown> {
+  function filled(c: PlannedChange): Record<string, unknown> {
     const a = { ...(c.change.after ?? {}) };
     const address = c.address.replace(/^module\.orbax2reg\./, "");
     if (c.type === "google_project_service") return { ...a, id: `my-project/${String(a.service)}` };
@@ -164,7 +153,7 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
 
   /** A state holding the first plan's APIs, gate (unless left out), build account and agent grants, as applied. */
   function deployedState(o: { gate: boolean }): string {
-    const wanted = (c: Change) =>
+    const wanted = (c: PlannedChange) =>
       c.mode === "managed" &&
       (c.type === "google_project_service" ||
         (o.gate && c.type === "terraform_data" && c.name === "apis_enabled") ||
@@ -272,9 +261,12 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
     ]);
   }, 300_000);
 
-  test("alert policies and log-based metrics deployed under their earlier addresses are moved, not replaced", async () => {
-    // Where the versions before alerts.tf's and dashboard.tf's tables kept them (those files' moved blocks).
+  test("alert policies, log-based metrics and repositories deployed under their earlier addresses are moved, not replaced", async () => {
+    // Where the versions before alerts.tf's, dashboard.tf's and artifact_registry.tf's tables kept them (those files'
+    // moved blocks).
     const earlier: Record<string, string> = {
+      'google_artifact_registry_repository.docker["images"]': "google_artifact_registry_repository.images",
+      'google_artifact_registry_repository.docker["function_builds"]': "google_artifact_registry_repository.function_builds",
       'google_monitoring_alert_policy.pipeline["conversion_failed"]': "google_monitoring_alert_policy.conversion_failed[0]",
       'google_monitoring_alert_policy.pipeline["event_dropped"]': "google_monitoring_alert_policy.event_dropped[0]",
       'google_monitoring_alert_policy.pipeline["event_backlog"]': "google_monitoring_alert_policy.event_backlog[0]",
@@ -305,16 +297,20 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
       const id =
         c.type === "google_monitoring_alert_policy"
           ? `projects/my-project/alertPolicies/${r.instances.length + 1}`
-          : `my-project/${c.change.after?.name}`;
+          : c.type === "google_artifact_registry_repository"
+            ? `projects/my-project/locations/us-central1/repositories/${c.change.after?.repository_id}`
+            : `my-project/${c.change.after?.name}`;
+      // The resource name the API gives back, where it is not the configured one.
+      const named = { google_monitoring_alert_policy: id, google_artifact_registry_repository: c.change.after?.repository_id }[c.type];
       r.instances.push({
-        index_key: JSON.parse(index as string),
+        ...(index === undefined ? {} : { index_key: JSON.parse(index) }),
         schema_version: schemaVersions[c.type] ?? 0,
-        attributes: { ...c.change.after, id, ...(c.type === "google_monitoring_alert_policy" ? { name: id } : {}) },
+        attributes: { ...c.change.after, id, ...(named === undefined ? {} : { name: named }) },
         sensitive_attributes: [],
       });
       resources.set(`${c.type}.${name}`, r);
     }
-    expect([...resources.values()].flatMap((r) => r.instances)).toHaveLength(6);
+    expect([...resources.values()].flatMap((r) => r.instances)).toHaveLength(8);
     const state = join(tempDir("tf-state"), "terraform.tfstate");
     writeFileSync(
       state,

@@ -17,6 +17,8 @@ import {
   ARCHIVE_PROVIDER_VERSION,
   GOOGLE_PROVIDER_VERSION,
   mirrorCliConfig,
+  type PlannedChange,
+  planAndShow,
   providerMirror,
   terraformAsync,
 } from "../helpers/terraform.js";
@@ -50,13 +52,6 @@ function zipEntries(zip: string): string[] {
   return r.stdout.trim().split("\n");
 }
 
-/** A plan's resource_changes entry (terraform show -json). */
-interface Change {
-  address: string;
-  type: string;
-  change: { actions: string[]; after: Record<string, unknown> | null; after_unknown?: Record<string, unknown> };
-}
-
 // A plan of the whole module takes 30-45 s on 2 cores (the archives' contents are evaluated in it) and some tests make
 // two: each test gets 4 minutes, so a slow machine fails none for time (a timed-out plan would also keep terraform's
 // state lock from the tests after it).
@@ -79,26 +74,22 @@ describe.skipIf(!present)(
 
     /**
      * `terraform plan` of a root configuration (the module itself by default) on an empty state: the summary line, the
-     * planned resources and the configuration as `terraform show -json` gives them.
+     * planned resources and the configuration as `terraform show -json` gives them; a failed plan, its code and output.
      */
-    async function plan(
-      vars: Record<string, string>,
-      dir = MODULE(),
-      base: Record<string, string> = ROOT_VARS,
-    ): Promise<{ summary: string; out: string; changes: Change[]; configuration: Record<string, unknown> }> {
-      const out = join(tempDir("tf-plan"), "tfplan");
-      const args = ["plan", "-refresh=false", "-input=false", "-no-color", `-out=${out}`];
-      for (const [k, v] of Object.entries({ ...base, ...vars })) args.push("-var", `${k}=${v}`);
-      const r = await tf(args, dir);
-      expect(r.code, r.out).toBe(0);
-      const shown = await tf(["show", "-json", out], dir);
-      expect(shown.code, shown.out).toBe(0);
-      const summary = r.stdout.split("\n").find((l) => l.startsWith("Plan: ")) ?? "";
-      const json = JSON.parse(shown.stdout) as { resource_changes: Change[]; configuration: Record<string, unknown> };
-      return { summary, out: r.out, changes: json.resource_changes, configuration: json.configuration };
+    const tryPlan = (vars: Record<string, string>, dir = MODULE(), base: Record<string, string> = ROOT_VARS) =>
+      planAndShow(
+        (args) => tf(args, dir),
+        ["-refresh=false", "-input=false", "-no-color", ...Object.entries({ ...base, ...vars }).flatMap(([k, v]) => ["-var", `${k}=${v}`])],
+      );
+
+    /** tryPlan, which must succeed. */
+    async function plan(vars: Record<string, string>, dir = MODULE(), base: Record<string, string> = ROOT_VARS) {
+      const planned = await tryPlan(vars, dir, base);
+      expect(planned.code, planned.out).toBe(0);
+      return planned;
     }
 
-    const after = (changes: Change[], address: string): Record<string, unknown> => {
+    const after = (changes: PlannedChange[], address: string): Record<string, unknown> => {
       const c = changes.find((x) => x.address === address);
       if (!c?.change.after) throw new Error(`${address} is not in the plan`);
       return c.change.after;
@@ -129,7 +120,7 @@ describe.skipIf(!present)(
     }
 
     describe("plan of the module as root, offline (GOOGLE_OAUTH_ACCESS_TOKEN=dummy, -refresh=false)", () => {
-      let changes: Change[] = [];
+      let changes: PlannedChange[] = [];
       let summary = "";
 
       beforeAll(async () => {
@@ -223,7 +214,9 @@ describe.skipIf(!present)(
         const unknownBuild = (c?.change.after_unknown?.build_config as Record<string, unknown>[] | undefined)?.[0];
         expect(unknownBuild?.docker_repository).toBe(true); // the repository's id, created in this apply
         expect(unknownBuild?.service_account).toBe(true); // the build account's id, created in this apply
-        expect(after(changes, "google_artifact_registry_repository.function_builds").repository_id).toBe("orbax2reg-function-builds");
+        expect(after(changes, 'google_artifact_registry_repository.docker["function_builds"]').repository_id).toBe(
+          "orbax2reg-function-builds",
+        );
       });
     });
 
@@ -267,20 +260,7 @@ describe.skipIf(!present)(
     });
 
     test("with hf_export in the checkpoint bucket where no condition can tell exports from sources, the plan fails saying why", async () => {
-      const out = join(tempDir("tf-plan"), "tfplan");
-      const r = await tf(
-        [
-          "plan",
-          "-refresh=false",
-          "-input=false",
-          "-no-color",
-          `-out=${out}`,
-          ...Object.entries(ROOT_VARS).flatMap(([k, v]) => ["-var", `${k}=${v}`]),
-          "-var",
-          'hf_export={steps = [1000], destination_template = "gs://{bucket}/{root}/{step}"}',
-        ],
-        MODULE(),
-      );
+      const r = await tryPlan({ hf_export: '{steps = [1000], destination_template = "gs://{bucket}/{root}/{step}"}' });
       expect(r.code).not.toBe(0);
       expect(r.out.replace(/\s+/g, " ")).toContain("puts the exports where no IAM condition can tell them from the source checkpoints");
     });
@@ -377,10 +357,7 @@ describe.skipIf(!present)(
     });
 
     test("in a region where some projects may not run Cloud Build, the plan fails saying to set image_build_region", async () => {
-      const out = join(tempDir("tf-plan"), "tfplan");
-      const args = ["plan", "-refresh=false", "-input=false", "-no-color", `-out=${out}`];
-      for (const [k, v] of Object.entries({ ...ROOT_VARS, region: "europe-west4" })) args.push("-var", `${k}=${v}`);
-      const r = await tf(args, MODULE());
+      const r = await tryPlan({ region: "europe-west4" });
       expect(r.code).not.toBe(0);
       expect(r.out.replace(/\s+/g, " ")).toContain(
         'region = "europe-west4" is not one of the regions where every project may run Cloud Build',
@@ -399,7 +376,7 @@ describe.skipIf(!present)(
       });
       const fn = after(changes, "google_cloudfunctions2_function.on_checkpoint");
       expect((fn.build_config as Record<string, unknown>[])[0]?.worker_pool).toBe(pool);
-      const repo = after(changes, "google_artifact_registry_repository.images");
+      const repo = after(changes, 'google_artifact_registry_repository.docker["images"]');
       expect(repo.cleanup_policies).toEqual([
         expect.objectContaining({
           id: "delete-old",

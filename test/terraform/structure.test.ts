@@ -193,8 +193,8 @@ describe("Cloud Function", () => {
     expect(String(mod.locals.build_service_account)).toBe(
       ex("var.function_build_service_account != null ? var.function_build_service_account : one(google_service_account.build[*].id)"),
     );
-    expect(at(fn(), "build_config", 0, "docker_repository")).toBe(ex("google_artifact_registry_repository.function_builds.id"));
-    const repo = resource(mod, "google_artifact_registry_repository", "function_builds");
+    expect(at(fn(), "build_config", 0, "docker_repository")).toBe(ex('google_artifact_registry_repository.docker["function_builds"].id'));
+    const repo = instance(mod, "google_artifact_registry_repository", "docker", "function_builds");
     expect(repo.format).toBe("DOCKER");
     expect(repo.repository_id).toBe(ex("local.names.function_repository"));
     expect(at(mod.locals.names, "function_repository")).toBe(`${ex("var.name_prefix")}-function-builds`);
@@ -434,12 +434,12 @@ describe("Cloud Run jobs", () => {
   test("the jobs run the image the module built, orbax2reg:<identity of its sources>, or the pinned image given", () => {
     expect(mod.locals.image).toBe(ex("var.image != null ? var.image : local.built_image"));
     expect(mod.locals.built_image).toBe(
-      `${ex("var.region")}-docker.pkg.dev/${ex("var.project_id")}/${ex("google_artifact_registry_repository.images.repository_id")}/` +
+      `${ex("var.region")}-docker.pkg.dev/${ex("var.project_id")}/${ex('google_artifact_registry_repository.docker["images"].repository_id')}/` +
         `${ex("local.names.image_package")}:${ex("local.image_tag")}`,
     );
     expect(mod.locals.image_tag).toBe(ex("substr(local.image_source_id, 0, 16)"));
     expect(at(mod.locals.names, "image_package")).toBe("orbax2reg");
-    expect(resource(mod, "google_artifact_registry_repository", "images").format).toBe("DOCKER");
+    expect(instance(mod, "google_artifact_registry_repository", "docker", "images").format).toBe("DOCKER");
     expect(mod.variable.image?.default).toBeNull();
     expect(mod.variable.image_tag).toBeUndefined();
   });
@@ -591,12 +591,12 @@ describe("IAM", () => {
       "roles/storage.objectViewer @ bucket var.checkpoint_bucket",
     ],
     image_build: [
-      "roles/artifactregistry.writer @ repository google_artifact_registry_repository.images",
+      'roles/artifactregistry.writer @ repository google_artifact_registry_repository.docker["images"]',
       "roles/logging.logWriter @ project",
       `roles/storage.objectViewer @ bucket google_storage_bucket.sources if ${IMAGE_BUILD_CONTEXTS_ONLY}`,
     ],
     build: [
-      "roles/artifactregistry.writer @ repository google_artifact_registry_repository.function_builds",
+      'roles/artifactregistry.writer @ repository google_artifact_registry_repository.docker["function_builds"]',
       "roles/logging.logWriter @ project",
       // Storage Object Admin, as https://cloud.google.com/run/docs/configuring/services/build-service-account lists it
       `roles/storage.objectAdmin @ project if ${FUNCTION_SOURCE_ONLY}`,

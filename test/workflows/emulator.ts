@@ -1,9 +1,12 @@
 // Runs workflows on the Workflows emulator (tools/workflows-emulator/wfemu.py) through its Executions REST API,
 // for the tests in this directory.
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { inject } from "vitest";
+import { afterAll, beforeAll, inject } from "vitest";
 import { deployedSettings } from "../e2e/deployed.js";
 import { startWorkflows } from "../e2e/emulators.js";
+import { removeScratch, scratch } from "../helpers/convert.js";
+import { newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
 
 export const PROJECT = "test-project";
@@ -90,4 +93,69 @@ export async function startConvertWorkflow(work: string, o: ConvertWorkflowOptio
     },
     join(work, o.log ?? "workflows.log"),
   );
+}
+
+/** A test file's own convert.yaml on the emulator (convertWorkflowSuite), and what its tests read and stage. */
+export interface ConvertWorkflowSuite {
+  /** The emulator, once the file's beforeAll has started it. */
+  readonly emulator: Running;
+  /** A file of the suite's scratch directory (the hook's logs, faults.json). */
+  file(name: string): string;
+  /** The records appended to a JSON-lines log of the scratch directory (hooks.jsonl, events.jsonl): none before the first. */
+  lines<T>(name: string): T[];
+  /**
+   * A new bucket (named `prefix`-<random>) holding the checkpoint step `checkpoint` at `step`, the destination
+   * gs://<bucket>/runs/exp/regular, the workflow's argument converting one into the other, and the faults the hook
+   * injects from now on (faults.json), given that destination.
+   */
+  stage(
+    prefix: string,
+    checkpoint: string,
+    step: string,
+    faults?: (destination: string) => unknown[],
+  ): Promise<{ bucket: string; destination: string; argument: { source: string; destination: string } }>;
+}
+
+/**
+ * startConvertWorkflow in a scratch directory of `label`, started before the file's tests and stopped (the
+ * directory removed) after them. Call it at the top of a test file.
+ */
+export function convertWorkflowSuite(label: string, o: ConvertWorkflowOptions, startTimeoutMs = 60_000): ConvertWorkflowSuite {
+  let work = "";
+  let started: Running | undefined;
+  beforeAll(async () => {
+    work = scratch(label);
+    started = await startConvertWorkflow(work, o);
+  }, startTimeoutMs);
+  afterAll(async () => {
+    await started?.stop();
+    removeScratch();
+  });
+  // One object for the whole file (its tests take it before beforeAll has run): each use goes to the running emulator.
+  const emulator = new Proxy({} as Running, {
+    get(_, key) {
+      if (started === undefined) throw new Error("the emulator starts in beforeAll: use it in a test or a later hook");
+      const v = Reflect.get(started, key);
+      return typeof v === "function" ? v.bind(started) : v;
+    },
+  });
+  const file = (name: string) => join(work, name);
+  return {
+    emulator,
+    file,
+    lines: <T>(name: string): T[] =>
+      existsSync(file(name))
+        ? readFileSync(file(name), "utf8")
+            .split("\n")
+            .filter(Boolean)
+            .map((l) => JSON.parse(l) as T)
+        : [],
+    async stage(prefix, checkpoint, step, faults = () => []) {
+      const bucket = await newBucket(prefix);
+      await uploadDir(checkpoint, bucket, step);
+      const destination = `gs://${bucket}/runs/exp/regular`;
+      writeFileSync(file("faults.json"), JSON.stringify(faults(destination)));
+      return { bucket, destination, argument: { source: `gs://${bucket}/${step}`, destination } };
+    },
+  };
 }

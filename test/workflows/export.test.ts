@@ -1,13 +1,11 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { beforeAll, describe, expect, test } from "vitest";
 import { DEFAULT_EXPORT_MEMORY, exportHf } from "../../src/hf/export.js";
 import { INDEX_NAME } from "../../src/hf/shards.js";
-import { removeScratch, scratch } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
-import type { Running } from "../helpers/servers.js";
 import { fujiArrays, writeRegularStep } from "../hf/fuji-tree.js";
-import { PROJECT, runWorkflow, startConvertWorkflow } from "./emulator.js";
+import { convertWorkflowSuite, PROJECT, runWorkflow } from "./emulator.js";
 
 // workflows/convert.yaml's Hugging Face export (issue 45) on the Workflows emulator: the argument's "export" runs
 // export-begin, one export-shards execution of as many tasks as it planned, and export-finalize, on the export job
@@ -22,23 +20,16 @@ const STEP = "runs/exp/checkpoints/step_00001000";
 const TOPIC = `projects/${PROJECT}/topics/orbax2reg-events`;
 const SHARD = 1000;
 
+const { emulator, file, lines, stage } = convertWorkflowSuite("wf-export", { groups: 2, eventsTopic: TOPIC });
 let work: string;
-let emulator: Running;
 let reference: string;
-const file = (name: string) => join(work, name);
 
 beforeAll(async () => {
-  work = scratch("wf-export");
-  emulator = await startConvertWorkflow(work, { groups: 2, eventsTopic: TOPIC });
+  work = file(".");
   // What `orbax2reg export-hf` writes for the same step and shard size: the pipeline's must be these bytes.
-  reference = join(work, "cli-export");
+  reference = file("cli-export");
   await exportHf(EXAMPLE, reference, { memoryBytes: DEFAULT_EXPORT_MEMORY, maxShardSize: SHARD });
 }, 120_000);
-
-afterAll(async () => {
-  await emulator?.stop();
-  removeScratch();
-});
 
 interface HookCall {
   connector: string;
@@ -50,13 +41,6 @@ interface HookCall {
   attempt?: number;
   code?: number;
 }
-const lines = <T>(name: string): T[] =>
-  existsSync(file(name))
-    ? readFileSync(file(name), "utf8")
-        .split("\n")
-        .filter(Boolean)
-        .map((l) => JSON.parse(l) as T)
-    : [];
 const runs = (destination: string, phase: string) =>
   lines<HookCall>("hooks.jsonl").filter(
     (c) => c.connector === "googleapis.run.v2.projects.locations.jobs.run" && c.destination === destination && c.phase === phase,
@@ -67,14 +51,10 @@ const events = (bucket: string) =>
     .filter((e) => e.destination.startsWith(`gs://${bucket}/`));
 
 async function setUp(faults: (destination: string) => unknown[] = () => []) {
-  const bucket = await newBucket("export");
-  await uploadDir(EXAMPLE, bucket, STEP);
+  const staged = await stage("export", EXAMPLE, STEP, faults);
   // The example was saved without AXLearn's step commit marker, which the conversion's plan requires.
-  await emulatorStorage().bucket(bucket).file(`${STEP}/commit_success.txt`).save("", { resumable: false });
-  const destination = `gs://${bucket}/runs/exp/regular`;
-  const hf = `gs://${bucket}/runs/exp/hf/step_00001000`;
-  writeFileSync(file("faults.json"), JSON.stringify(faults(destination)));
-  return { bucket, destination, hf, argument: { source: `gs://${bucket}/${STEP}`, destination } };
+  await emulatorStorage().bucket(staged.bucket).file(`${STEP}/commit_success.txt`).save("", { resumable: false });
+  return { ...staged, hf: `gs://${staged.bucket}/runs/exp/hf/step_00001000` };
 }
 
 /** The export's files in the fake GCS, downloaded into a folder of the scratch directory. */

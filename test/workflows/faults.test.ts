@@ -1,12 +1,10 @@
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { readFileSync } from "node:fs";
+import { describe, expect, test } from "vitest";
 import { failureKey } from "../../src/convert/work-dir.js";
 import { runBin } from "../helpers/cli.js";
-import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
-import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
-import type { Running } from "../helpers/servers.js";
-import { PROJECT, runWorkflow, startConvertWorkflow } from "./emulator.js";
+import { fixtureCase } from "../helpers/convert.js";
+import { emulatorStorage } from "../helpers/gcs.js";
+import { convertWorkflowSuite, PROJECT, runWorkflow } from "./emulator.js";
 
 // workflows/convert.yaml on the Workflows emulator when Google's APIs misbehave: the Cloud Run connector answers
 // HTTP 5xx or 4xx, a job execution never finishes, publishing an event fails, an old failure report lies
@@ -18,19 +16,7 @@ const STEP = "runs/exp/step_00000100";
 const GROUPS = 3;
 const TOPIC = `projects/${PROJECT}/topics/orbax2reg-events`;
 
-let work: string;
-let emulator: Running;
-const file = (name: string) => join(work, name);
-
-beforeAll(async () => {
-  work = scratch("wf-faults");
-  emulator = await startConvertWorkflow(work, { groups: GROUPS, eventsTopic: TOPIC });
-}, 60_000);
-
-afterAll(async () => {
-  await emulator?.stop();
-  removeScratch();
-});
+const { emulator, file, lines, stage } = convertWorkflowSuite("wf-faults", { groups: GROUPS, eventsTopic: TOPIC });
 
 interface HookCall {
   connector: string;
@@ -47,13 +33,6 @@ interface HookCall {
   taskCount?: number;
 }
 
-const lines = <T>(name: string): T[] =>
-  existsSync(file(name))
-    ? readFileSync(file(name), "utf8")
-        .split("\n")
-        .filter(Boolean)
-        .map((l) => JSON.parse(l) as T)
-    : [];
 const calls = (destination: string) => lines<HookCall>("hooks.jsonl").filter((c) => c.destination === destination);
 const starts = (destination: string, phase: string, group: string | null = null) =>
   calls(destination).filter(
@@ -67,13 +46,7 @@ const publishCalls = (types: string) =>
   lines<HookCall>("hooks.jsonl").filter((c) => c.connector === "googleapis.pubsub.v1.projects.topics.publish" && c.types?.includes(types));
 
 /** A bucket holding the tiny checkpoint, the destination for it, and the faults to inject while converting. */
-async function setUp(faults: (destination: string) => unknown[]) {
-  const bucket = await newBucket("faults");
-  await uploadDir(tiny.location, bucket, STEP);
-  const destination = `gs://${bucket}/runs/exp/regular`;
-  writeFileSync(file("faults.json"), JSON.stringify(faults(destination)));
-  return { bucket, destination, argument: { source: `gs://${bucket}/${STEP}`, destination } };
-}
+const setUp = (faults: (destination: string) => unknown[]) => stage("faults", tiny.location, STEP, faults);
 
 const committed = async (bucket: string) =>
   (await emulatorStorage().bucket(bucket).file("runs/exp/regular/step_00000100/index").exists())[0];
@@ -256,7 +229,7 @@ describe("convert.yaml's argument, read by the plan job", () => {
     expect(tasks.map((t) => [t.job, t.attempt, t.code])).toEqual([["plan", 0, 0]]);
     // The plan job's execution, as Cloud Run reports it: succeeded.
     const execution = starts(destination, "plan")[0]?.execution as string;
-    const state = JSON.parse(readFileSync(join(work, "runs", `${execution.split("/").at(-1)}.json`), "utf8"));
+    const state = JSON.parse(readFileSync(file(`runs/${execution.split("/").at(-1)}.json`), "utf8"));
     expect(state).toMatchObject({ done: true, response: { succeededCount: 1 } });
     expect(state.error).toBeUndefined();
   });

@@ -113,7 +113,7 @@ locals {
   # The image the build pushes: orbax2reg:<identity> in the module's repository. Cloud Run resolves a job's tag to a
   # digest when the job is created or updated (https://cloud.google.com/run/docs/deploying-jobs), and the tag
   # changes exactly when the image's sources do.
-  built_image = "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.images.repository_id}/${local.names.image_package}:${local.image_tag}"
+  built_image = "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.docker["images"].repository_id}/${local.names.image_package}:${local.image_tag}"
   image       = var.image != null ? var.image : local.built_image
 
   # image_build_region and the rule that checks it are in main.tf (locals only, evaluated offline by a test).

@@ -42,7 +42,7 @@ resource "google_cloudfunctions2_function" "on_checkpoint" {
     # A dedicated build identity (new projects' default one lacks the permissions to build a function) that pushes
     # only to the module's own repository: https://cloud.google.com/functions/docs/securing/build-custom-sa
     service_account   = local.build_service_account
-    docker_repository = google_artifact_registry_repository.function_builds.id
+    docker_repository = google_artifact_registry_repository.docker["function_builds"].id
     # An organization may require builds in a worker pool: https://cloud.google.com/functions/docs/securing/custom-constraints
     worker_pool = var.function_build_worker_pool
 

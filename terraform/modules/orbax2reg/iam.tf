@@ -423,7 +423,7 @@ resource "google_artifact_registry_repository_iam_member" "build_writes_function
 
   project    = var.project_id
   location   = var.region
-  repository = google_artifact_registry_repository.function_builds.name
+  repository = google_artifact_registry_repository.docker["function_builds"].name
   role       = "roles/artifactregistry.writer"
   member     = "serviceAccount:${google_service_account.build[0].email}"
 }
@@ -476,7 +476,7 @@ resource "google_artifact_registry_repository_iam_member" "image_build_pushes_im
 
   project    = var.project_id
   location   = var.region
-  repository = google_artifact_registry_repository.images.name
+  repository = google_artifact_registry_repository.docker["images"].name
   role       = "roles/artifactregistry.writer"
   member     = "serviceAccount:${google_service_account.image_build[0].email}"
 }

@@ -74,7 +74,7 @@ output "jobs_service_account_email" {
 
 output "artifact_repository_url" {
   description = "Docker registry URL of the jobs' Artifact Registry repository (<region>-docker.pkg.dev/<project>/<repository>); the module's build pushes orbax2reg:<identity> there."
-  value       = google_artifact_registry_repository.images.registry_uri
+  value       = google_artifact_registry_repository.docker["images"].registry_uri
 }
 
 output "image" {
@@ -147,7 +147,7 @@ output "build_service_account" {
 
 output "function_build_repository_id" {
   description = "Artifact Registry repository the function's build pushes its image to (projects/<p>/locations/<r>/repositories/<name>)."
-  value       = google_artifact_registry_repository.function_builds.id
+  value       = google_artifact_registry_repository.docker["function_builds"].id
 }
 
 output "event_trigger" {

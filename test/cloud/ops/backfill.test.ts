@@ -2,55 +2,21 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { type ExecutionRef, type Executions, rootLabel } from "../../../src/cloud/api/executions.js";
-import { jsonLogger } from "../../../src/cloud/api/log.js";
 import { backfill } from "../../../src/cloud/ops/backfill.js";
 import { stepDirName } from "../../../src/orbax/step.js";
-import { openStore } from "../../../src/store/open.js";
-import type { Store, Versioned, VersionedObjects } from "../../../src/store/store.js";
-import { tempDir } from "../../helpers/tmp.js";
+import { localRoot, localRootDeps, ROOT, WORKFLOW } from "../../helpers/checkpoint-root.js";
 
 // backfill over a root with many steps: the Workflows API is listed once for the root (not once per step) and
 // the steps are started a few at a time. Local stores stand in for GCS, with claims kept in memory.
 
 const STEPS = 1_000;
-const WORKFLOW = "projects/p/locations/l/workflows/orbax2reg-convert";
-const ROOT = "gs://b/runs/exp";
-
-/** Conditional writes in memory, as GCS generations behave. */
-function memoryVersions(): VersionedObjects {
-  const objects = new Map<string, Versioned>();
-  let generation = 0;
-  return {
-    get: async (key) => objects.get(key),
-    async create(key, data) {
-      if (objects.has(key)) return undefined;
-      const version = String(++generation);
-      objects.set(key, { data, version });
-      return version;
-    },
-    async replace(key, data, version) {
-      if (objects.get(key)?.version !== version) return undefined;
-      const next = String(++generation);
-      objects.set(key, { data, version: next });
-      return next;
-    },
-    async delete(key, version) {
-      if (objects.get(key)?.version !== version) return false;
-      objects.delete(key);
-      return true;
-    },
-  };
-}
 
 describe("cloud backfill over a root with many steps", () => {
   test("lists the root's live executions once and starts the steps a few at a time", async () => {
-    const base = tempDir("backfill-scale");
-    for (let s = 0; s < STEPS; s++) {
-      mkdirSync(join(base, "runs/exp", stepDirName(s)), { recursive: true });
-      writeFileSync(join(base, "runs/exp", stepDirName(s), "commit_success.txt"), "");
-    }
-    mkdirSync(join(base, "runs/exp/regular"), { recursive: true });
-    const claims = memoryVersions();
+    const base = localRoot(
+      "backfill-scale",
+      Array.from({ length: STEPS }, (_, s) => s),
+    );
     const started: ExecutionRef[] = [];
     const calls = { find: 0, findFull: 0, get: 0 };
     let inFlight = 0;
@@ -84,19 +50,7 @@ describe("cloud backfill over a root with many steps", () => {
     const entries = await backfill(
       ROOT,
       { every: 1, maxRunning: 10_000, dryRun: false, groups: 4, sleep: async () => {} },
-      {
-        executions,
-        workflow: WORKFLOW,
-        destinationTemplate: "gs://{bucket}/{root}/regular",
-        claimLeaseMs: 600_000,
-        log: jsonLogger({}, () => {}),
-        async openStore(location): Promise<Store> {
-          const store = await openStore(location.replace(/^gs:\/\/b/, base));
-          return new Proxy(store, {
-            get: (target, key) => (key === "versioned" ? claims : Reflect.get(target, key, target)),
-          });
-        },
-      },
+      localRootDeps(base, executions),
     );
     expect(entries.filter((e) => e.action === "started")).toHaveLength(STEPS);
     expect(entries.map((e) => e.step)).toEqual(Array.from({ length: STEPS }, (_, s) => s));
@@ -111,15 +65,9 @@ describe("cloud backfill over a root with many steps", () => {
 describe("cloud backfill --export", () => {
   /** Ten committed steps; step 10's export already has its index. Returns what was started. */
   async function run(exportSteps?: number[], listed: ExecutionRef[] = []) {
-    const base = tempDir("backfill-export");
-    for (let s = 0; s < 40; s += 5) {
-      mkdirSync(join(base, "runs/exp", stepDirName(s)), { recursive: true });
-      writeFileSync(join(base, "runs/exp", stepDirName(s), "commit_success.txt"), "");
-    }
-    mkdirSync(join(base, "runs/exp/regular"), { recursive: true });
+    const base = localRoot("backfill-export", [0, 5, 10, 15, 20, 25, 30, 35]);
     mkdirSync(join(base, "runs/exp/hf", stepDirName(10)), { recursive: true });
     writeFileSync(join(base, "runs/exp/hf", stepDirName(10), "model.safetensors.index.json"), "{}");
-    const claims = memoryVersions();
     const started: { step: number; argument: Record<string, unknown> }[] = [];
     const executions: Executions = {
       async start(workflow, argument) {
@@ -151,17 +99,7 @@ describe("cloud backfill --export", () => {
           ...(exportSteps === undefined ? {} : { steps: exportSteps }),
         },
       },
-      {
-        executions,
-        workflow: WORKFLOW,
-        destinationTemplate: "gs://{bucket}/{root}/regular",
-        claimLeaseMs: 600_000,
-        log: jsonLogger({}, () => {}),
-        async openStore(location): Promise<Store> {
-          const store = await openStore(location.replace(/^gs:\/\/b/, base));
-          return new Proxy(store, { get: (target, key) => (key === "versioned" ? claims : Reflect.get(target, key, target)) });
-        },
-      },
+      localRootDeps(base, executions),
     );
     return { entries, started };
   }
