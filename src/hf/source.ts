@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { decodeChunkFrame, decodeChunkStream } from "../codecs/zstd.js";
+import { sharedDecodePool } from "../codecs/zstd-decode-pool.js";
 import { SHARD_INDEX_BYTES } from "../convert/plan.js";
 import { innerChunkOfShard } from "../convert/transforms.js";
 import { MetadataError, NotFoundError, UsageError } from "../errors.js";
@@ -107,6 +108,11 @@ const READ_BUFFER_STEP = 16 << 10;
 const READS_AT_ONCE = 128;
 /** The most a source's idle read buffers hold (those of the classes used last). */
 const IDLE_BYTES = 32 << 20;
+/**
+ * A whole chunk decoding to fewer bytes than this is decoded on the calling thread: handing it to a worker and
+ * back costs about what its decode does.
+ */
+const POOL_MIN_BYTES = 32 << 10;
 
 /**
  * Buffers a whole chunk's compressed bytes are read into (Store.readRangeInto) and given back once decoded: a
@@ -119,21 +125,32 @@ class ReadBuffers {
   private readonly idle = new Map<number, Uint8Array[]>();
   private idleBytes = 0;
 
-  /** Reads `length` bytes of `key` at `offset` into a buffer and hands them to `use`, then keeps the buffer. */
-  async read<T>(
+  /**
+   * The chunk whose `length` compressed bytes are at `offset` of `key`, decoded (decodeChunkFrame: `size` bytes,
+   * failures named by `path`): read into one of the buffers, decoded on the pool's worker threads (the buffer
+   * transferred there and back) or here, then the buffer kept for the next read.
+   */
+  async readDecoded(
     store: Store & Required<Pick<Store, "readRangeInto">>,
     key: string,
     offset: number,
     length: number,
-    use: (bytes: Uint8Array) => T,
-  ): Promise<T> {
+    size: number,
+    path: string,
+  ): Promise<Uint8Array> {
     const release = await this.reads.acquire();
     try {
       const buffer = this.take(length);
-      // A failed read's buffer is dropped rather than given back.
-      const result = use(await store.readRangeInto(key, offset, length, buffer));
+      // A failed read's or decode's buffer is dropped rather than given back.
+      const bytes = await store.readRangeInto(key, offset, length, buffer);
+      if (size < POOL_MIN_BYTES || bytes.buffer !== buffer.buffer) {
+        const decoded = decodeChunkFrame(bytes, size, path);
+        this.give(buffer);
+        return decoded;
+      }
+      const decoded = await sharedDecodePool(WHOLE_CHUNK_BYTES).decode(bytes, size, path);
       this.give(buffer);
-      return result;
+      return decoded;
     } finally {
       release();
     }
@@ -143,7 +160,7 @@ class ReadBuffers {
     const size = Math.ceil(length / READ_BUFFER_STEP) * READ_BUFFER_STEP;
     const list = this.idle.get(size);
     const buffer = list?.pop();
-    if (buffer === undefined) return new Uint8Array(size);
+    if (buffer === undefined) return new Uint8Array(new SharedArrayBuffer(size));
     if (list?.length === 0) this.idle.delete(size);
     this.idleBytes -= size;
     return buffer;
@@ -179,10 +196,7 @@ async function* wholeZstdChunk(
   path: string,
 ): AsyncIterable<Uint8Array> {
   if (store.readRangeInto === undefined) yield decodeChunkFrame(await store.readRange(key, offset, length), size, path);
-  else
-    yield await buffers.read(store as Store & Required<Pick<Store, "readRangeInto">>, key, offset, length, (bytes) =>
-      decodeChunkFrame(bytes, size, path),
-    );
+  else yield await buffers.readDecoded(store as Store & Required<Pick<Store, "readRangeInto">>, key, offset, length, size, path);
 }
 
 /** A zstd chunk: decoded whole when small (WHOLE_CHUNK_BYTES), else streamed a window at a time. */
