@@ -19,6 +19,21 @@ import { decodeChunkFrame } from "./zstd.js";
  */
 
 /**
+ * The first `n` float32 elements of `bytes` (4-byte aligned) as bfloat16, in place (element i's two bytes trail
+ * its four): zarr/cast.ts's bf16Bits, round to nearest even, NaN to a quiet NaN of its sign. The worker runs this
+ * very function (its source is part of the worker's code), and so does the calling thread when it decodes.
+ */
+function castInPlace(bytes: Uint8Array, n: number): void {
+  const src = new Int32Array(bytes.buffer, bytes.byteOffset, n);
+  const out = new Uint16Array(bytes.buffer, bytes.byteOffset, n);
+  for (let i = 0; i < n; i++) {
+    const u = src[i] as number;
+    const hi = u >>> 16;
+    out[i] = (u & 0x7fffffff) > 0x7f800000 ? (hi & 0x8000) | 0x7fc0 : (hi + (((u & 0xffff) + 0x7fff + (hi & 1)) >>> 16)) & 0xffff;
+  }
+}
+
+/**
  * The worker's code, CommonJS evaluated as is (no file to find, the same from the sources under test and from
  * dist/), as zstd-pool.ts's: ChunkDecoder's loop on one context, into a slot and then one byte past the chunk
  * (where a longer frame would write); `ok` only for one frame that ends exactly at the input's end having decoded
@@ -45,6 +60,7 @@ function decode(src, out) {
     if (consumed === src.length && produced < dst.length) return false;
   }
 }
+${castInPlace.toString()}
 parentPort.on("message", (m) => {
   let ok;
   try {
@@ -53,6 +69,7 @@ parentPort.on("message", (m) => {
     ok = false;
   }
   if (!ok) dctx.reset(binding.ResetDirective.sessionOnly);
+  else if (m.bf16) castInPlace(slots[m.slot], m.size >>> 2);
   parentPort.postMessage({ id: m.id, ok });
 });
 `;
@@ -73,6 +90,7 @@ export function decodePoolSize(): number {
 interface Job {
   readonly frame: Uint8Array;
   readonly size: number;
+  readonly bf16: boolean;
   readonly path: string;
   readonly resolve: (decoded: Uint8Array) => void;
   readonly reject: (e: Error) => void;
@@ -134,17 +152,17 @@ export class DecodePool {
    * buffer of its own. A frame in a SharedArrayBuffer is decoded by a worker (the caller must not write that
    * memory until the promise settles), any other on the calling thread.
    */
-  decode(frame: Uint8Array, size: number, path: string): Promise<Uint8Array> {
+  decode(frame: Uint8Array, size: number, path: string, bf16 = false): Promise<Uint8Array> {
     if (this.failure !== undefined) return Promise.reject(this.failure);
     if (this.threads.length === 0 || size > this.maxBytes || !(frame.buffer instanceof SharedArrayBuffer)) {
       try {
-        return Promise.resolve(decodeChunkFrame(frame, size, path));
+        return Promise.resolve(decodeHere(frame, size, path, bf16));
       } catch (e) {
         return Promise.reject(e);
       }
     }
     return new Promise((resolve, reject) => {
-      this.queue.push({ frame, size, path, resolve, reject });
+      this.queue.push({ frame, size, bf16, path, resolve, reject });
       this.dispatch();
     });
   }
@@ -160,7 +178,7 @@ export class DecodePool {
       if (thread.free.length === SLOTS_PER_WORKER - 1) thread.worker.ref();
       thread.jobs[slot] = job;
       const { buffer, byteOffset: offset, byteLength: length } = job.frame;
-      thread.worker.postMessage({ id: slot, buffer, offset, length, size: job.size, slot });
+      thread.worker.postMessage({ id: slot, buffer, offset, length, size: job.size, slot, bf16: job.bf16 });
     }
   }
 
@@ -171,12 +189,13 @@ export class DecodePool {
     try {
       if (ok) {
         // Not zero-filled first: every byte is copied over.
-        const out = new Uint8Array(Buffer.allocUnsafeSlow(job.size).buffer, 0, job.size);
-        out.set((thread.slots[slot] as Uint8Array).subarray(0, job.size));
+        const n = job.bf16 ? job.size >>> 1 : job.size;
+        const out = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+        out.set((thread.slots[slot] as Uint8Array).subarray(0, n));
         job.resolve(out);
       } else {
         // Refused by the worker: decoded here, where a bad chunk throws decodeChunkFrame's own error.
-        job.resolve(decodeChunkFrame(job.frame, job.size, job.path));
+        job.resolve(decodeHere(job.frame, job.size, job.path, job.bf16));
       }
     } catch (e) {
       job.reject(e as Error);
@@ -201,6 +220,14 @@ export class DecodePool {
     await Promise.all(this.threads.map((t) => t.worker.terminate()));
     this.threads.length = 0;
   }
+}
+
+/** decodeChunkFrame, then the worker's cast. */
+function decodeHere(frame: Uint8Array, size: number, path: string, bf16: boolean): Uint8Array {
+  const decoded = decodeChunkFrame(frame, size, path);
+  if (!bf16) return decoded;
+  castInPlace(decoded, size >>> 2);
+  return decoded.subarray(0, size >>> 1);
 }
 
 let shared: DecodePool | undefined;

@@ -2,6 +2,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { compress, decodeChunkFrame } from "../../src/codecs/zstd.js";
 import { DecodePool } from "../../src/codecs/zstd-decode-pool.js";
 import { FormatError } from "../../src/errors.js";
+import { castToBfloat16 } from "../../src/zarr/cast.js";
+import { DTYPES } from "../../src/zarr/dtype.js";
 import { cat, zstdFrame } from "../helpers/ocdbt-encode.js";
 
 const PATH = "mem://chunk";
@@ -42,6 +44,26 @@ describe("DecodePool: whole zstd chunks decoded on worker threads", () => {
     const chunks = Array.from({ length: 20 }, (_, i) => sample(4000 + 400 * i, i + 1));
     const got = await Promise.all(chunks.map((c) => pool.decode(shared(compress(c)), c.length, PATH)));
     for (const [i, g] of got.entries()) expect(Buffer.from(g).equals(Buffer.from(chunks[i] as Uint8Array))).toBe(true);
+  });
+
+  it("casts a float32 chunk to bfloat16 as asked, on the worker or not, to the bits zarr/cast.ts gives", async () => {
+    const float32 = DTYPES.find((d) => d.name === "float32");
+    if (float32 === undefined) throw new Error("no float32");
+    // Ties to even both ways, carries into the exponent, infinities, NaNs of both signs (quiet or not), denormals.
+    const special = [
+      0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00001, 0xff800001, 0x7f800001, 0x00000001,
+      0x80008000, 0x0,
+    ];
+    const words = new Uint32Array(2048);
+    for (let i = 0; i < words.length; i++)
+      words[i] = i < special.length * 10 ? (special[i % special.length] as number) : Math.imul(i, 2654435761) >>> 0;
+    words.set(new Uint32Array(sample(4096, 11).buffer), special.length * 10);
+    const chunk = new Uint8Array(words.buffer);
+    const want = castToBfloat16(chunk, float32);
+    const onWorker = await pool.decode(shared(compress(chunk)), chunk.length, PATH, true);
+    const here = await pool.decode(compress(chunk), chunk.length, PATH, true);
+    expect(Buffer.from(onWorker).equals(Buffer.from(want))).toBe(true);
+    expect(Buffer.from(here).equals(Buffer.from(want))).toBe(true);
   });
 
   it("gives each chunk a buffer of its own, not a view of a worker's slot", async () => {
