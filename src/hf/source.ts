@@ -137,8 +137,8 @@ class ReadBuffers {
 
   /**
    * The chunk whose `length` compressed bytes are at `offset` of `key`, decoded (decodeChunkFrame: `size` bytes,
-   * failures named by `path`): read into one of the buffers, decoded on the pool's worker threads (the buffer
-   * transferred there and back) or here, then the buffer kept for the next read.
+   * failures named by `path`; cast to bfloat16 with `bf16`): read into one of the buffers (shared memory, which the
+   * pool's worker reads in place), decoded there or, when small, here; then the buffer kept for the next read.
    */
   async readDecoded(
     store: Store & Required<Pick<Store, "readRangeInto">>,
