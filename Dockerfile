@@ -1,5 +1,5 @@
 # The one image: the orbax2reg CLI (its ENTRYPOINT) and the three Cloud Run jobs, which replace the entry point
-# with `node --max-semi-space-size=1 dist/jobs/main.js plan|convert-group|finalize`
+# with `node --max-semi-space-size=1 --initial-old-space-size=64 dist/jobs/main.js plan|convert-group|finalize`
 # (terraform/modules/orbax2reg/jobs.tf sets the container's command and args).
 #   docker build --build-arg ORBAX2REG_COMMIT=$(git rev-parse HEAD) -t orbax2reg:$(git rev-parse --short HEAD) .
 #   docker run --rm orbax2reg:TAG convert gs://bucket/run/step_00001000 gs://bucket/run/regular
@@ -68,8 +68,9 @@ RUN npx tsc -p tsconfig.build.json --sourceMap false --declaration false --incre
 # Runtime stage: compiled code and the dependencies it loads, run as the unprivileged `node` user.
 FROM ${NODE_IMAGE}
 ENV NODE_ENV=production
-# As bin/orbax2reg.js starts the CLI: one malloc arena, and V8's young generation at most 1 MiB a semi-space
-# (the job moves bytes and keeps little alive; see the launcher's comment and bench/README.md).
+# As bin/orbax2reg.js starts the CLI: one malloc arena, V8's young generation at most 1 MiB a semi-space and its
+# old generation from 64 MiB (the job moves bytes and keeps little alive; see the launcher's comment and
+# bench/README.md).
 ENV MALLOC_ARENA_MAX=1
 WORKDIR /app
 COPY --from=build --chown=root:root /app/package.json /app/build-info.json ./
@@ -80,7 +81,7 @@ COPY --from=build --chown=root:root /app/bin ./bin
 COPY --from=build --chown=root:root /app/assets ./assets
 USER node
 # The CLI, by absolute path so that `--workdir` can name the user's mounted folder for local paths; with no
-# arguments, its help. The jobs replace both (jobs.tf: command `node --max-semi-space-size=1`, args
+# arguments, its help. The jobs replace both (jobs.tf: command `node --max-semi-space-size=1 --initial-old-space-size=64`, args
 # `dist/jobs/main.js PHASE`, run from this WORKDIR).
-ENTRYPOINT ["node", "--max-semi-space-size=1", "/app/bin/orbax2reg.js"]
+ENTRYPOINT ["node", "--max-semi-space-size=1", "--initial-old-space-size=64", "/app/bin/orbax2reg.js"]
 CMD ["--help"]

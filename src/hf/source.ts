@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { decodeChunkFrame, decodeChunkStream } from "../codecs/zstd.js";
+import { sharedDecodePool } from "../codecs/zstd-decode-pool.js";
 import { SHARD_INDEX_BYTES } from "../convert/plan.js";
 import { innerChunkOfShard } from "../convert/transforms.js";
 import { MetadataError, NotFoundError, UsageError } from "../errors.js";
@@ -12,7 +13,9 @@ import { regularChunkKey } from "../regular/zarray.js";
 import { INPUT, openStore } from "../store/open.js";
 import { describe, joinKey, type Store } from "../store/store.js";
 import { Budget } from "../util/budget.js";
+import { castToBfloat16 } from "../zarr/cast.js";
 import { decodeChunk } from "../zarr/chunk.js";
+import { DTYPES } from "../zarr/dtype.js";
 import { chunkKey, parseZarrMetadata, product, type ZarrArrayMeta } from "../zarr/metadata.js";
 import { fillBuffer } from "../zarr/region.js";
 
@@ -28,15 +31,21 @@ export interface SourceArray {
   readonly meta: ZarrArrayMeta;
   /**
    * Decoded bytes of the chunk at grid `index`, in pieces (each the caller's to keep); its compressed bytes read
-   * `window` at a time (readWindow's when not given).
+   * `window` at a time (readWindow's when not given). With `bf16` (only where `castsToBf16`), its float32 elements
+   * as bfloat16 (zarr/cast.ts's rounding), cast where it is decoded (on a worker thread, where one decodes it).
    */
-  chunk(index: readonly number[], window?: number): AsyncIterable<Uint8Array>;
+  chunk(index: readonly number[], window?: number, bf16?: boolean): AsyncIterable<Uint8Array>;
   describeChunk(index: readonly number[]): string;
   /**
    * Its chunks are read and decoded whole (WHOLE_CHUNK_BYTES): an open one holds its decoded bytes (and, while it
    * is read, its compressed ones), not a streaming decoder's context and windows.
    */
   readonly wholeChunks?: boolean;
+  /**
+   * Its chunks can be read cast to bfloat16 (`chunk`'s `bf16`): float32 chunks decoded whole. The cast is made
+   * with the decode, off the thread that lays the elements out, and an open chunk holds half the bytes.
+   */
+  readonly castsToBf16?: boolean;
 }
 
 export interface ExportSource {
@@ -52,6 +61,8 @@ export interface ExportSource {
   /** How a checkpoint root's step was chosen, when the location was a root. */
   readonly chosenBy?: string;
 }
+
+const FLOAT32 = DTYPES.find((d) => d.name === "float32") as (typeof DTYPES)[number];
 
 /**
  * Compressed bytes fetched per read of a streamed chunk (one more is fetched ahead). Every chunk a layer covers
@@ -107,6 +118,11 @@ const READ_BUFFER_STEP = 16 << 10;
 const READS_AT_ONCE = 128;
 /** The most a source's idle read buffers hold (those of the classes used last). */
 const IDLE_BYTES = 32 << 20;
+/**
+ * A whole chunk decoding to fewer bytes than this is decoded on the calling thread: handing it to a worker and
+ * back costs about what its decode does.
+ */
+const POOL_MIN_BYTES = 32 << 10;
 
 /**
  * Buffers a whole chunk's compressed bytes are read into (Store.readRangeInto) and given back once decoded: a
@@ -119,21 +135,33 @@ class ReadBuffers {
   private readonly idle = new Map<number, Uint8Array[]>();
   private idleBytes = 0;
 
-  /** Reads `length` bytes of `key` at `offset` into a buffer and hands them to `use`, then keeps the buffer. */
-  async read<T>(
+  /**
+   * The chunk whose `length` compressed bytes are at `offset` of `key`, decoded (decodeChunkFrame: `size` bytes,
+   * failures named by `path`; cast to bfloat16 with `bf16`): read into one of the buffers (shared memory, which the
+   * pool's worker reads in place), decoded there or, when small, here; then the buffer kept for the next read.
+   */
+  async readDecoded(
     store: Store & Required<Pick<Store, "readRangeInto">>,
     key: string,
     offset: number,
     length: number,
-    use: (bytes: Uint8Array) => T,
-  ): Promise<T> {
+    size: number,
+    path: string,
+    bf16: boolean,
+  ): Promise<Uint8Array> {
     const release = await this.reads.acquire();
     try {
       const buffer = this.take(length);
-      // A failed read's buffer is dropped rather than given back.
-      const result = use(await store.readRangeInto(key, offset, length, buffer));
+      // A failed read's or decode's buffer is dropped rather than given back.
+      const bytes = await store.readRangeInto(key, offset, length, buffer);
+      if (size < POOL_MIN_BYTES || bytes.buffer !== buffer.buffer) {
+        const decoded = decodeChunkFrame(bytes, size, path);
+        this.give(buffer);
+        return bf16 ? castToBfloat16(decoded, FLOAT32) : decoded;
+      }
+      const decoded = await sharedDecodePool(WHOLE_CHUNK_BYTES).decode(bytes, size, path, bf16);
       this.give(buffer);
-      return result;
+      return decoded;
     } finally {
       release();
     }
@@ -143,7 +171,7 @@ class ReadBuffers {
     const size = Math.ceil(length / READ_BUFFER_STEP) * READ_BUFFER_STEP;
     const list = this.idle.get(size);
     const buffer = list?.pop();
-    if (buffer === undefined) return new Uint8Array(size);
+    if (buffer === undefined) return new Uint8Array(new SharedArrayBuffer(size));
     if (list?.length === 0) this.idle.delete(size);
     this.idleBytes -= size;
     return buffer;
@@ -177,12 +205,12 @@ async function* wholeZstdChunk(
   length: number,
   size: number,
   path: string,
+  bf16: boolean,
 ): AsyncIterable<Uint8Array> {
-  if (store.readRangeInto === undefined) yield decodeChunkFrame(await store.readRange(key, offset, length), size, path);
-  else
-    yield await buffers.read(store as Store & Required<Pick<Store, "readRangeInto">>, key, offset, length, (bytes) =>
-      decodeChunkFrame(bytes, size, path),
-    );
+  if (store.readRangeInto === undefined) {
+    const decoded = decodeChunkFrame(await store.readRange(key, offset, length), size, path);
+    yield bf16 ? castToBfloat16(decoded, FLOAT32) : decoded;
+  } else yield await buffers.readDecoded(store as Store & Required<Pick<Store, "readRangeInto">>, key, offset, length, size, path, bf16);
 }
 
 /** A zstd chunk: decoded whole when small (WHOLE_CHUNK_BYTES), else streamed a window at a time. */
@@ -195,12 +223,14 @@ function zstdChunk(
   size: number,
   window: number,
   path: string,
+  bf16: boolean,
 ): AsyncIterable<Uint8Array> {
   // A frame of at most WHOLE_CHUNK_BYTES is at most a few bytes a block longer: a longer one is streamed, and
   // fails there as corrupt without being read whole.
   if (size <= WHOLE_CHUNK_BYTES && length <= WHOLE_CHUNK_BYTES + (64 << 10))
-    return wholeZstdChunk(store, buffers, key, offset, length, size, path);
-  return decoded(windows(store, key, offset, length, window), size, path);
+    return wholeZstdChunk(store, buffers, key, offset, length, size, path, bf16);
+  const pieces = decoded(windows(store, key, offset, length, window), size, path);
+  return bf16 ? castWhole(pieces, size) : pieces;
 }
 
 /** A chunk of the fill value, in pieces of a window. */
@@ -216,6 +246,21 @@ function missingChunk(meta: ZarrArrayMeta, size: number, path: string): AsyncIte
   return (async function* () {
     yield* filled(fill, size);
   })();
+}
+
+/** A float32 chunk's `size` decoded bytes, however they come, as one piece of bfloat16 (a chunk decoded whole is small). */
+async function* castWhole(pieces: AsyncIterable<Uint8Array>, size: number): AsyncIterable<Uint8Array> {
+  const all = new Uint8Array(size);
+  let at = 0;
+  for await (const p of pieces) {
+    all.set(p.subarray(0, size - at), at);
+    at += p.length;
+  }
+  yield castToBfloat16(all, FLOAT32);
+}
+
+function castIf(bf16: boolean, pieces: AsyncIterable<Uint8Array>, size: number): AsyncIterable<Uint8Array> {
+  return bf16 ? castWhole(pieces, size) : pieces;
 }
 
 function chunkBytes(meta: ZarrArrayMeta): number {
@@ -239,14 +284,15 @@ function orbaxChunk(
   value: ValueLocation | undefined,
   path: string,
   window: number,
+  bf16: boolean,
 ): AsyncIterable<Uint8Array> {
   const size = chunkBytes(meta);
   const enc = meta.encoding;
-  if (value === undefined) return missingChunk(meta, size, path);
+  if (value === undefined) return castIf(bf16, missingChunk(meta, size, path), size);
   if (value.kind === "file") {
     const range = { kind: "range" as const, key: value.key, offset: value.offset, length: value.length };
     if ((enc.kind === "v2" || enc.kind === "v3") && enc.compressor === "zstd")
-      return zstdChunk(store, buffers, value.key, value.offset, value.length, size, window, path);
+      return zstdChunk(store, buffers, value.key, value.offset, value.length, size, window, path, bf16);
     if (
       enc.kind === "v3-sharded" &&
       enc.compressor === "zstd" &&
@@ -255,13 +301,17 @@ function orbaxChunk(
       enc.innerChunkShape.every((c, d) => c === meta.chunkShape[d]) &&
       value.length > SHARD_INDEX_BYTES
     ) {
-      return decoded(innerChunkOfShard(store, range), size, path);
+      return castIf(bf16, decoded(innerChunkOfShard(store, range), size, path), size);
     }
   }
   // Inline values (small), uncompressed or otherwise encoded chunks: read and decoded whole.
-  return (async function* () {
-    yield decodeChunk(meta, await step.source.read(value), path);
-  })();
+  return castIf(
+    bf16,
+    (async function* () {
+      yield decodeChunk(meta, await step.source.read(value), path);
+    })(),
+    size,
+  );
 }
 
 async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSource> {
@@ -277,13 +327,15 @@ async function openOrbax(step: OrbaxStep, location: string): Promise<ExportSourc
         `${k}=${e.value.kind === "file" ? `${e.value.key}@${e.value.offset}+${e.value.length}` : Buffer.from(e.value.bytes).toString("base64")}\n`,
       );
     const describeChunk = (index: readonly number[]) => step.source.describe(`${a.leaf.name}/${chunkKey(meta, index)}`);
+    const wholeChunks = (meta.encoding.kind === "v2" || meta.encoding.kind === "v3") && chunkBytes(meta) <= WHOLE_CHUNK_BYTES;
     arrays.push({
       path: a.leaf.path,
       meta,
       describeChunk,
-      wholeChunks: (meta.encoding.kind === "v2" || meta.encoding.kind === "v3") && chunkBytes(meta) <= WHOLE_CHUNK_BYTES,
-      chunk: (index, window = readWindow(store.url)) =>
-        orbaxChunk(step, store, buffers, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index), window),
+      wholeChunks,
+      castsToBf16: wholeChunks && meta.dtype.name === "float32",
+      chunk: (index, window = readWindow(store.url), bf16 = false) =>
+        orbaxChunk(step, store, buffers, meta, a.chunks.get(chunkKey(meta, index))?.value, describeChunk(index), window, bf16),
     });
   }
   return {
@@ -337,12 +389,13 @@ async function openRegular(store: Store, dir: string, location: string): Promise
       meta,
       describeChunk,
       wholeChunks: chunkBytes(meta) <= WHOLE_CHUNK_BYTES,
-      chunk: (index, window = readWindow(store.url)) => {
+      castsToBf16: chunkBytes(meta) <= WHOLE_CHUNK_BYTES && meta.dtype.name === "float32",
+      chunk: (index, window = readWindow(store.url), bf16 = false) => {
         const name = keyOf(index);
         const key = `${base}/${name}`;
         const length = sizes.get(name);
         const value: ValueLocation | undefined = length === undefined ? undefined : { kind: "file", key, offset: 0, length };
-        return regularChunk(store, buffers, meta, value, describe(store, key), window);
+        return regularChunk(store, buffers, meta, value, describe(store, key), window, bf16);
       },
     });
   }
@@ -356,14 +409,20 @@ function regularChunk(
   value: ValueLocation | undefined,
   path: string,
   window: number,
+  bf16: boolean,
 ): AsyncIterable<Uint8Array> {
   const size = chunkBytes(meta);
-  if (value === undefined || value.kind !== "file") return missingChunk(meta, size, path);
+  if (value === undefined || value.kind !== "file") return castIf(bf16, missingChunk(meta, size, path), size);
   const enc = meta.encoding;
-  if (enc.kind === "v2" && enc.compressor === "zstd") return zstdChunk(store, buffers, value.key, 0, value.length, size, window, path);
-  return (async function* () {
-    yield decodeChunk(meta, await store.read(value.key), path);
-  })();
+  if (enc.kind === "v2" && enc.compressor === "zstd")
+    return zstdChunk(store, buffers, value.key, 0, value.length, size, window, path, bf16);
+  return castIf(
+    bf16,
+    (async function* () {
+      yield decodeChunk(meta, await store.read(value.key), path);
+    })(),
+    size,
+  );
 }
 
 /**

@@ -48,7 +48,7 @@ class Walker {
     lastOffsets: Int32Array,
     private out: Uint16Array | Uint32Array,
     private readonly outBase: number,
-    private readonly mode: Mode,
+    readonly mode: Mode,
   ) {
     const r = chunkShape.length;
     this.lastOff = lastOffsets;
@@ -207,8 +207,10 @@ export class ChunkCursor {
   private view: Uint16Array | Uint32Array | undefined;
   private viewPos = 0;
   /** The decoded pieces cut at element boundaries. */
-  private readonly aligned: ElementAligner;
+  private aligned: ElementAligner;
   private it: AsyncIterator<Uint8Array> | undefined;
+  /** The open decoder hands out the chunk's float32 elements cast to bfloat16 (SourceArray.castsToBf16). */
+  private bf16 = false;
   reopened = 0;
   /**
    * Opened to hand out elements past its start: the elements before them are decoded and dropped (another
@@ -228,12 +230,17 @@ export class ChunkCursor {
   }
 
   private get itemSize(): number {
-    return this.array.meta.dtype.itemSize;
+    return this.bf16 ? 2 : this.array.meta.dtype.itemSize;
+  }
+
+  /** Whether `walkers` take this chunk's float32 elements as bfloat16 (bandWalkers: the source casts them). */
+  private wantsBf16(walkers: readonly Walker[]): boolean {
+    return this.array.meta.dtype.name === "float32" && (walkers[0] as Walker).mode === "bf16>bf16";
   }
 
   /** The next element-aligned piece of decoded bytes, or undefined at the chunk's end. */
   private async next(): Promise<Uint8Array | undefined> {
-    this.it ??= this.array.chunk(this.index, this.window)[Symbol.asyncIterator]();
+    this.it ??= this.array.chunk(this.index, this.window, this.bf16)[Symbol.asyncIterator]();
     for (;;) {
       const r = await this.it.next();
       if (r.done) return undefined;
@@ -261,7 +268,7 @@ export class ChunkCursor {
   feedDecoded(walkers: readonly Walker[]): boolean {
     if (walkers.length === 0) return true;
     const view = this.view;
-    if (view === undefined || this.evicted) return false;
+    if (view === undefined || this.evicted || this.wantsBf16(walkers) !== this.bf16) return false;
     const [start, end] = ChunkCursor.span(walkers);
     if (start < this.pos || end > this.viewPos + view.length) return false;
     for (const w of walkers) w.consume(view, this.viewPos);
@@ -274,6 +281,16 @@ export class ChunkCursor {
   async feed(walkers: readonly Walker[]): Promise<void> {
     if (walkers.length === 0) return;
     const [start, end] = ChunkCursor.span(walkers);
+    const bf16 = this.wantsBf16(walkers);
+    if (this.it !== undefined && bf16 !== this.bf16) {
+      // Open for the other element type (another export dtype over the same cursors): decoded again as asked.
+      await this.close();
+      this.reopened++;
+    }
+    if (this.it === undefined && bf16 !== this.bf16) {
+      this.bf16 = bf16;
+      this.aligned = new ElementAligner(this.itemSize);
+    }
     if (start < this.pos) {
       // Going back: the chunk is decoded again from its start (a band of a tensor over the memory budget).
       await this.close();
@@ -628,7 +645,8 @@ function bandWalkers(t: OutputTensor, dtype: SafetensorsDtype, u0: number, u1: n
   extent[t.bandDim] = u1 - u0;
   const numel = extent.reduce((a, b) => a * b, 1);
   const out = dtype === "BF16" ? new Uint16Array(numel) : new Uint32Array(numel);
-  const source = meta.dtype.name === "bfloat16" ? "bf16" : "f32";
+  // A float32 array whose chunks the source casts as it decodes them (off this thread) is laid out as bfloat16.
+  const source = meta.dtype.name === "bfloat16" || (dtype === "BF16" && t.array.castsToBf16 === true) ? "bf16" : "f32";
   // A literal, not a string built here: the copy loops compare the mode per run (consumeSingles: per element), and
   // a built string is compared character by character where literals compare as one pointer.
   const mode: Mode = source === "bf16" ? (dtype === "BF16" ? "bf16>bf16" : "bf16>f32") : dtype === "BF16" ? "f32>bf16" : "f32>f32";

@@ -25,10 +25,10 @@ import { tempDir } from "../helpers/tmp.js";
 // The image, built from the Dockerfile, run two ways: as the CLI (its entry point: `docker run IMAGE convert
 // ...`, as docs/install.md's "The container image" shows; those transcripts are not read here, this runs the same
 // commands on its own fixture), and as Cloud Run runs the jobs: one container per task, as user `node` on a
-// read-only root, the command and args jobs.tf gives (`node --max-semi-space-size=1` replacing the entry
-// point, then `dist/jobs/main.js PHASE`: the conversion's phases, and the export job's), and the environment the
-// workflow and Cloud Run give it, against fake-gcs-server on loopback (host network). Needs a container engine
-// (ORBAX2REG_CONTAINER_ENGINE, default podman) that can run containers here, and the base image
+// read-only root, the command and args jobs.tf gives (`node --max-semi-space-size=1 --initial-old-space-size=64`
+// replacing the entry point, then `dist/jobs/main.js PHASE`: the conversion's phases, and the export job's), and the
+// environment the workflow and Cloud Run give it, against fake-gcs-server on loopback (host network). Needs a
+// container engine (ORBAX2REG_CONTAINER_ENGINE, default podman) that can run containers here, and the base image
 // (ORBAX2REG_IMAGE_BASE, default the Dockerfile's node:22-bookworm-slim); skipped, saying why, without them.
 
 const ENGINE = process.env.ORBAX2REG_CONTAINER_ENGINE || "podman";
@@ -64,7 +64,7 @@ interface Ran {
 const CONTAINER_CA = "/run/orbax2reg-test-ca.pem";
 
 /** What jobs.tf runs in every job's container: its `command` (replacing the image's entry point), then `args`. */
-const JOB_COMMAND = ["node", "--max-semi-space-size=1"];
+const JOB_COMMAND = ["node", "--max-semi-space-size=1", "--initial-old-space-size=64"];
 const jobArgs = (phase: string) => ["dist/jobs/main.js", phase];
 
 /**

@@ -14,7 +14,7 @@ import { tempDir } from "../helpers/tmp.js";
 type Obj = Record<string, unknown>;
 const pkg = JSON.parse(readFileSync("package.json", "utf8")) as { dependencies: Record<string, string> };
 /** The flags every start of node carries (the launcher's comment says why). */
-const NODE_FLAGS = ["--max-semi-space-size=1"];
+const NODE_FLAGS = ["--max-semi-space-size=1", "--initial-old-space-size=64"];
 
 function stages(dockerfile: string): string[][] {
   const lines = dockerfile

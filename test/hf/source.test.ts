@@ -5,6 +5,8 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { FormatError } from "../../src/errors.js";
 import { openExportSource, WHOLE_CHUNK_BYTES } from "../../src/hf/source.js";
+import { castToBfloat16 } from "../../src/zarr/cast.js";
+import { DTYPES } from "../../src/zarr/dtype.js";
 import { tempDir } from "../helpers/tmp.js";
 import { chunkOf, type HostArray, writeRegularStep } from "./fuji-tree.js";
 
@@ -15,12 +17,12 @@ function array(path: string, rows: number): HostArray {
   return { path, shape: [rows, 1024], data };
 }
 
-async function chunkBytes(dir: string, path: string): Promise<Uint8Array> {
+async function chunkBytes(dir: string, path: string, bf16 = false): Promise<Uint8Array> {
   const source = await openExportSource(dir);
   const a = source.arrays.find((x) => x.path === path);
   if (a === undefined) throw new Error(`no ${path}`);
   const pieces: Uint8Array[] = [];
-  for await (const piece of a.chunk([0, 0], 64 << 10)) pieces.push(piece);
+  for await (const piece of a.chunk([0, 0], 64 << 10, bf16)) pieces.push(piece);
   return Buffer.concat(pieces);
 }
 
@@ -42,6 +44,18 @@ describe("a zstd chunk of the source", () => {
       ["small", true],
       ["large", false],
     ]);
+  });
+
+  test("a float32 chunk decoded whole is read cast to bfloat16 as asked: the bits zarr/cast.ts gives", async () => {
+    const source = await openExportSource(dir);
+    expect(source.arrays.map((a) => [a.path, a.castsToBf16])).toEqual([
+      ["small", true],
+      ["large", false],
+    ]);
+    const float32 = DTYPES.find((d) => d.name === "float32");
+    if (float32 === undefined) throw new Error("no float32");
+    const bytes = await chunkBytes(dir, small.path, true);
+    expect(Buffer.compare(bytes, castToBfloat16(chunkOf(small, small.shape, [0, 0]), float32))).toBe(0);
   });
 
   test("many small chunks read at once, through buffers reused from read to read, each decode to their own bytes", async () => {

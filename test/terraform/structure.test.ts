@@ -382,7 +382,7 @@ describe("Cloud Run jobs", () => {
   const container = (phase: string) => at(job(phase), "template", 0, "template", 0, "containers", 0);
 
   // The node flag the image's ENTRYPOINT carries too (which `command` replaces; test/deploy/packaging.test.ts).
-  test("plan, convert-group and finalize run `node --max-semi-space-size=1 dist/jobs/main.js <phase>` from the same image", () => {
+  test("plan, convert-group and finalize run `node --max-semi-space-size=1 --initial-old-space-size=64 dist/jobs/main.js <phase>` from the same image", () => {
     expect(Object.keys(mod.resource.google_cloud_run_v2_job ?? {})).toEqual(["phase"]);
     expect(resource(mod, "google_cloud_run_v2_job", "phase").for_each).toBe(ex("local.jobs"));
     expect(Object.keys(mod.locals.conversion_jobs as Obj).sort()).toEqual([...PHASES].sort());
@@ -391,7 +391,7 @@ describe("Cloud Run jobs", () => {
     expect(Object.keys(mod.locals.export_job as Obj)).toEqual(["export-shards"]);
     for (const phase of PHASES) {
       expect(at(container(phase), "image"), phase).toBe(ex("local.image"));
-      expect(at(container(phase), "command"), phase).toEqual(["node", "--max-semi-space-size=1"]);
+      expect(at(container(phase), "command"), phase).toEqual(["node", "--max-semi-space-size=1", "--initial-old-space-size=64"]);
       expect(at(container(phase), "args"), phase).toEqual(["dist/jobs/main.js", phase]);
     }
   });

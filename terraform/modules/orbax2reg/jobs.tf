@@ -75,7 +75,7 @@ resource "google_cloud_run_v2_job" "phase" {
 
       containers {
         image   = local.image
-        command = ["node", "--max-semi-space-size=1"] # as the image's ENTRYPOINT, which this replaces (Dockerfile)
+        command = ["node", "--max-semi-space-size=1", "--initial-old-space-size=64"] # as the image's ENTRYPOINT, which this replaces (Dockerfile)
         args    = ["dist/jobs/main.js", each.key]
 
         resources {
