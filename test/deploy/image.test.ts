@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { chmodSync, readdirSync, readFileSync } from "node:fs";
+import { chmodSync, existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
@@ -19,6 +19,7 @@ import { type FaultProxy, isDownload, startFaultProxy } from "../faults/proxy.js
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase } from "../helpers/convert.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { AXLEARN_FUJI_ROOT } from "../helpers/paths.js";
 import { testTls } from "../helpers/tls.mjs";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -243,64 +244,84 @@ describe.skipIf(skipped !== undefined)("the image", () => {
     expect(verify.stdout).toMatch(/\b[1-9]\d* passed, 0 failed/);
   }, 600_000);
 
-  test("export-begin, export-shards (2 tasks) and export-finalize, each a container of the export job, export the bundled example: export-hf's files byte for byte", async () => {
-    const example = "test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000";
-    const exportBucket = await newBucket("image-export");
-    await uploadDir(example, exportBucket, "runs/exp/step_00001000");
-    const destination = `gs://${exportBucket}/runs/exp/regular`;
-    const folder = "runs/exp/hf/step_00001000";
-    const run = `${destination}/${runDirKey("wf1")}`;
-    const argument = {
-      source: `gs://${exportBucket}/runs/exp/step_00001000`,
-      destination,
-      convert: false,
-      export: { destination: `gs://${exportBucket}/${folder}`, max_shard_size: 1000, tasks: 4 },
-    };
-    // The plan job (in this process: its answer is all this needs) plans the export alone, as convert.yaml starts it.
-    const planned = await runJob(
-      "plan",
-      {
-        ORBAX2REG_ARGUMENT: JSON.stringify(argument),
-        ORBAX2REG_DESTINATION: destination,
-        ORBAX2REG_EXECUTION: WORKFLOW_EXECUTION,
-        ORBAX2REG_RUN: run,
-        ORBAX2REG_ATTEMPT: randomUUID(),
-      },
-      jsonLogger({}, () => {}),
-    );
-    expect(planned).toBe(0);
-    const bucketObject = async (name: string) => (await emulatorStorage().bucket(exportBucket).file(name).download())[0];
-    const answer = JSON.parse(String(await bucketObject(`runs/exp/regular/${runDirKey("wf1")}${RUN_PLAN_KEY}`))) as RunPlan;
-    const exportEnv = { ...STATIC_ENV, ...endpoint(), ...asEnv(answer.export?.jobEnv ?? []) };
-    // One job, its phase the execution's args override (jobs.tf: the export job), one container per task.
-    const begin = await runTask("export-begin", { ...exportEnv, ...cloudRun("orbax2reg-export", 0, 1), ORBAX2REG_ATTEMPT: randomUUID() });
-    expect(begin.code, begin.stderr).toBe(0);
-    const began = JSON.parse(String(await bucketObject(`runs/exp/regular/${runDirKey("wf1")}${RUN_EXPORT_KEY}`))) as ExportBegun;
-    expect(began).toMatchObject({ tasks: 2, shards: 8, alreadyExported: false });
-    const attempt = randomUUID();
-    const shards = await Promise.all(
-      Array.from({ length: began.tasks }, (_, task) =>
-        runTask("export-shards", { ...exportEnv, ...cloudRun("orbax2reg-export", task, began.tasks), ORBAX2REG_ATTEMPT: attempt }),
-      ),
-    );
-    for (const t of shards) expect(t.code, t.stderr).toBe(0);
-    const finalize = await runTask("export-finalize", {
-      ...exportEnv,
-      ...cloudRun("orbax2reg-export", 0, 1),
-      ORBAX2REG_ATTEMPT: randomUUID(),
-    });
-    expect(finalize.code, finalize.stderr).toBe(0);
-    expect(finalize.lines.find((l) => l.message === "export committed")).toMatchObject({ severity: "INFO", shards: 8 });
+  // The bundled example plans 2 tasks (its 32k-token embedding is most of its bytes); a fuji step saved by AXLearn
+  // (the global set-up makes it where .venv-axlearn is) spreads its weights over the layers and plans 4.
+  const exportCases = [
+    { name: "the bundled example", example: "test/fixtures/orbax-axlearn/fuji-v2-tiny/step_00001000", shard: 1000, tasks: 2, shards: 8 },
+    {
+      name: "a fuji step saved by AXLearn",
+      example: `${AXLEARN_FUJI_ROOT}/grouped-untied/checkpoints/step_00001000`,
+      shard: 50_000,
+      tasks: 4,
+      shards: 17,
+    },
+  ];
+  for (const { name, example, shard, tasks, shards: shardCount } of exportCases)
+    test.skipIf(!existsSync(example))(
+      `export-begin, export-shards (${tasks} tasks) and export-finalize, each a container of the export job, export ${name}: export-hf's files byte for byte`,
+      async () => {
+        const exportBucket = await newBucket("image-export");
+        await uploadDir(example, exportBucket, "runs/exp/step_00001000");
+        const destination = `gs://${exportBucket}/runs/exp/regular`;
+        const folder = "runs/exp/hf/step_00001000";
+        const run = `${destination}/${runDirKey("wf1")}`;
+        const argument = {
+          source: `gs://${exportBucket}/runs/exp/step_00001000`,
+          destination,
+          convert: false,
+          export: { destination: `gs://${exportBucket}/${folder}`, max_shard_size: shard, tasks: 4 },
+        };
+        // The plan job (in this process: its answer is all this needs) plans the export alone, as convert.yaml starts it.
+        const planned = await runJob(
+          "plan",
+          {
+            ORBAX2REG_ARGUMENT: JSON.stringify(argument),
+            ORBAX2REG_DESTINATION: destination,
+            ORBAX2REG_EXECUTION: WORKFLOW_EXECUTION,
+            ORBAX2REG_RUN: run,
+            ORBAX2REG_ATTEMPT: randomUUID(),
+          },
+          jsonLogger({}, () => {}),
+        );
+        expect(planned).toBe(0);
+        const bucketObject = async (name: string) => (await emulatorStorage().bucket(exportBucket).file(name).download())[0];
+        const answer = JSON.parse(String(await bucketObject(`runs/exp/regular/${runDirKey("wf1")}${RUN_PLAN_KEY}`))) as RunPlan;
+        const exportEnv = { ...STATIC_ENV, ...endpoint(), ...asEnv(answer.export?.jobEnv ?? []) };
+        // One job, its phase the execution's args override (jobs.tf: the export job), one container per task.
+        const begin = await runTask("export-begin", {
+          ...exportEnv,
+          ...cloudRun("orbax2reg-export", 0, 1),
+          ORBAX2REG_ATTEMPT: randomUUID(),
+        });
+        expect(begin.code, begin.stderr).toBe(0);
+        const began = JSON.parse(String(await bucketObject(`runs/exp/regular/${runDirKey("wf1")}${RUN_EXPORT_KEY}`))) as ExportBegun;
+        expect(began).toMatchObject({ tasks, shards: shardCount, alreadyExported: false });
+        const attempt = randomUUID();
+        const shards = await Promise.all(
+          Array.from({ length: began.tasks }, (_, task) =>
+            runTask("export-shards", { ...exportEnv, ...cloudRun("orbax2reg-export", task, began.tasks), ORBAX2REG_ATTEMPT: attempt }),
+          ),
+        );
+        for (const t of shards) expect(t.code, t.stderr).toBe(0);
+        const finalize = await runTask("export-finalize", {
+          ...exportEnv,
+          ...cloudRun("orbax2reg-export", 0, 1),
+          ORBAX2REG_ATTEMPT: randomUUID(),
+        });
+        expect(finalize.code, finalize.stderr).toBe(0);
+        expect(finalize.lines.find((l) => l.message === "export committed")).toMatchObject({ severity: "INFO", shards: shardCount });
 
-    const want = tempDir("image-export");
-    await exportHf(example, want, { memoryBytes: DEFAULT_EXPORT_MEMORY, maxShardSize: 1000 });
-    const [got] = await emulatorStorage()
-      .bucket(exportBucket)
-      .getFiles({ prefix: `${folder}/` });
-    const names = readdirSync(want).sort();
-    expect(got.map((f) => f.name.slice(folder.length + 1)).sort()).toEqual(names);
-    for (const n of names) expect(Buffer.compare(await bucketObject(`${folder}/${n}`), readFileSync(join(want, n))), n).toBe(0);
-  }, 600_000);
+        const want = tempDir("image-export");
+        await exportHf(example, want, { memoryBytes: DEFAULT_EXPORT_MEMORY, maxShardSize: shard });
+        const [got] = await emulatorStorage()
+          .bucket(exportBucket)
+          .getFiles({ prefix: `${folder}/` });
+        const names = readdirSync(want).sort();
+        expect(got.map((f) => f.name.slice(folder.length + 1)).sort()).toEqual(names);
+        for (const n of names) expect(Buffer.compare(await bucketObject(`${folder}/${n}`), readFileSync(join(want, n))), n).toBe(0);
+      },
+      600_000,
+    );
 
   describe("stopped", () => {
     let proxy: FaultProxy | undefined;
