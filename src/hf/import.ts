@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { CompressPool } from "../codecs/zstd-pool.js";
+import { CompressPool, compressBound } from "../codecs/zstd-pool.js";
 import { assertNoOverlap } from "../convert/convert.js";
 import { ConflictError, MetadataError, UsageError } from "../errors.js";
 import { arrayEntry, indexText } from "../regular/index-file.js";
@@ -41,7 +41,7 @@ export const RECORD_KEY = ".orbax2reg/import-hf.json";
  */
 export const MAX_CHUNK_ELEMENTS = 4 << 20;
 
-/** Default --memory: the chunks in flight, each counted at most 16 bytes an element (jobWeight: 64 MiB): 4 at once. */
+/** Default --memory: the chunks in flight, each two buffers of 16 MiB and a little (bufferBytes): 4 at once, with room. */
 export const DEFAULT_IMPORT_MEMORY = 256 * 2 ** 20;
 
 /** Chunks made at once: enough to overlap one's read with another's conversion and write. */
@@ -455,13 +455,16 @@ function f16ToF32Bits(): Uint32Array {
   return t;
 }
 
-/** A segment's raw little-endian elements as float32 bits (exact for every source dtype). */
-export function toF32Bits(raw: Uint8Array, dtype: StoredDtype): Uint32Array {
+/**
+ * A segment's raw little-endian elements as float32 bits (exact for every source dtype): a view of `raw` itself when
+ * float32, else written into `into` (at least as many elements; a new array without it).
+ */
+export function toF32Bits(raw: Uint8Array, dtype: StoredDtype, into?: Uint32Array): Uint32Array {
   // A copy when not aligned (new Uint8Array copies; a Buffer's slice would not).
   const aligned = raw.byteOffset % 4 === 0 ? raw : new Uint8Array(raw);
   if (dtype === "F32") return new Uint32Array(aligned.buffer, aligned.byteOffset, aligned.length >>> 2);
   const h = new Uint16Array(aligned.buffer, aligned.byteOffset, aligned.length >>> 1);
-  const out = new Uint32Array(h.length);
+  const out = into === undefined ? new Uint32Array(h.length) : into.subarray(0, h.length);
   if (dtype === "BF16") for (let i = 0; i < h.length; i++) out[i] = (h[i] as number) << 16;
   else {
     const t = f16ToF32Bits();
@@ -470,12 +473,15 @@ export function toF32Bits(raw: Uint8Array, dtype: StoredDtype): Uint32Array {
   return out;
 }
 
-/** float32 bits as the output dtype's bytes: bfloat16 rounded to nearest even as jnp.astype (zarr/cast.ts). */
-export function fromF32Bits(bits: Uint32Array, dtype: ImportDtype): Uint8Array {
+/**
+ * float32 bits as the output dtype's bytes: the same bytes when float32, else bfloat16 rounded to nearest even as
+ * jnp.astype (zarr/cast.ts), written into `into` (at least half as many bytes; a new array without it).
+ */
+export function fromF32Bits(bits: Uint32Array, dtype: ImportDtype, into?: Uint8Array): Uint8Array {
   if (dtype === "float32") return new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength);
-  const out = new Uint16Array(bits.length);
+  const out = into === undefined ? new Uint16Array(bits.length) : new Uint16Array(into.buffer, into.byteOffset, bits.length);
   for (let i = 0; i < bits.length; i++) out[i] = bf16Bits(bits[i] as number);
-  return new Uint8Array(out.buffer);
+  return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
 }
 
 // ---- The import ------------------------------------------------------------------------------------------
@@ -485,13 +491,48 @@ const DTYPE_OF: Record<ImportDtype, DType> = {
   bfloat16: DTYPES.find((t) => t.name === "bfloat16") as DType,
 };
 
-/** What a chunk in flight holds at most: its source bytes, their float32 bits, the chunk, its cast and compressed bytes. */
-export function jobWeight(j: ChunkJob, dtype: ImportDtype): number {
-  // Source: its bytes and their float32 bits; chunk: its bits, the bfloat16 cast, the compressed frame (at most
-  // about the chunk's bytes).
-  const src = j.reads.reduce((a, s) => a + (s.row1 - s.row0) * rowElements(s.tensor), 0);
-  const out = product(j.array.chunkShape);
-  return 8 * src + out * (dtype === "float32" ? 8 : 10);
+/** A job's segments start 8-aligned in its read buffer, so that each views as its elements without a copy. */
+const align8 = (n: number) => Math.ceil(n / 8) * 8;
+
+/**
+ * The size of the buffers every chunk is made in (BufferPool): the most any job needs at one step, its source bytes
+ * as read, their float32 bits, the chunk's bits, or its compressed frame (zstd's bound for the chunk's bytes).
+ */
+export function bufferBytes(jobs: readonly ChunkJob[], dtype: ImportDtype): number {
+  let most = 0;
+  for (const j of jobs) {
+    const raw = j.reads.reduce((a, s) => a + align8(readBytes(s).length), 0);
+    const src = j.reads.reduce((a, s) => a + (s.row1 - s.row0) * rowElements(s.tensor), 0);
+    const n = product(j.array.chunkShape);
+    most = Math.max(most, raw, 4 * src, 4 * n, compressBound(n * DTYPE_OF[dtype].itemSize));
+  }
+  return most;
+}
+
+/**
+ * Buffers a chunk in flight holds at once: the source bytes and their float32 bits, then those and the chunk,
+ * then the chunk and its bfloat16 cast, then the chunk and its frame (each given back as the next is taken).
+ */
+const BUFFERS_PER_JOB = 2;
+
+/**
+ * The buffers chunks are made in, all of one size, reused from chunk to chunk: a fresh one for every read, chunk
+ * and frame (the 2 GB benchmark source: 1.9 GB of them) cost the kernel a page fault for every 4 KiB of them, and
+ * the garbage collector its passes, more than the transposes. It holds no more than the jobs in flight held at
+ * once (BUFFERS_PER_JOB each, counted in --memory).
+ */
+class BufferPool {
+  private readonly idle: ArrayBuffer[] = [];
+  constructor(readonly size: number) {}
+
+  take(): ArrayBuffer {
+    return this.idle.pop() ?? new ArrayBuffer(this.size);
+  }
+
+  /** A buffer the caller is done with; one detached by a failed transfer is dropped. */
+  give(b: ArrayBufferLike): void {
+    if (b.byteLength === this.size) this.idle.push(b as ArrayBuffer);
+  }
 }
 
 /** The step directory AXLearn's build_step_dir names: step_%08d. */
@@ -545,7 +586,8 @@ export async function importHf(sourceLocation: string, destRoot: string, options
   const dims = checkLlamaConfig(hf.config, describe(source, "config.json"));
   checkTensors(hf.tensors, dims, (f) => describe(source, f));
   const plan = planImport(hf.tensors, dims, options.maxChunkElements);
-  const largest = Math.max(...plan.jobs.map((j) => jobWeight(j, dtype)));
+  const buffers = new BufferPool(bufferBytes(plan.jobs, dtype));
+  const largest = BUFFERS_PER_JOB * buffers.size;
   if (memory < largest)
     throw new UsageError(
       `--memory ${(memory / 2 ** 20).toFixed(1)} MiB is below the ${Math.ceil(largest / 2 ** 20)} MiB the largest chunk needs in flight`,
@@ -628,17 +670,60 @@ export async function importHf(sourceLocation: string, destRoot: string, options
   return result(written, false);
 
   /**
-   * The chunk's float32 bits: the segment itself when it is the whole chunk (no copy), else filled. The segment's
-   * buffer is then transferred to a worker: readRange's answer is the caller's own (a new buffer from the local
-   * store, the response body from gs://), and only one that is exactly the segment is taken.
+   * Job `j`'s chunk, made in pooled buffers: its source rows read into one (when the store reads into a buffer; else
+   * copied there), as float32 bits (views of it, or converted into a second), filled into the chunk (unless the one
+   * segment is the chunk as it is), cast, compressed into a frame on a worker thread and written. A failed job's
+   * buffers are left to the garbage collector.
    */
-  function chunkOf(j: ChunkJob, segs: readonly Uint32Array[]): Uint32Array {
+  async function makeChunk(j: ChunkJob): Promise<void> {
     const n = product(j.array.chunkShape);
-    const s = segs[0] as Uint32Array;
-    if (j.whole && s.length === n && s.byteOffset === 0 && s.buffer.byteLength === s.byteLength) return s;
-    const out = new Uint32Array(n);
-    j.fill(segs, out);
-    return out;
+    const raw = buffers.take();
+    let at = 0;
+    const read = await Promise.all(
+      j.reads.map((s) => {
+        const { offset, length } = readBytes(s);
+        const into = new Uint8Array(raw, at, length);
+        at += align8(length);
+        if (source.readRangeInto !== undefined) return source.readRangeInto(s.tensor.file, offset, length, into);
+        return source.readRange(s.tensor.file, offset, length).then((bytes) => {
+          into.set(bytes);
+          return into;
+        });
+      }),
+    );
+    let bitsBuffer = raw;
+    let segs: Uint32Array[];
+    if (j.reads.every((s) => s.tensor.dtype === "F32")) segs = read.map((r) => toF32Bits(r, "F32"));
+    else {
+      bitsBuffer = buffers.take();
+      let e = 0;
+      segs = read.map((r, k) => {
+        const bits = toF32Bits(r, (j.reads[k] as Segment).tensor.dtype, new Uint32Array(bitsBuffer, 4 * e));
+        e += bits.length;
+        return bits;
+      });
+      buffers.give(raw);
+    }
+    let chunkBuffer = bitsBuffer;
+    let chunk = segs[0] as Uint32Array;
+    if (j.whole !== true) {
+      chunkBuffer = buffers.take();
+      chunk = new Uint32Array(chunkBuffer, 0, n);
+      // A reused buffer holds the last chunk's bits: the edge padding the segments do not cover is zeroed.
+      if (segs.reduce((a, s) => a + s.length, 0) < n) chunk.fill(0);
+      j.fill(segs, chunk);
+      buffers.give(bitsBuffer);
+    }
+    let data = fromF32Bits(chunk, "float32");
+    if (dtype !== "float32") {
+      const castBuffer = buffers.take();
+      data = fromF32Bits(chunk, dtype, new Uint8Array(castBuffer));
+      buffers.give(chunkBuffer);
+    }
+    const { frame, input } = await pool.compressInto(data, buffers.take());
+    buffers.give(input);
+    await dest.write(joinKey(stepDir, keyOf(j)), frame);
+    buffers.give(frame.buffer);
   }
 
   async function makeChunks(): Promise<void> {
@@ -653,23 +738,17 @@ export async function importHf(sourceLocation: string, destRoot: string, options
         continue;
       }
       const releaseSlot = await slots.acquire();
-      const release = await budget.acquire(jobWeight(j, dtype));
+      const release = await budget.acquire(largest);
       if (failure !== undefined) {
         release();
         releaseSlot();
         break;
       }
-      const task: Promise<void> = (async () => {
-        const segs = await Promise.all(
-          j.reads.map(async (s) => {
-            const { offset, length } = readBytes(s);
-            return toF32Bits(await source.readRange(s.tensor.file, offset, length), s.tensor.dtype);
-          }),
-        );
-        await dest.write(joinKey(stepDir, keyOf(j)), await pool.compress(fromF32Bits(chunkOf(j, segs), dtype)));
-        written++;
-        options.onChunk?.(j.array.path, size);
-      })()
+      const task: Promise<void> = makeChunk(j)
+        .then(() => {
+          written++;
+          options.onChunk?.(j.array.path, size);
+        })
         .catch((e) => {
           failure ??= { e };
         })

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { compress, decompressExact } from "../../src/codecs/zstd.js";
-import { CompressPool } from "../../src/codecs/zstd-pool.js";
+import { CompressPool, compressBound } from "../../src/codecs/zstd-pool.js";
 
 /** Float-like bytes: partly compressible, as weights are. */
 function sample(n: number, seed: number): Uint8Array {
@@ -37,6 +37,31 @@ describe("CompressPool: zstd on worker threads", () => {
     } finally {
       await pool.close();
     }
+  });
+
+  it("compressInto writes the same frame into the lent buffer and gives both buffers back, on a worker or not", async () => {
+    for (const threads of [1, 0]) {
+      const pool = new CompressPool(threads);
+      try {
+        const data = sample(20_000, 5);
+        const chunk = new Uint8Array(data);
+        const size = compressBound(data.length) + 100;
+        const { frame, input } = await pool.compressInto(chunk, new ArrayBuffer(size));
+        expect(Buffer.from(frame).equals(Buffer.from(compress(data)))).toBe(true);
+        expect(frame.byteOffset).toBe(0);
+        expect(frame.buffer.byteLength).toBe(size);
+        expect(Buffer.from(input).equals(Buffer.from(data))).toBe(true);
+      } finally {
+        await pool.close();
+      }
+    }
+  });
+
+  it("compressInto refuses a buffer smaller than zstd's bound for the chunk", async () => {
+    const pool = new CompressPool(0);
+    const data = sample(1000, 4);
+    await expect(pool.compressInto(data, new ArrayBuffer(compressBound(data.length) - 1))).rejects.toThrow(/compressInto/);
+    await pool.close();
   });
 
   it("with no threads compresses on the calling thread", async () => {

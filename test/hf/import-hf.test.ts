@@ -52,6 +52,33 @@ export function readRegularArray(stepDir: string, path: string): { dtype: string
   return { dtype: z.dtype, shape: z.shape, bytes: out };
 }
 
+/** How many bytes of a regular array's edge chunks lie outside the array (its padding) and are not zero. */
+function nonzeroPadding(stepDir: string, path: string): number {
+  const dir = join(stepDir, "gda", path);
+  const z = JSON.parse(readFileSync(join(dir, ".zarray"), "utf8")) as { shape: number[]; chunks: number[]; dtype: string };
+  const item = z.dtype === "<f4" ? 4 : 2;
+  const grid = chunkGrid({ shape: z.shape, chunkShape: z.chunks });
+  let nonzero = 0;
+  for (let g = 0; g < product(grid); g++) {
+    const index: number[] = [];
+    for (let d = z.shape.length - 1, rem = g; d >= 0; d--) {
+      index[d] = rem % (grid[d] as number);
+      rem = Math.floor(rem / (grid[d] as number));
+    }
+    const chunk = decompressExact(readFileSync(join(dir, index.join("."))), product(z.chunks) * item, path);
+    for (let e = 0; e < product(z.chunks); e++) {
+      let inside = true;
+      for (let d = 0, rem = e, stride = product(z.chunks); d < z.shape.length; d++) {
+        stride /= z.chunks[d] as number;
+        if ((index[d] as number) * (z.chunks[d] as number) + Math.floor(rem / stride) >= (z.shape[d] as number)) inside = false;
+        rem %= stride;
+      }
+      if (!inside) for (let k = 0; k < item; k++) if (chunk[e * item + k] !== 0) nonzero++;
+    }
+  }
+  return nonzero;
+}
+
 /** The .zarray of a stacked layer array of an imported step. */
 const zarray = (step: string, leaf: string) =>
   JSON.parse(readFileSync(join(step, "gda/model/decoder/transformer/repeat/layer", leaf, ".zarray"), "utf8")) as { chunks: number[] };
@@ -133,6 +160,15 @@ describe("import-hf of an export-hf export gives back the fuji tree", () => {
     const step = join(root, "ckpt", "step_00000000");
     expect(zarray(step, "self_attention/attention/i_proj/i_proj/qkv_proj/weight").chunks).toEqual([1, 32, 3, 8]);
     expectArraysEqual(step, arrays, "float32");
+  });
+
+  test("edge chunks are padded with zeros, though each is made in a buffer an earlier chunk filled", async () => {
+    const { root, arrays, hf } = await exported(GQA, "float32", 10);
+    await importHf(hf, join(root, "ckpt"), { maxChunkElements: 700 });
+    const step = join(root, "ckpt", "step_00000000");
+    // 8 heads of q, k and v in chunks of 3: the last of each layer holds 2; the feed-forward's 40 rows in 21s.
+    expect(zarray(step, "self_attention/attention/i_proj/i_proj/qkv_proj/weight").chunks).toEqual([1, 32, 3, 8]);
+    for (const a of arrays) expect(nonzeroPadding(step, a.path), a.path).toBe(0);
   });
 
   test("a bfloat16 export imported as bfloat16 is the source cast", async () => {
