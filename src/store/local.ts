@@ -428,22 +428,24 @@ export class LocalStore implements Store {
     return { files, dirs };
   }
 
+  /** The CRC-32C is computed for the result only (nothing stores it), so not when the caller wants none. */
   async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>, options?: WriteOptions): Promise<WriteResult> {
+    const checksum = options?.checksum !== false;
     return this.replaceAtomically(
       key,
       async (out) => {
         if (data instanceof Uint8Array) {
           await writeAll(out, data);
-          return { size: data.length, crc32c: crc32c(data) };
+          return checksum ? { size: data.length, crc32c: crc32c(data) } : { size: data.length };
         }
         let size = 0;
         let sum = 0;
         for await (const piece of tagSourceErrors(data)) {
-          sum = crc32c(piece, sum);
+          if (checksum) sum = crc32c(piece, sum);
           size += piece.length;
           await writeAll(out, piece);
         }
-        return { size, crc32c: sum };
+        return checksum ? { size, crc32c: sum } : { size };
       },
       false,
       options?.scratch === true,

@@ -79,6 +79,25 @@ describe("LocalStore", () => {
     await expect(s.readRangeInto("f", 0, 6, new Uint8Array(4))).rejects.toThrow(RangeError);
   });
 
+  test("a write asked for no checksum stores the same bytes and answers its size only", async () => {
+    const s = tempStore();
+    const data = new TextEncoder().encode("123456789");
+    expect(await s.write("plain", data, { checksum: false })).toEqual({ size: 9 });
+    expect(
+      await s.write(
+        "streamed",
+        (async function* () {
+          yield data.subarray(0, 4);
+          yield data.subarray(4);
+        })(),
+        { checksum: false },
+      ),
+    ).toEqual({ size: 9 });
+    expect(await s.write("checked", data)).toEqual({ size: 9, crc32c: 0xe3069283 });
+    expect(Buffer.from(await s.read("plain")).toString()).toBe("123456789");
+    expect(Buffer.from(await s.read("streamed")).toString()).toBe("123456789");
+  });
+
   test("stat and listDir of local files carry no CRC-32C (nothing stores one)", async () => {
     const s = tempStore();
     await s.write("d/x", new Uint8Array(5));
