@@ -10,9 +10,10 @@ import { compress } from "./zstd.js";
  * Each worker compresses as zstd.ts's `compress` does (same level, same frame, byte for byte). zstd's own threads
  * (ZSTD_c_nbWorkers, which zstd-napi exposes) would still hold the calling thread for the whole call, and one
  * 16 MiB chunk took 48 ms with 2 of them against 26 ms without. The chunk's ArrayBuffer is transferred to the
- * worker and the frame's back, never copied; the caller bounds the chunks in flight. With compressInto the caller
- * lends the frame's buffer too and gets both back, so that a command making thousands of chunks reuses a few
- * buffers instead of faulting in fresh pages for every chunk and its frame.
+ * worker and the frame's back, never copied; the caller bounds the chunks in flight. compressInto compresses from
+ * and into the caller's SharedArrayBuffers, neither copied nor transferred, so that a command making thousands of
+ * chunks reuses a few buffers: a fresh buffer for every chunk and frame cost a page fault every 4 KiB, and every
+ * buffer transferred back counted as a new external allocation that brought the next garbage collection nearer.
  */
 
 /**
@@ -27,10 +28,15 @@ const cctx = new binding.CCtx();
 cctx.setParameter(binding.CParameter.compressionLevel, workerData.level);
 parentPort.on("message", (m) => {
   try {
-    const dst = m.into === undefined ? new Uint8Array(binding.compressBound(m.length)) : new Uint8Array(m.into);
-    const n = cctx.compress2(dst, new Uint8Array(m.buffer, m.offset, m.length));
-    const back = m.into === undefined ? [dst.buffer] : [dst.buffer, m.buffer];
-    parentPort.postMessage({ id: m.id, frame: dst.buffer, length: n, input: m.buffer }, back);
+    const src = new Uint8Array(m.buffer, m.offset, m.length);
+    if (m.into !== undefined) {
+      const n = cctx.compress2(new Uint8Array(m.into, m.intoOffset, m.intoLength), src);
+      parentPort.postMessage({ id: m.id, length: n });
+      return;
+    }
+    const dst = new Uint8Array(binding.compressBound(m.length));
+    const n = cctx.compress2(dst, src);
+    parentPort.postMessage({ id: m.id, frame: dst.buffer, length: n }, [dst.buffer]);
   } catch (e) {
     parentPort.postMessage({ id: m.id, error: String((e && e.message) || e) });
   }
@@ -47,16 +53,14 @@ export function compressBound(n: number): number {
   return binding.compressBound(n);
 }
 
-/** A frame compressed into a lent buffer, and the chunk's buffer, both the caller's again. */
-export interface Compressed {
-  /** The frame: the first bytes of the buffer lent to compressInto (a new view of it: the old one was transferred). */
-  readonly frame: Uint8Array;
-  /** The chunk's whole buffer, back from the worker (the old view of it was transferred). */
-  readonly input: ArrayBuffer;
+/** A worker's answer: the frame's length, and the frame itself unless it was written into the caller's buffer. */
+interface Answer {
+  readonly frame?: ArrayBuffer;
+  readonly length: number;
 }
 
 interface Pending {
-  readonly resolve: (done: { frame: Uint8Array; input: ArrayBuffer }) => void;
+  readonly resolve: (answer: Answer) => void;
   readonly reject: (e: Error) => void;
 }
 
@@ -78,12 +82,12 @@ export class CompressPool {
     for (let i = 0; i < size; i++) {
       const worker = new Worker(WORKER, { eval: true, workerData: { binding, level } });
       const slot = { worker, busy: 0 };
-      worker.on("message", (m: { id: number; frame: ArrayBuffer; length: number; input: ArrayBuffer; error?: string }) => {
+      worker.on("message", (m: Answer & { id: number; error?: string }) => {
         const p = this.pending.get(m.id);
         this.pending.delete(m.id);
         slot.busy--;
         if (m.error !== undefined) p?.reject(new Error(`zstd compression failed: ${m.error}`));
-        else p?.resolve({ frame: new Uint8Array(m.frame, 0, m.length), input: m.input });
+        else p?.resolve(m);
       });
       worker.on("error", (e) => this.fail(e));
       worker.on("exit", (code) => {
@@ -100,35 +104,51 @@ export class CompressPool {
   async compress(data: Uint8Array): Promise<Uint8Array> {
     if (this.failure !== undefined) throw this.failure;
     if (this.workers.length === 0) return compress(data, this.level);
-    return (await this.send(data, undefined)).frame;
+    const { frame, length } = await this.send({ buffer: data.buffer, offset: data.byteOffset, length: data.byteLength }, [
+      data.buffer as ArrayBuffer,
+    ]);
+    return new Uint8Array(frame as ArrayBuffer, 0, length);
   }
 
   /**
-   * The same frame as compress, written into `into` (whose whole buffer must hold compressBound(data.length)
-   * bytes from its start); `data`'s buffer and `into`'s are both transferred to a worker and come back in the
-   * answer: the caller must not use the views it passed (nor any other view of those buffers) meanwhile.
+   * The same frame as compress, written into `into` (at least compressBound(data.length) long): its first bytes,
+   * returned. On worker threads both must be views of SharedArrayBuffers, which the worker reads and writes in
+   * place: the caller must not touch either until this resolves.
    */
-  async compressInto(data: Uint8Array, into: ArrayBuffer): Promise<Compressed> {
+  async compressInto(data: Uint8Array, into: Uint8Array): Promise<Uint8Array> {
     if (this.failure !== undefined) throw this.failure;
-    if (into.byteLength < compressBound(data.length))
-      throw new RangeError(`compressInto: ${into.byteLength} bytes for a frame of up to ${compressBound(data.length)}`);
-    if (this.workers.length > 0) return this.send(data, into);
-    if (this.cctx === undefined) {
-      this.cctx = new binding.CCtx();
-      this.cctx.setParameter(binding.CParameter.compressionLevel, this.level);
+    if (into.length < compressBound(data.length))
+      throw new RangeError(`compressInto: ${into.length} bytes for a frame of up to ${compressBound(data.length)}`);
+    if (this.workers.length === 0) {
+      if (this.cctx === undefined) {
+        this.cctx = new binding.CCtx();
+        this.cctx.setParameter(binding.CParameter.compressionLevel, this.level);
+      }
+      return into.subarray(0, this.cctx.compress2(into, data));
     }
-    const n = this.cctx.compress2(new Uint8Array(into), data);
-    return { frame: new Uint8Array(into, 0, n), input: data.buffer as ArrayBuffer };
+    if (!(data.buffer instanceof SharedArrayBuffer && into.buffer instanceof SharedArrayBuffer))
+      throw new TypeError("compressInto on worker threads: the chunk and the frame's buffer must be SharedArrayBuffers");
+    const { length } = await this.send(
+      {
+        buffer: data.buffer,
+        offset: data.byteOffset,
+        length: data.byteLength,
+        into: into.buffer,
+        intoOffset: into.byteOffset,
+        intoLength: into.byteLength,
+      },
+      [],
+    );
+    return into.subarray(0, length);
   }
 
-  private send(data: Uint8Array, into: ArrayBuffer | undefined): Promise<Compressed> {
+  private send(message: Record<string, unknown>, transfer: ArrayBuffer[]): Promise<Answer> {
     const slot = this.workers.reduce((a, b) => (b.busy < a.busy ? b : a));
     const id = this.next++;
     slot.busy++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      const message = { id, buffer: data.buffer, offset: data.byteOffset, length: data.byteLength, into };
-      slot.worker.postMessage(message, into === undefined ? [data.buffer as ArrayBuffer] : [data.buffer as ArrayBuffer, into]);
+      slot.worker.postMessage({ ...message, id }, transfer);
     });
   }
 

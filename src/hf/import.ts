@@ -518,20 +518,21 @@ const BUFFERS_PER_JOB = 2;
 /**
  * The buffers chunks are made in, all of one size, reused from chunk to chunk: a fresh one for every read, chunk
  * and frame (the 2 GB benchmark source: 1.9 GB of them) cost the kernel a page fault for every 4 KiB of them, and
- * the garbage collector its passes, more than the transposes. It holds no more than the jobs in flight held at
+ * the garbage collector its passes, more than the transposes. Shared, so that a compression worker reads the chunk
+ * and writes its frame in place (CompressPool.compressInto). It holds no more than the jobs in flight held at
  * once (BUFFERS_PER_JOB each, counted in --memory).
  */
 class BufferPool {
-  private readonly idle: ArrayBuffer[] = [];
+  private readonly idle: SharedArrayBuffer[] = [];
   constructor(readonly size: number) {}
 
-  take(): ArrayBuffer {
-    return this.idle.pop() ?? new ArrayBuffer(this.size);
+  take(): SharedArrayBuffer {
+    return this.idle.pop() ?? new SharedArrayBuffer(this.size);
   }
 
-  /** A buffer the caller is done with; one detached by a failed transfer is dropped. */
-  give(b: ArrayBufferLike): void {
-    if (b.byteLength === this.size) this.idle.push(b as ArrayBuffer);
+  /** A buffer the caller is done with (a failed job's are not given back: its worker may still write them). */
+  give(b: SharedArrayBuffer): void {
+    this.idle.push(b);
   }
 }
 
@@ -720,11 +721,12 @@ export async function importHf(sourceLocation: string, destRoot: string, options
       data = fromF32Bits(chunk, dtype, new Uint8Array(castBuffer));
       buffers.give(chunkBuffer);
     }
-    const { frame, input } = await pool.compressInto(data, buffers.take());
-    buffers.give(input);
+    const frameBuffer = buffers.take();
+    const frame = await pool.compressInto(data, new Uint8Array(frameBuffer));
+    buffers.give(data.buffer as SharedArrayBuffer);
     // Nothing checks a chunk against a CRC-32C (a resumed import keeps every chunk already under its name).
     await dest.write(joinKey(stepDir, keyOf(j)), frame, { checksum: false });
-    buffers.give(frame.buffer);
+    buffers.give(frameBuffer);
   }
 
   async function makeChunks(): Promise<void> {

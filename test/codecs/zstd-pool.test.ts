@@ -39,29 +39,35 @@ describe("CompressPool: zstd on worker threads", () => {
     }
   });
 
-  it("compressInto writes the same frame into the lent buffer and gives both buffers back, on a worker or not", async () => {
+  it("compressInto writes the same frame into the caller's shared buffer, leaving the chunk there, on a worker or not", async () => {
     for (const threads of [1, 0]) {
       const pool = new CompressPool(threads);
       try {
         const data = sample(20_000, 5);
-        const chunk = new Uint8Array(data);
-        const size = compressBound(data.length) + 100;
-        const { frame, input } = await pool.compressInto(chunk, new ArrayBuffer(size));
+        const chunk = new Uint8Array(new SharedArrayBuffer(data.length));
+        chunk.set(data);
+        const into = new Uint8Array(new SharedArrayBuffer(compressBound(data.length) + 100));
+        const frame = await pool.compressInto(chunk, into);
         expect(Buffer.from(frame).equals(Buffer.from(compress(data)))).toBe(true);
+        expect(frame.buffer).toBe(into.buffer);
         expect(frame.byteOffset).toBe(0);
-        expect(frame.buffer.byteLength).toBe(size);
-        expect(Buffer.from(input).equals(Buffer.from(data))).toBe(true);
+        expect(Buffer.from(chunk).equals(Buffer.from(data))).toBe(true);
       } finally {
         await pool.close();
       }
     }
   });
 
-  it("compressInto refuses a buffer smaller than zstd's bound for the chunk", async () => {
-    const pool = new CompressPool(0);
-    const data = sample(1000, 4);
-    await expect(pool.compressInto(data, new ArrayBuffer(compressBound(data.length) - 1))).rejects.toThrow(/compressInto/);
-    await pool.close();
+  it("compressInto refuses a buffer smaller than zstd's bound, and on a worker one that is not shared", async () => {
+    const pool = new CompressPool(1);
+    try {
+      const data = new Uint8Array(new SharedArrayBuffer(1000));
+      data.set(sample(250, 4));
+      await expect(pool.compressInto(data, new Uint8Array(new SharedArrayBuffer(compressBound(1000) - 1)))).rejects.toThrow(RangeError);
+      await expect(pool.compressInto(data, new Uint8Array(compressBound(1000)))).rejects.toThrow(/SharedArrayBuffer/);
+    } finally {
+      await pool.close();
+    }
   });
 
   it("with no threads compresses on the calling thread", async () => {
