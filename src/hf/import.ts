@@ -517,8 +517,9 @@ export function bufferBytes(jobs: readonly ChunkJob[], dtype: ImportDtype): numb
 }
 
 /**
- * Buffers a chunk in flight holds at once: the source bytes and their float32 bits, then those and the chunk,
- * then the chunk and its bfloat16 cast, then the chunk and its frame (each given back as the next is taken).
+ * Buffers a chunk in flight holds at once: the source bytes and their float32 bits, then the bits and the chunk,
+ * then the chunk and its bfloat16 cast, then the chunk's bytes (itself or its cast) and its frame: each buffer is
+ * given back once the next step has made what it holds into another.
  */
 const BUFFERS_PER_JOB = 2;
 
