@@ -225,11 +225,17 @@ export interface ChunkJob {
   readonly array: OutArray;
   readonly index: readonly number[];
   readonly reads: readonly Segment[];
-  /** Fills the chunk (C order of the chunk shape, edge padding left zero) from the segments' float32 bits. */
-  readonly fill: (segs: readonly Uint32Array[], out: Uint32Array) => void;
+  /**
+   * Fills the chunk (C order of the chunk shape, edge padding left zero) from the segments' elements: their float32
+   * bits, or their bfloat16 bits as they are when a bfloat16 source is imported as bfloat16 (the same moves).
+   */
+  readonly fill: (segs: readonly Elements[], out: Elements) => void;
   /** The one segment is the whole chunk as it is (a full range of rows of an unchanged tensor): no fill needed. */
   readonly whole?: true;
 }
+
+/** Elements as their bits: float32's, or bfloat16's (BF16 imported as bfloat16). A chunk's segments and chunk are all one. */
+export type Elements = Uint32Array | Uint16Array;
 
 export interface OutArray {
   readonly path: string;
@@ -268,7 +274,7 @@ const same: Layout = (lead, inner, [t], _d, cap) => {
     jobs.push({
       index: [...lead, c, ...inner.slice(1).map(() => 0)],
       reads: [{ tensor: t as HfTensor, row0: r0, row1: r1 }],
-      fill: ([s], out) => out.set(s as Uint32Array),
+      fill: ([s], out) => out.set(s as Elements),
       ...(r1 - r0 === rpc ? { whole: true as const } : {}),
     });
   }
@@ -281,7 +287,7 @@ const same: Layout = (lead, inner, [t], _d, cap) => {
  * four rows forward and writes four adjacent elements of each output row, with running indices: 16 MiB of a
  * feed-forward weight (a = 2048, n = 1835) in 8.8 ms of CPU against 11.3 for 32 x 32 tiles of single elements.
  */
-export function transposeInto(src: Uint32Array, a: number, n: number, out: Uint32Array, stride: number): void {
+export function transposeInto(src: Elements, a: number, n: number, out: Elements, stride: number): void {
   const T = 64;
   for (let j0 = 0; j0 < n; j0 += T) {
     const j1 = Math.min(n, j0 + T);
@@ -310,7 +316,7 @@ const transpose: Layout = (lead, inner, [t], _d, cap) => {
     jobs.push({
       index: [...lead, 0, c],
       reads: [{ tensor: t as HfTensor, row0: b0, row1: b0 + n }],
-      fill: ([s], out) => transposeInto(s as Uint32Array, a, n, out, rpc),
+      fill: ([s], out) => transposeInto(s as Elements, a, n, out, rpc),
     });
   }
   return { chunk: [...lead.map(() => 1), a, rpc], jobs };
@@ -323,7 +329,7 @@ const transpose: Layout = (lead, inner, [t], _d, cap) => {
 function fillHeads(parts: readonly { first: number; rotary: boolean }[], d: Dims, rpc: number, n0: number, perm: Int32Array) {
   const D = d.hidden;
   const hd = d.headDim;
-  return (segs: readonly Uint32Array[], out: Uint32Array) =>
+  return (segs: readonly Elements[], out: Elements) =>
     segs.forEach((src, s) => {
       const part = parts[s] as { first: number; rotary: boolean };
       const heads = src.length / (hd * D);
@@ -489,6 +495,18 @@ export function fromF32Bits(bits: Uint32Array, dtype: ImportDtype, into?: Uint8A
   const out = into === undefined ? new Uint16Array(bits.length) : new Uint16Array(into.buffer, into.byteOffset, bits.length);
   for (let i = 0; i < bits.length; i++) out[i] = bf16Bits(bits[i] as number);
   return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
+}
+
+/**
+ * bfloat16 bits with every NaN the quiet NaN of its sign (0x7fc0), in place, as their bytes: what bf16Bits makes of
+ * a bfloat16 widened to float32, where every other value comes back as it was.
+ */
+export function canonicalNaNs(h: Uint16Array): Uint8Array {
+  for (let i = 0; i < h.length; i++) {
+    const v = h[i] as number;
+    if ((v & 0x7fff) > 0x7f80) h[i] = (v & 0x8000) | 0x7fc0;
+  }
+  return new Uint8Array(h.buffer, h.byteOffset, h.byteLength);
 }
 
 // ---- The import ------------------------------------------------------------------------------------------
@@ -700,9 +718,13 @@ export async function importHf(sourceLocation: string, destRoot: string, options
         });
       }),
     );
+    // A bfloat16 source imported as bfloat16 is moved as it is: its bits are what the float32 round trip gives,
+    // but for NaN payloads, made the canonical quiet NaN after (as bf16Bits does), without the two passes.
+    const narrow = dtype === "bfloat16" && j.reads.every((s) => s.tensor.dtype === "BF16");
     let bitsBuffer = raw;
-    let segs: Uint32Array[];
-    if (j.reads.every((s) => s.tensor.dtype === "F32")) segs = read.map((r) => toF32Bits(r, "F32"));
+    let segs: Elements[];
+    if (narrow) segs = read.map((r) => new Uint16Array(r.buffer, r.byteOffset, r.length >>> 1));
+    else if (j.reads.every((s) => s.tensor.dtype === "F32")) segs = read.map((r) => toF32Bits(r, "F32"));
     else {
       bitsBuffer = buffers.take();
       let e = 0;
@@ -714,19 +736,21 @@ export async function importHf(sourceLocation: string, destRoot: string, options
       buffers.give(raw);
     }
     let chunkBuffer = bitsBuffer;
-    let chunk = segs[0] as Uint32Array;
+    let chunk = segs[0] as Elements;
     if (j.whole !== true) {
       chunkBuffer = buffers.take();
-      chunk = new Uint32Array(chunkBuffer, 0, n);
+      chunk = narrow ? new Uint16Array(chunkBuffer, 0, n) : new Uint32Array(chunkBuffer, 0, n);
       // A reused buffer holds the last chunk's bits: the edge padding the segments do not cover is zeroed.
       if (segs.reduce((a, s) => a + s.length, 0) < n) chunk.fill(0);
       j.fill(segs, chunk);
       buffers.give(bitsBuffer);
     }
-    let data = fromF32Bits(chunk, "float32");
-    if (dtype !== "float32") {
+    let data: Uint8Array;
+    if (narrow) data = canonicalNaNs(chunk as Uint16Array);
+    else if (dtype === "float32") data = fromF32Bits(chunk as Uint32Array, "float32");
+    else {
       const castBuffer = buffers.take();
-      data = fromF32Bits(chunk, dtype, new Uint8Array(castBuffer));
+      data = fromF32Bits(chunk as Uint32Array, dtype, new Uint8Array(castBuffer));
       buffers.give(chunkBuffer);
     }
     const frameBuffer = buffers.take();

@@ -8,10 +8,10 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { decompressExact } from "../../src/codecs/zstd.js";
 import { exportHf } from "../../src/hf/export.js";
-import { importHf, toF32Bits } from "../../src/hf/import.js";
+import { canonicalNaNs, importHf, toF32Bits } from "../../src/hf/import.js";
 import { parseHeader } from "../../src/hf/safetensors.js";
 import { parseIndex } from "../../src/regular/index-file.js";
-import { castToBfloat16 } from "../../src/zarr/cast.js";
+import { bf16Bits, castToBfloat16 } from "../../src/zarr/cast.js";
 import { chunkGrid, product } from "../../src/zarr/metadata.js";
 import { runCli } from "../helpers/cli.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
@@ -224,6 +224,15 @@ describe("sources", () => {
     expect([...new Float32Array(toF32Bits(pool.subarray(7, 19), "F32").buffer)]).toEqual([...f32]);
     const bf16 = Buffer.from([0, 0xc0, 0x3f, 0x80, 0xbf]); // 1.5, -1.0 behind one byte
     expect([...new Float32Array(toF32Bits(bf16.subarray(1, 5), "BF16").buffer)]).toEqual([1.5, -1]);
+  });
+
+  test("bfloat16 moved as it is gives every one of the 65,536 values as the float32 round trip does (NaNs made quiet)", () => {
+    const all = new Uint16Array(65536).map((_, v) => v);
+    const moved = new Uint16Array(canonicalNaNs(all.slice()).buffer);
+    for (let v = 0; v < 65536; v++) if (moved[v] !== bf16Bits(v << 16)) expect([v, moved[v]]).toEqual([v, bf16Bits(v << 16)]);
+    expect(moved[0x7fc1]).toBe(0x7fc0);
+    expect(moved[0xff81]).toBe(0xffc0);
+    expect(moved[0x7f80]).toBe(0x7f80); // +inf stays
   });
 
   test("float16 tensors: every value exactly its float32 (subnormals too), through the same mapping", async () => {
