@@ -233,6 +233,19 @@ describe("sources", () => {
     expect(moved[0x7fc1]).toBe(0x7fc0);
     expect(moved[0xff81]).toBe(0xffc0);
     expect(moved[0x7f80]).toBe(0x7f80); // +inf stays
+    // At either element offset, of either parity of length: the same, element by element, and nothing outside.
+    for (const [from, to] of [
+      [1, 65534],
+      [1, 65535],
+      [0, 65535],
+    ] as const) {
+      const part = all.slice();
+      canonicalNaNs(part.subarray(from, to));
+      for (let v = 0; v < 65536; v++) {
+        const want = v >= from && v < to ? moved[v] : v;
+        if (part[v] !== want) expect([from, to, v, part[v]]).toEqual([from, to, v, want]);
+      }
+    }
   });
 
   test("float16 tensors: every value exactly its float32 (subnormals too), through the same mapping", async () => {
