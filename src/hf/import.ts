@@ -329,15 +329,38 @@ const transpose: Layout = (lead, inner, [t], _d, cap) => {
 function fillHeads(parts: readonly { first: number; rotary: boolean }[], d: Dims, rpc: number, n0: number, perm: Int32Array) {
   const D = d.hidden;
   const hd = d.headDim;
+  const S = rpc * hd;
+  const T = 128;
+  const same = Int32Array.from({ length: hd }, (_, x) => x);
+  // Each head is a transpose of its hd rows (permuted) into a column block of the chunk: done in tiles of T of
+  // the hidden axis, four rows at a time, as transposeInto does (2-3x faster than a whole output column per row).
   return (segs: readonly Elements[], out: Elements) =>
     segs.forEach((src, s) => {
       const part = parts[s] as { first: number; rotary: boolean };
+      const rows = part.rotary ? perm : same;
       const heads = src.length / (hd * D);
       for (let h = 0; h < heads; h++) {
-        const local = part.first + h - n0;
-        for (let x = 0; x < hd; x++) {
-          const from = (h * hd + (part.rotary ? (perm[x] as number) : x)) * D;
-          for (let i = 0, o = local * hd + x; i < D; i++, o += rpc * hd) out[o] = src[from + i] as number;
+        const base = (part.first + h - n0) * hd;
+        const row0 = h * hd;
+        for (let i0 = 0; i0 < D; i0 += T) {
+          const i1 = Math.min(D, i0 + T);
+          let x = 0;
+          for (; x + 4 <= hd; x += 4) {
+            const s0 = (row0 + (rows[x] as number)) * D;
+            const s1 = (row0 + (rows[x + 1] as number)) * D;
+            const s2 = (row0 + (rows[x + 2] as number)) * D;
+            const s3 = (row0 + (rows[x + 3] as number)) * D;
+            for (let i = i0, o = i0 * S + base + x; i < i1; i++, o += S) {
+              out[o] = src[s0 + i] as number;
+              out[o + 1] = src[s1 + i] as number;
+              out[o + 2] = src[s2 + i] as number;
+              out[o + 3] = src[s3 + i] as number;
+            }
+          }
+          for (; x < hd; x++) {
+            const s0 = (row0 + (rows[x] as number)) * D;
+            for (let i = i0, o = i0 * S + base + x; i < i1; i++, o += S) out[o] = src[s0 + i] as number;
+          }
         }
       }
     });
