@@ -202,9 +202,7 @@ export class LocalStore implements Store {
     if (into.length < length) throw new RangeError(`readRangeInto: a buffer of ${into.length} bytes for ${length}`);
     if (length === 0) return into.subarray(0, 0);
     if (length <= SMALL_READ) return this.readSmall(key, offset, length, into);
-    const bytes = await this.readPiece(key, offset, length, offset, length);
-    into.set(bytes);
-    return into.subarray(0, length);
+    return this.readPiece(key, offset, length, offset, length, into.subarray(0, length));
   }
 
   /**
@@ -270,14 +268,22 @@ export class LocalStore implements Store {
   /**
    * `length` bytes at `offset`, a piece of the range [`whole`, `whole + wholeLength`) the caller wants (checked
    * against the object's size first: a corrupted length must not become a huge buffer, and a stream fails
-   * before its first piece), through a descriptor held only meanwhile, into a buffer of its own.
+   * before its first piece), through a descriptor held only meanwhile, into a buffer of its own (or `into`, exactly
+   * `length` long: readRangeInto's).
    */
-  private readPiece(key: string, offset: number, length: number, whole: number, wholeLength: number): Promise<Uint8Array> {
+  private readPiece(
+    key: string,
+    offset: number,
+    length: number,
+    whole: number,
+    wholeLength: number,
+    into?: Uint8Array,
+  ): Promise<Uint8Array> {
     return this.withFile(key, async (handle, info) => {
       if (whole + wholeLength > info.size) {
         throw shortRead(describe(this, key), whole, wholeLength, info.size);
       }
-      const out = new Uint8Array(length);
+      const out = into ?? new Uint8Array(length);
       const done = await readInto(handle, out, offset);
       if (done < length) throw shortRead(describe(this, key), whole, wholeLength, offset + done);
       return out;
@@ -422,22 +428,24 @@ export class LocalStore implements Store {
     return { files, dirs };
   }
 
+  /** The CRC-32C is computed for the result only (nothing stores it), so not when the caller wants none. */
   async write(key: string, data: Uint8Array | AsyncIterable<Uint8Array>, options?: WriteOptions): Promise<WriteResult> {
+    const checksum = options?.checksum !== false;
     return this.replaceAtomically(
       key,
       async (out) => {
         if (data instanceof Uint8Array) {
           await writeAll(out, data);
-          return { size: data.length, crc32c: crc32c(data) };
+          return checksum ? { size: data.length, crc32c: crc32c(data) } : { size: data.length };
         }
         let size = 0;
         let sum = 0;
         for await (const piece of tagSourceErrors(data)) {
-          sum = crc32c(piece, sum);
+          if (checksum) sum = crc32c(piece, sum);
           size += piece.length;
           await writeAll(out, piece);
         }
-        return { size, crc32c: sum };
+        return checksum ? { size, crc32c: sum } : { size };
       },
       false,
       options?.scratch === true,

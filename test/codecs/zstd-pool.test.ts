@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { compress, decompressExact } from "../../src/codecs/zstd.js";
-import { CompressPool } from "../../src/codecs/zstd-pool.js";
+import { CompressPool, compressBound } from "../../src/codecs/zstd-pool.js";
 
 /** Float-like bytes: partly compressible, as weights are. */
 function sample(n: number, seed: number): Uint8Array {
@@ -34,6 +34,37 @@ describe("CompressPool: zstd on worker threads", () => {
       const frame = await pool.compress(chunk);
       expect(chunk.byteLength).toBe(0);
       expect(decompressExact(frame, data.length, "chunk")).toEqual(data);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it("compressInto writes the same frame into the caller's shared buffer, leaving the chunk there, on a worker or not", async () => {
+    for (const threads of [1, 0]) {
+      const pool = new CompressPool(threads);
+      try {
+        const data = sample(20_000, 5);
+        const chunk = new Uint8Array(new SharedArrayBuffer(data.length));
+        chunk.set(data);
+        const into = new Uint8Array(new SharedArrayBuffer(compressBound(data.length) + 100));
+        const frame = await pool.compressInto(chunk, into);
+        expect(Buffer.from(frame).equals(Buffer.from(compress(data)))).toBe(true);
+        expect(frame.buffer).toBe(into.buffer);
+        expect(frame.byteOffset).toBe(0);
+        expect(Buffer.from(chunk).equals(Buffer.from(data))).toBe(true);
+      } finally {
+        await pool.close();
+      }
+    }
+  });
+
+  it("compressInto refuses a buffer smaller than zstd's bound, and on a worker one that is not shared", async () => {
+    const pool = new CompressPool(1);
+    try {
+      const data = new Uint8Array(new SharedArrayBuffer(1000));
+      data.set(sample(250, 4));
+      await expect(pool.compressInto(data, new Uint8Array(new SharedArrayBuffer(compressBound(1000) - 1)))).rejects.toThrow(RangeError);
+      await expect(pool.compressInto(data, new Uint8Array(compressBound(1000)))).rejects.toThrow(/SharedArrayBuffer/);
     } finally {
       await pool.close();
     }

@@ -8,10 +8,10 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { decompressExact } from "../../src/codecs/zstd.js";
 import { exportHf } from "../../src/hf/export.js";
-import { importHf, toF32Bits } from "../../src/hf/import.js";
+import { canonicalNaNs, importHf, toF32Bits } from "../../src/hf/import.js";
 import { parseHeader } from "../../src/hf/safetensors.js";
 import { parseIndex } from "../../src/regular/index-file.js";
-import { castToBfloat16 } from "../../src/zarr/cast.js";
+import { bf16Bits, castToBfloat16 } from "../../src/zarr/cast.js";
 import { chunkGrid, product } from "../../src/zarr/metadata.js";
 import { runCli } from "../helpers/cli.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
@@ -50,6 +50,33 @@ export function readRegularArray(stepDir: string, path: string): { dtype: string
     }
   }
   return { dtype: z.dtype, shape: z.shape, bytes: out };
+}
+
+/** How many bytes of a regular array's edge chunks lie outside the array (its padding) and are not zero. */
+function nonzeroPadding(stepDir: string, path: string): number {
+  const dir = join(stepDir, "gda", path);
+  const z = JSON.parse(readFileSync(join(dir, ".zarray"), "utf8")) as { shape: number[]; chunks: number[]; dtype: string };
+  const item = z.dtype === "<f4" ? 4 : 2;
+  const grid = chunkGrid({ shape: z.shape, chunkShape: z.chunks });
+  let nonzero = 0;
+  for (let g = 0; g < product(grid); g++) {
+    const index: number[] = [];
+    for (let d = z.shape.length - 1, rem = g; d >= 0; d--) {
+      index[d] = rem % (grid[d] as number);
+      rem = Math.floor(rem / (grid[d] as number));
+    }
+    const chunk = decompressExact(readFileSync(join(dir, index.join("."))), product(z.chunks) * item, path);
+    for (let e = 0; e < product(z.chunks); e++) {
+      let inside = true;
+      for (let d = 0, rem = e, stride = product(z.chunks); d < z.shape.length; d++) {
+        stride /= z.chunks[d] as number;
+        if ((index[d] as number) * (z.chunks[d] as number) + Math.floor(rem / stride) >= (z.shape[d] as number)) inside = false;
+        rem %= stride;
+      }
+      if (!inside) for (let k = 0; k < item; k++) if (chunk[e * item + k] !== 0) nonzero++;
+    }
+  }
+  return nonzero;
 }
 
 /** The .zarray of a stacked layer array of an imported step. */
@@ -135,6 +162,15 @@ describe("import-hf of an export-hf export gives back the fuji tree", () => {
     expectArraysEqual(step, arrays, "float32");
   });
 
+  test("edge chunks are padded with zeros, though each is made in a buffer an earlier chunk filled", async () => {
+    const { root, arrays, hf } = await exported(GQA, "float32", 10);
+    await importHf(hf, join(root, "ckpt"), { maxChunkElements: 700 });
+    const step = join(root, "ckpt", "step_00000000");
+    // 8 heads of q, k and v in chunks of 3: the last of each layer holds 2; the feed-forward's 40 rows in 21s.
+    expect(zarray(step, "self_attention/attention/i_proj/i_proj/qkv_proj/weight").chunks).toEqual([1, 32, 3, 8]);
+    for (const a of arrays) expect(nonzeroPadding(step, a.path), a.path).toBe(0);
+  });
+
   test("a bfloat16 export imported as bfloat16 is the source cast", async () => {
     const { root, arrays, hf } = await exported(GQA, "bfloat16");
     await importHf(hf, join(root, "ckpt"), { dtype: "bfloat16", step: 5 });
@@ -188,6 +224,28 @@ describe("sources", () => {
     expect([...new Float32Array(toF32Bits(pool.subarray(7, 19), "F32").buffer)]).toEqual([...f32]);
     const bf16 = Buffer.from([0, 0xc0, 0x3f, 0x80, 0xbf]); // 1.5, -1.0 behind one byte
     expect([...new Float32Array(toF32Bits(bf16.subarray(1, 5), "BF16").buffer)]).toEqual([1.5, -1]);
+  });
+
+  test("bfloat16 moved as it is gives every one of the 65,536 values as the float32 round trip does (NaNs made quiet)", () => {
+    const all = new Uint16Array(65536).map((_, v) => v);
+    const moved = new Uint16Array(canonicalNaNs(all.slice()).buffer);
+    for (let v = 0; v < 65536; v++) if (moved[v] !== bf16Bits(v << 16)) expect([v, moved[v]]).toEqual([v, bf16Bits(v << 16)]);
+    expect(moved[0x7fc1]).toBe(0x7fc0);
+    expect(moved[0xff81]).toBe(0xffc0);
+    expect(moved[0x7f80]).toBe(0x7f80); // +inf stays
+    // At either element offset, of either parity of length: the same, element by element, and nothing outside.
+    for (const [from, to] of [
+      [1, 65534],
+      [1, 65535],
+      [0, 65535],
+    ] as const) {
+      const part = all.slice();
+      canonicalNaNs(part.subarray(from, to));
+      for (let v = 0; v < 65536; v++) {
+        const want = v >= from && v < to ? moved[v] : v;
+        if (part[v] !== want) expect([from, to, v, part[v]]).toEqual([from, to, v, want]);
+      }
+    }
   });
 
   test("float16 tensors: every value exactly its float32 (subnormals too), through the same mapping", async () => {

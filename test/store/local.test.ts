@@ -70,11 +70,32 @@ describe("LocalStore", () => {
     const bytes = await s.readRangeInto("f", 1, 4, buffer);
     expect(bytes.buffer).toBe(buffer.buffer);
     expect([...buffer]).toEqual([2, 3, 4, 5, 9, 9, 9, 9]);
-    const large = await s.readRangeInto("big", 1, big.length - 1, new Uint8Array(big.length));
+    const into = new Uint8Array(big.length);
+    const large = await s.readRangeInto("big", 1, big.length - 1, into);
+    expect(large.buffer).toBe(into.buffer); // read in place, not into a buffer of its own and copied
     expect(Buffer.compare(large, big.subarray(1))).toBe(0);
     await expect(s.readRangeInto("f", 4, 4, buffer)).rejects.toThrow(/\/f, offset 4: short read/);
     await expect(s.readRangeInto("absent", 0, 4, buffer)).rejects.toBeInstanceOf(NotFoundError);
     await expect(s.readRangeInto("f", 0, 6, new Uint8Array(4))).rejects.toThrow(RangeError);
+  });
+
+  test("a write asked for no checksum stores the same bytes and answers its size only", async () => {
+    const s = tempStore();
+    const data = new TextEncoder().encode("123456789");
+    expect(await s.write("plain", data, { checksum: false })).toEqual({ size: 9 });
+    expect(
+      await s.write(
+        "streamed",
+        (async function* () {
+          yield data.subarray(0, 4);
+          yield data.subarray(4);
+        })(),
+        { checksum: false },
+      ),
+    ).toEqual({ size: 9 });
+    expect(await s.write("checked", data)).toEqual({ size: 9, crc32c: 0xe3069283 });
+    expect(Buffer.from(await s.read("plain")).toString()).toBe("123456789");
+    expect(Buffer.from(await s.read("streamed")).toString()).toBe("123456789");
   });
 
   test("stat and listDir of local files carry no CRC-32C (nothing stores one)", async () => {

@@ -15,15 +15,17 @@ const START: CrcPoint = { at: 0, crc: 0 };
 /** A resumable session's answers: 308 for a chunk kept, 200/201 with the object after the last, 404/410 when it is gone. */
 const SESSION_STATUSES = [200, 201, 308, 404, 410];
 
+/** What an upload sent: its size and CRC-32C, which GCS checks every upload against (so always computed). */
+type Sent = Required<WriteResult>;
 /** One upload session's end: the object written, or why it must start over. */
-type SessionOutcome = { written: WriteResult } | { restart: TransientError };
+type SessionOutcome = { written: Sent } | { restart: TransientError };
 
 export class Uploads {
   constructor(private readonly api: JsonApi) {}
 
   /** An unconditional upload (it cannot fail a precondition). */
-  async put(name: string, path: string, data: Uint8Array | Uint8Array[]): Promise<WriteResult> {
-    return ((await this.upload(name, path, data)) as { written: WriteResult }).written;
+  async put(name: string, path: string, data: Uint8Array | Uint8Array[]): Promise<Sent> {
+    return ((await this.upload(name, path, data)) as { written: Sent }).written;
   }
 
   /**
@@ -38,7 +40,7 @@ export class Uploads {
     path: string,
     data: Uint8Array | Uint8Array[],
     ifGenerationMatch?: number,
-  ): Promise<{ written: WriteResult; generation: string } | undefined> {
+  ): Promise<{ written: Sent; generation: string } | undefined> {
     const pieces = data instanceof Uint8Array ? [data] : data;
     const written = { size: 0, crc32c: 0 };
     for (const p of pieces) {
@@ -95,7 +97,7 @@ export class Uploads {
    * the write fails; a re-run resumes). The whole object's CRC-32C is compared with the one GCS stored, and an
    * object that differs is deleted (that generation only) and uploaded again.
    */
-  async resumable(name: string, path: string, chunk: number, open: () => ChunkSource | undefined): Promise<WriteResult> {
+  async resumable(name: string, path: string, chunk: number, open: () => ChunkSource | undefined): Promise<Sent> {
     let source = open() as ChunkSource;
     let restart: TransientError | undefined;
     try {
@@ -170,7 +172,7 @@ export class Uploads {
   }
 
   /** A session's last answer: the object, if GCS stored what was sent; otherwise it is deleted (that generation only) and written again. */
-  private async finished(stored: ObjectResource, name: string, path: string, written: WriteResult): Promise<SessionOutcome> {
+  private async finished(stored: ObjectResource, name: string, path: string, written: Sent): Promise<SessionOutcome> {
     try {
       checkStored(stored, name, written);
     } catch (e) {
@@ -208,7 +210,7 @@ export class Uploads {
    * like any transient failure, uploads the object again from its first byte (unconditional, so the good bytes
    * replace the bad).
    */
-  async streamedPut(name: string, path: string, reader: RangeReader): Promise<WriteResult> {
+  async streamedPut(name: string, path: string, reader: RangeReader): Promise<Sent> {
     const size = reader.source.length;
     const req: GcsRequest = {
       method: "POST",
@@ -239,7 +241,7 @@ export class Uploads {
    * it is sent (nothing held in memory), and after a failure the source is reopened where GCS says it has the
    * bytes (from the last confirmed chunk, hashing up to there). The size is known, so every chunk says it.
    */
-  streamedResumable(name: string, path: string, chunk: number, reader: RangeReader): Promise<WriteResult> {
+  streamedResumable(name: string, path: string, chunk: number, reader: RangeReader): Promise<Sent> {
     const size = reader.source.length;
     return this.api.retrying("resumable upload", path, async () => {
       const outcome = await this.streamedSession(name, path, chunk, reader, size);
@@ -308,7 +310,7 @@ async function refused(a: Answer, path: string, status = 400): Promise<Error> {
 }
 
 /** What GCS says it stored must be what we sent (name, size and CRC-32C): otherwise the request was damaged. */
-function checkStored(stored: ObjectResource, name: string, sent: WriteResult): void {
+function checkStored(stored: ObjectResource, name: string, sent: Sent): void {
   if (stored.name !== name) throw new TransientError(`GCS stored the upload as ${JSON.stringify(stored.name)}`, "bad-answer");
   const crc = storedCrc(stored.crc32c).crc32c;
   if (Number(stored.size) !== sent.size || (crc !== undefined && crc !== sent.crc32c)) {
