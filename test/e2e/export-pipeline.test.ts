@@ -247,10 +247,13 @@ describe("the pipeline with hf_export", () => {
       m[1] as string,
       JSON.parse(m[2] as string),
     ]);
-    expect(payloadTerms).toEqual(expect.arrayContaining([["permanent", true]]));
+    // A bool field compares with "true"/"false" in any letter case (the Logging query language's "Values and
+    // conversions": https://cloud.google.com/logging/docs/view/logging-query-language).
+    expect(payloadTerms).toEqual(expect.arrayContaining([["permanent", "true"]]));
     expect(query).toContain("severity>=ERROR");
+    const holds = (field: unknown, v: unknown) => (typeof field === "boolean" ? String(field) === String(v).toLowerCase() : field === v);
     for (const e of errors) {
-      for (const [k, v] of payloadTerms) expect(e[k], `${k} of ${JSON.stringify(e)}`).toEqual(v);
+      for (const [k, v] of payloadTerms) expect(holds(e[k], v), `${k}=${JSON.stringify(v)} of ${JSON.stringify(e)}`).toBe(true);
       expect(e).toMatchObject({ phase: "export-shards", message: expect.stringMatching(message) });
     }
   });
