@@ -78,7 +78,7 @@ export function compareOutput(expected: string[], actual: string[]): string | nu
     }
     const at = skipping ? got.indexOf(line, g) : got[g] === line ? g : -1;
     if (at < 0)
-      return `line ${w + 1}: the docs show\n  ${line}\nthe command printed${skipping ? " nothing like it after line " + g : `\n  ${got[g] ?? "(nothing)"}`}`;
+      return `line ${w + 1}: the docs show\n  ${line}\nthe command printed${skipping ? ` nothing like it after line ${g}` : `\n  ${got[g] ?? "(nothing)"}`}`;
     g = at + 1;
     skipping = false;
   }
