@@ -59,6 +59,16 @@ const GRANTS = [
 ];
 
 /** Google's answers to the reads a later plan makes; every request is recorded. */
+/** A terraform state file (format 4, as terraform 1.11 writes it) holding `resources`, in a new folder: its path. */
+function stateFile(resources: unknown[]): string {
+  const file = join(tempDir("tf-state"), "terraform.tfstate");
+  writeFileSync(
+    file,
+    JSON.stringify({ version: 4, terraform_version: "1.11.4", serial: 1, lineage: randomUUID(), outputs: {}, resources }),
+  );
+  return file;
+}
+
 function standIn(requests: string[]): Server {
   return createServer((req, res) => {
     const path = (req.url ?? "").split("?")[0] ?? "";
@@ -181,19 +191,7 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
       });
       resources.set(key, r);
     }
-    const file = join(tempDir("tf-state"), "terraform.tfstate");
-    writeFileSync(
-      file,
-      JSON.stringify({
-        version: 4,
-        terraform_version: "1.11.4",
-        serial: 1,
-        lineage: randomUUID(),
-        outputs: {},
-        resources: [...resources.values()],
-      }),
-    );
-    return file;
+    return stateFile([...resources.values()]);
   }
 
   beforeAll(async () => {
@@ -311,18 +309,7 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
       resources.set(`${c.type}.${name}`, r);
     }
     expect([...resources.values()].flatMap((r) => r.instances)).toHaveLength(8);
-    const state = join(tempDir("tf-state"), "terraform.tfstate");
-    writeFileSync(
-      state,
-      JSON.stringify({
-        version: 4,
-        terraform_version: "1.11.4",
-        serial: 1,
-        lineage: randomUUID(),
-        outputs: {},
-        resources: [...resources.values()],
-      }),
-    );
+    const state = stateFile([...resources.values()]);
     const later = await planJson(state);
     expect(later.code, later.out).toBe(0);
     for (const [now, was] of Object.entries(earlier)) {
@@ -357,37 +344,26 @@ describe.skipIf(!present)(`a later apply of a deployed module, planned with hash
         name: `projects/${PROJECT_NUMBER}/dashboards/d1`,
         etag: "e1",
       };
-      const state = join(tempDir("tf-state"), "terraform.tfstate");
-      writeFileSync(
-        state,
-        JSON.stringify({
-          version: 4,
-          terraform_version: "1.11.4",
-          serial: 1,
-          lineage: randomUUID(),
-          outputs: {},
-          resources: [
+      const state = stateFile([
+        {
+          mode: "managed",
+          type: "google_monitoring_dashboard",
+          name: "pipeline",
+          provider: 'provider["registry.terraform.io/hashicorp/google"]',
+          instances: [
             {
-              mode: "managed",
-              type: "google_monitoring_dashboard",
-              name: "pipeline",
-              provider: 'provider["registry.terraform.io/hashicorp/google"]',
-              instances: [
-                {
-                  schema_version: schemaVersions.google_monitoring_dashboard ?? 0,
-                  attributes: {
-                    id: `projects/${PROJECT_NUMBER}/dashboards/d1`,
-                    project: "my-project",
-                    dashboard_json: JSON.stringify(answered),
-                    deletion_policy: "DELETE",
-                  },
-                  sensitive_attributes: [],
-                },
-              ],
+              schema_version: schemaVersions.google_monitoring_dashboard ?? 0,
+              attributes: {
+                id: `projects/${PROJECT_NUMBER}/dashboards/d1`,
+                project: "my-project",
+                dashboard_json: JSON.stringify(answered),
+                deletion_policy: "DELETE",
+              },
+              sensitive_attributes: [],
             },
           ],
-        }),
-      );
+        },
+      ]);
       const r = await tf(["plan", "-refresh=false", "-input=false", "-no-color", "-lock=false", `-state=${state}`], dir());
       expect(r.code, r.out).toBe(0);
       return r.stdout.split("\n").find((l) => l.startsWith("Plan: ") || l.startsWith("No changes.")) ?? r.out;
