@@ -1,13 +1,14 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test, vi } from "vitest";
 import { DEFAULT_EXPORT_MEMORY, exportHf } from "../../src/hf/export.js";
 import { INDEX_NAME } from "../../src/hf/shards.js";
 import { removeScratch, scratch } from "../helpers/convert.js";
 import { moduleDashboard } from "../helpers/dashboard-json.js";
-import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { downloadDir, emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { AXLEARN_FUJI_ROOT, HF_PYTHON } from "../helpers/paths.js";
+import { expectSameFiles } from "../helpers/same-files.js";
 import type { Running } from "../helpers/servers.js";
 import { deployedSettings } from "./deployed.js";
 import { printLogsOnFailure, startFunction } from "./emulators.js";
@@ -95,23 +96,6 @@ async function theExecution(bucket: string): Promise<Execution> {
   return p.finished(started[0] as Execution, 240_000);
 }
 
-/** The objects under gs://bucket/prefix/, downloaded into a folder of the scratch directory. */
-async function download(bucket: string, prefix: string, dir: string): Promise<string> {
-  mkdirSync(dir, { recursive: true });
-  const [found] = await emulatorStorage()
-    .bucket(bucket)
-    .getFiles({ prefix: `${prefix}/` });
-  for (const f of found) writeFileSync(join(dir, f.name.slice(prefix.length + 1)), (await f.download())[0]);
-  return dir;
-}
-
-/** The same file names, byte for byte: nothing more (no partial or scratch object), nothing less. */
-function expectSameFiles(got: string, want: string) {
-  const names = readdirSync(want).sort();
-  expect(readdirSync(got).sort()).toEqual(names);
-  for (const n of names) expect(Buffer.compare(readFileSync(join(got, n)), readFileSync(join(want, n))), n).toBe(0);
-}
-
 async function names(bucket: string, prefix: string): Promise<string[]> {
   const [found] = await emulatorStorage().bucket(bucket).getFiles({ prefix });
   return found.map((f) => f.name).sort();
@@ -173,7 +157,7 @@ describe("the pipeline with hf_export", () => {
         .filter((c) => c.connector === "task" && c.job === "export-shards");
       expect(tasks.map((c) => c.task).sort()).toEqual([0, 1, 2, 3]);
 
-      const got = await download(bucket, `${HF}/step_00001000`, join(work, "pipeline-export-fuji"));
+      const got = await downloadDir(bucket, `${HF}/step_00001000`, join(work, "pipeline-export-fuji"));
       expectSameFiles(got, fujiReference as string);
       await waitForExportEvent(hf);
       expect(exportEvents(hf)).toEqual(["export.succeeded"]);
@@ -208,7 +192,7 @@ describe("the pipeline with hf_export", () => {
     ]);
     const retried = p.jobLines().filter((l) => l.message === "shards written" && l.export === hf && l.task === 1);
     expect(retried).toEqual([expect.objectContaining({ written: 5, kept: 2 })]);
-    expectSameFiles(await download(bucket, `${HF}/step_00001000`, join(work, "pipeline-export-killed")), reference);
+    expectSameFiles(await downloadDir(bucket, `${HF}/step_00001000`, join(work, "pipeline-export-killed")), reference);
     await waitForExportEvent(hf);
     expect(exportEvents(hf)).toEqual(["export.succeeded"]);
   });

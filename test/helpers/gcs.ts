@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { IdempotencyStrategy, Storage, type StorageOptions } from "@google-cloud/storage";
 import { inject } from "vitest";
@@ -46,4 +46,12 @@ export async function uploadDir(
       .filter((k) => !skip(k))
       .map((k) => b.file(prefix === "" ? k : `${prefix}/${k}`).save(readFileSync(join(localDir, k)), { resumable: false })),
   );
+}
+
+/** Downloads the objects under gs://bucket/prefix/ (a flat folder, as an export's) into `dir`; returns `dir`. */
+export async function downloadDir(bucket: string, prefix: string, dir: string, storage: Storage = emulatorStorage()): Promise<string> {
+  mkdirSync(dir, { recursive: true });
+  const [found] = await storage.bucket(bucket).getFiles({ prefix: `${prefix}/` });
+  for (const f of found) writeFileSync(join(dir, f.name.slice(prefix.length + 1)), (await f.download())[0]);
+  return dir;
 }

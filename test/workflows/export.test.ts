@@ -1,9 +1,10 @@
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { DEFAULT_EXPORT_MEMORY, exportHf } from "../../src/hf/export.js";
 import { INDEX_NAME } from "../../src/hf/shards.js";
-import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { downloadDir, emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { expectSameFiles } from "../helpers/same-files.js";
 import { fujiArrays, writeRegularStep } from "../hf/fuji-tree.js";
 import { convertWorkflowSuite, PROJECT, runWorkflow } from "./emulator.js";
 
@@ -57,23 +58,6 @@ async function setUp(faults: (destination: string) => unknown[] = () => []) {
   return { ...staged, hf: `gs://${staged.bucket}/runs/exp/hf/step_00001000` };
 }
 
-/** The export's files in the fake GCS, downloaded into a folder of the scratch directory. */
-async function download(bucket: string, prefix: string): Promise<string> {
-  const dir = join(work, `got-${bucket}`);
-  mkdirSync(dir, { recursive: true });
-  const [found] = await emulatorStorage()
-    .bucket(bucket)
-    .getFiles({ prefix: `${prefix}/` });
-  for (const f of found) writeFileSync(join(dir, f.name.slice(prefix.length + 1)), (await f.download())[0]);
-  return dir;
-}
-
-function expectSameFiles(got: string, want: string) {
-  const names = readdirSync(want).sort();
-  expect(readdirSync(got).sort()).toEqual(names);
-  for (const n of names) expect(Buffer.compare(readFileSync(join(got, n)), readFileSync(join(want, n))), n).toBe(0);
-}
-
 const converted = async (bucket: string) =>
   (await emulatorStorage().bucket(bucket).file("runs/exp/regular/step_00001000/index").exists())[0];
 
@@ -93,7 +77,7 @@ describe("convert.yaml with an export", () => {
     expect(runs(destination, "export-begin").map((c) => c.taskCount)).toEqual([1]);
     expect(runs(destination, "export-shards").map((c) => c.taskCount)).toEqual([2]);
     expect(runs(destination, "export-finalize").map((c) => c.taskCount)).toEqual([1]);
-    expectSameFiles(await download(bucket, "runs/exp/hf/step_00001000"), reference);
+    expectSameFiles(await downloadDir(bucket, "runs/exp/hf/step_00001000", join(work, `got-${bucket}`)), reference);
     expect(events(bucket).map((e) => [e.type, e.destination])).toEqual([
       ["conversion.succeeded", destination],
       ["export.succeeded", hf],
@@ -133,7 +117,7 @@ describe("convert.yaml with an export", () => {
       (c) => c.connector === "task" && c.job === "export-shards" && c.destination === destination,
     );
     expect(tasks.map((c) => c.task).sort()).toEqual([0, 1, 2, 3]);
-    expectSameFiles(await download(bucket, "runs/reg/hf/step_00000100"), want);
+    expectSameFiles(await downloadDir(bucket, "runs/reg/hf/step_00000100", join(work, `got-${bucket}`)), want);
   }, 300_000);
 
   test("convert false exports the step straight from its Orbax source and converts nothing", async () => {
@@ -149,7 +133,7 @@ describe("convert.yaml with an export", () => {
     expect(runs(destination, "convert-group")).toEqual([]);
     expect(runs(destination, "finalize")).toEqual([]);
     expect(await converted(bucket)).toBe(false);
-    expectSameFiles(await download(bucket, "runs/exp/hf/step_00001000"), reference);
+    expectSameFiles(await downloadDir(bucket, "runs/exp/hf/step_00001000", join(work, `got-${bucket}`)), reference);
     expect(events(bucket).map((e) => e.type)).toEqual(["export.succeeded"]);
   }, 300_000);
 
@@ -183,7 +167,7 @@ describe("convert.yaml with an export", () => {
       [0, false],
       [1, true],
     ]);
-    expectSameFiles(await download(bucket, "runs/exp/hf/step_00001000"), reference);
+    expectSameFiles(await downloadDir(bucket, "runs/exp/hf/step_00001000", join(work, `got-${bucket}`)), reference);
   }, 300_000);
 
   test("a permanent failure fails the export once, with export.failed and no index", async () => {
