@@ -155,9 +155,9 @@ class ReadBuffers {
       // A failed read's or decode's buffer is dropped rather than given back.
       const bytes = await store.readRangeInto(key, offset, length, buffer);
       if (size < POOL_MIN_BYTES || bytes.buffer !== buffer.buffer) {
-        const decoded = decodeChunkFrame(bytes, size, path);
+        const decoded = decodeHere(bytes, size, path, bf16);
         this.give(buffer);
-        return bf16 ? castToBfloat16(decoded, FLOAT32) : decoded;
+        return decoded;
       }
       const decoded = await sharedDecodePool(WHOLE_CHUNK_BYTES).decode(bytes, size, path, bf16);
       this.give(buffer);
@@ -196,6 +196,12 @@ class ReadBuffers {
   }
 }
 
+/** A whole chunk decoded on this thread (decodeChunkFrame), cast to bfloat16 with `bf16`. */
+function decodeHere(bytes: Uint8Array, size: number, path: string, bf16: boolean): Uint8Array {
+  const decoded = decodeChunkFrame(bytes, size, path);
+  return bf16 ? castToBfloat16(decoded, FLOAT32) : decoded;
+}
+
 /** A small chunk read and decoded whole, through a reused buffer where the store reads into one. */
 async function* wholeZstdChunk(
   store: Store,
@@ -207,10 +213,8 @@ async function* wholeZstdChunk(
   path: string,
   bf16: boolean,
 ): AsyncIterable<Uint8Array> {
-  if (store.readRangeInto === undefined) {
-    const decoded = decodeChunkFrame(await store.readRange(key, offset, length), size, path);
-    yield bf16 ? castToBfloat16(decoded, FLOAT32) : decoded;
-  } else yield await buffers.readDecoded(store as Store & Required<Pick<Store, "readRangeInto">>, key, offset, length, size, path, bf16);
+  if (store.readRangeInto === undefined) yield decodeHere(await store.readRange(key, offset, length), size, path, bf16);
+  else yield await buffers.readDecoded(store as Store & Required<Pick<Store, "readRangeInto">>, key, offset, length, size, path, bf16);
 }
 
 /** A zstd chunk: decoded whole when small (WHOLE_CHUNK_BYTES), else streamed a window at a time. */
