@@ -196,7 +196,10 @@ class ReadBuffers {
   }
 }
 
-/** A whole chunk decoded on this thread (decodeChunkFrame), cast to bfloat16 with `bf16`. */
+/**
+ * A whole chunk decoded on this thread (decodeChunkFrame), cast to bfloat16 with `bf16` into a buffer of the cast's
+ * size (not the decode pool's cast in place, whose view would keep the float32 chunk alive while it is held).
+ */
 function decodeHere(bytes: Uint8Array, size: number, path: string, bf16: boolean): Uint8Array {
   const decoded = decodeChunkFrame(bytes, size, path);
   return bf16 ? castToBfloat16(decoded, FLOAT32) : decoded;
