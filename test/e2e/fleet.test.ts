@@ -1,10 +1,11 @@
-import { appendFileSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test, vi } from "vitest";
 import type { StepRow, StepStatus } from "../../src/cloud/ops/status.js";
 import { CLAIM_KEY } from "../../src/convert/work-dir.js";
 import { type CliResult, runBin, runBinAsync } from "../helpers/cli.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
+import { writeFaults } from "../helpers/faults-file.js";
 import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
 import { type Deployed, deployedSettings } from "./deployed.js";
@@ -39,7 +40,7 @@ beforeAll(async () => {
     GOOGLE_CLOUD_PROJECT: "test-project",
     METADATA_SERVER_DETECTION: "none",
   };
-  writeFileSync(join(work, "faults.json"), "[]");
+  writeFaults(join(work, "faults.json"), []);
   // Events are pipeline.test.ts's business: here they go to a file.
   workflows = await startDeployedWorkflow(work, deployed, { ...emulators, E2E_PUBSUB_LOG: join(work, "published.jsonl") });
   runApi = await startRunApi(join(work, "runs"), join(work, "run-api.log"));
@@ -108,7 +109,7 @@ const settled = (bucket: string, step: number) =>
     return s && s.state !== "running" && s.state !== "claimed" ? s : undefined;
   });
 
-const faults = (list: unknown[]) => writeFileSync(join(work, "faults.json"), JSON.stringify(list));
+const faults = (list: unknown[]) => writeFaults(join(work, "faults.json"), list);
 const destinationOf = (bucket: string) => `gs://${bucket}/${ROOT_PATH}/regular`;
 
 // One root whose steps are in every state, built once; the tests below read it in order (the last two

@@ -3,13 +3,14 @@
 // the Workflows emulator running workflows/convert.yaml with the jobs as local processes (connector-hook.mjs), the
 // trigger function under the real functions-framework, and an Executions API client; plus what the tests do with
 // them (deliver a commit event as Eventarc does, find and wait for executions, read the hooks' and jobs' logs).
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { PubSub } from "@google-cloud/pubsub";
 import { ExecutionsClient, type protos } from "@google-cloud/workflows";
 import { PassThroughClient } from "google-auth-library";
 import { inject } from "vitest";
 import type { ConversionEvent } from "../../src/cloud/api/events.js";
+import { writeFaults } from "../helpers/faults-file.js";
 import { emulatorStorage } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
 import type { Deployed } from "./deployed.js";
@@ -88,7 +89,7 @@ export async function startPipeline(work: string, deployed: Deployed, subscripti
     METADATA_SERVER_DETECTION: "none",
   };
   const faultsFile = join(work, "faults.json");
-  const setFaults = (faults: unknown[]) => writeFileSync(faultsFile, JSON.stringify(faults));
+  const setFaults = (faults: unknown[]) => writeFaults(faultsFile, faults);
   setFaults([]);
   const workflows = await startDeployedWorkflow(work, deployed, emulators);
   const endpoints = { ...emulators, ORBAX2REG_WORKFLOWS_ENDPOINT: workflows.url };

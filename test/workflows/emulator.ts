@@ -1,11 +1,12 @@
 // Runs workflows on the Workflows emulator (tools/workflows-emulator/wfemu.py) through its Executions REST API,
 // for the tests in this directory.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, inject } from "vitest";
 import { deployedSettings } from "../e2e/deployed.js";
 import { startWorkflows } from "../e2e/emulators.js";
 import { removeScratch, scratch } from "../helpers/convert.js";
+import { writeFaults } from "../helpers/faults-file.js";
 import { newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
 
@@ -154,7 +155,7 @@ export function convertWorkflowSuite(label: string, o: ConvertWorkflowOptions, s
       const bucket = await newBucket(prefix);
       await uploadDir(checkpoint, bucket, step);
       const destination = `gs://${bucket}/runs/exp/regular`;
-      writeFileSync(file("faults.json"), JSON.stringify(faults(destination)));
+      writeFaults(file("faults.json"), faults(destination));
       return { bucket, destination, argument: { source: `gs://${bucket}/${step}`, destination } };
     },
   };

@@ -1,8 +1,8 @@
-import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { DEFAULT_EXPORT_MEMORY, exportHf } from "../../src/hf/export.js";
 import { INDEX_NAME } from "../../src/hf/shards.js";
+import { writeFaults } from "../helpers/faults-file.js";
 import { downloadDir, emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { expectSameFiles } from "../helpers/same-files.js";
 import { fujiArrays, writeRegularStep } from "../hf/fuji-tree.js";
@@ -98,7 +98,7 @@ describe("convert.yaml with an export", () => {
     await uploadDir(local, bucket, "runs/reg/step_00000100");
     const destination = `gs://${bucket}/runs/reg/regular`;
     const hf = `gs://${bucket}/runs/reg/hf/step_00000100`;
-    writeFileSync(file("faults.json"), "[]");
+    writeFaults(file("faults.json"), []);
     const run = await runWorkflow(
       emulator,
       "convert",

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { stringify } from "yaml";
 import { startWorkflows } from "../e2e/emulators.js";
 import { fixtureCase, removeScratch, scratch } from "../helpers/convert.js";
+import { writeFaults } from "../helpers/faults-file.js";
 import { newBucket, uploadDir } from "../helpers/gcs.js";
 import type { Running } from "../helpers/servers.js";
 import { runWorkflow, startConvertWorkflow } from "./emulator.js";
@@ -164,7 +165,7 @@ describe("convert.yaml's step budget", () => {
     const bucket = await newBucket("steps");
     await uploadDir(tiny.location, bucket, STEP);
     const destination = `gs://${bucket}/runs/exp/regular`;
-    writeFileSync(file("faults.json"), JSON.stringify(faults(destination)));
+    writeFaults(file("faults.json"), faults(destination));
     const run = await runWorkflow(convert, "convert", { source: `gs://${bucket}/${STEP}`, destination, job_timeout: WEEK }, 600_000);
     return { run, ...(await countsOf(run.name, convert)) };
   }
