@@ -26,6 +26,7 @@ export class CountingStore implements Store {
   readonly removeAbandoned?: (prefix: string) => Promise<number>;
   readonly abandonedIn?: (dir: string) => Promise<string[]>;
   readonly removeEmptyDirectories?: (prefix: string) => Promise<void>;
+  readonly readRangeInto?: (key: string, offset: number, length: number, into: Uint8Array) => Promise<Uint8Array>;
 
   constructor(
     readonly inner: Store,
@@ -57,7 +58,13 @@ export class CountingStore implements Store {
         },
       };
     }
-    const { removeAbandoned, abandonedIn, removeEmptyDirectories } = inner;
+    const { removeAbandoned, abandonedIn, removeEmptyDirectories, readRangeInto } = inner;
+    if (readRangeInto !== undefined) {
+      this.readRangeInto = (key, offset, length, into) => {
+        this.countRange(key, offset, length);
+        return readRangeInto.call(inner, key, offset, length, into);
+      };
+    }
     if (removeAbandoned !== undefined) this.removeAbandoned = (prefix) => removeAbandoned.call(inner, prefix);
     if (abandonedIn !== undefined) {
       this.abandonedIn = (dir) => {
@@ -110,17 +117,20 @@ export class CountingStore implements Store {
   }
 
   readRange(key: string, offset: number, length: number): Promise<Uint8Array> {
-    this.counts.rangeReads++;
-    this.counts.bytesRead += length;
-    if (this.options.log) this.ranges.push({ key, offset, length });
+    this.countRange(key, offset, length);
     return this.inner.readRange(key, offset, length);
   }
 
   readStream(key: string, offset: number, length: number): AsyncIterable<Uint8Array> {
+    this.countRange(key, offset, length);
+    return this.inner.readStream(key, offset, length);
+  }
+
+  /** A ranged read, however it is made (readRange, readRangeInto, readStream). */
+  private countRange(key: string, offset: number, length: number): void {
     this.counts.rangeReads++;
     this.counts.bytesRead += length;
     if (this.options.log) this.ranges.push({ key, offset, length });
-    return this.inner.readStream(key, offset, length);
   }
 
   list(prefix: string): AsyncIterable<ObjectInfo> {

@@ -177,6 +177,22 @@ export class GcsStore implements Store {
   }
 
   /**
+   * readRange's bytes copied into `into` piece by piece as the body arrives (streamRange: a reset resumes from the
+   * first byte missing), instead of into a buffer of the range's own size first: an import reading every source
+   * tensor allocated one per chunk, 16 MiB each, and copied it once more into its own; V8 counted every one against
+   * its next garbage collection.
+   */
+  async readRangeInto(key: string, offset: number, length: number, into: Uint8Array): Promise<Uint8Array> {
+    if (into.length < length) throw new RangeError(`readRangeInto: a buffer of ${into.length} bytes for ${length}`);
+    let at = 0;
+    for await (const piece of this.streamRange(key, offset, length)) {
+      into.set(piece, at);
+      at += piece.length;
+    }
+    return into.subarray(0, length);
+  }
+
+  /**
    * A ranged GET: the answer, and how many bytes of its body precede `offset` (0, unless the server ignored
    * the Range header and sent the whole object); undefined when the object ends before `offset + length`.
    */

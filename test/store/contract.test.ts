@@ -109,6 +109,21 @@ describe.each(KINDS)("Store contract: $name", (kind) => {
     await expect(s.readRange("obj", 300, 1)).rejects.toThrow(FormatError);
   });
 
+  test("readRangeInto reads readRange's bytes into the caller's buffer, with readRange's refusals", async () => {
+    const s = kind.fresh();
+    if (s.readRangeInto === undefined) throw new Error(`${kind.name} has no readRangeInto`);
+    await s.write("obj", BYTES);
+    const into = new Uint8Array(300).fill(7);
+    const got = await s.readRangeInto("obj", 10, 200, into);
+    expect(got.buffer).toBe(into.buffer);
+    expect([...got]).toEqual([...BYTES.subarray(10, 210)]);
+    expect(into[200]).toBe(7); // nothing past the range written
+    expect((await s.readRangeInto("obj", 256, 0, into)).length).toBe(0);
+    await expect(s.readRangeInto("obj", 250, 10, into)).rejects.toThrow(FormatError);
+    await expect(s.readRangeInto("nope", 0, 1, into)).rejects.toThrow(NotFoundError);
+    await expect(s.readRangeInto("obj", 0, 10, new Uint8Array(4))).rejects.toThrow(RangeError);
+  });
+
   test("a missing object is a NotFoundError naming it; stat gives nothing", async () => {
     const s = kind.fresh();
     await expect(s.read("nope")).rejects.toThrow(NotFoundError);

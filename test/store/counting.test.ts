@@ -38,12 +38,28 @@ describe("CountingStore", () => {
     const local = new CountingStore(tempStore());
     expect(local.removeAbandoned).toBeTypeOf("function");
     expect(local.removeEmptyDirectories).toBeTypeOf("function");
+    expect(local.readRangeInto).toBeTypeOf("function");
     expect(local.versioned).toBeUndefined();
     const bare = new CountingStore(
-      Object.assign(Object.create(tempStore()) as Store, { removeAbandoned: undefined, removeEmptyDirectories: undefined }),
+      Object.assign(Object.create(tempStore()) as Store, {
+        removeAbandoned: undefined,
+        removeEmptyDirectories: undefined,
+        readRangeInto: undefined,
+      }),
     );
     expect(bare.removeAbandoned).toBeUndefined();
     expect(bare.removeEmptyDirectories).toBeUndefined();
+    expect(bare.readRangeInto).toBeUndefined();
+  });
+
+  test("counts readRangeInto as the ranged read it is", async () => {
+    const inner = tempStore();
+    await inner.write("f", new Uint8Array([1, 2, 3, 4, 5]));
+    const store = new CountingStore(inner, { log: true });
+    const into = new Uint8Array(3);
+    expect([...((await store.readRangeInto?.("f", 1, 3, into)) ?? [])]).toEqual([2, 3, 4]);
+    expect(store.counts).toMatchObject({ rangeReads: 1, bytesRead: 3 });
+    expect(store.ranges).toEqual([{ key: "f", offset: 1, length: 3 }]);
   });
 
   test("passes removeAbandoned and removeEmptyDirectories through to the inner store", async () => {
