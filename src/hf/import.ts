@@ -36,12 +36,15 @@ export type ImportDtype = "float32" | "bfloat16";
 export const RECORD_KEY = ".orbax2reg/import-hf.json";
 
 /**
- * Largest output chunk, in elements (16 MiB in float32): a stacked array's chunk is one layer's tensor, or a
- * range of its rows when the layer's tensor is larger (Llama-7B's gate_proj is 11008 x 4096: 12 chunks a layer).
+ * Largest output chunk, in elements (4 MiB in float32): a stacked array's chunk is one layer's tensor, or a range
+ * of its rows when the layer's tensor is larger (Llama-7B's gate_proj is 11008 x 4096: 43 chunks a layer). Small
+ * enough that a chunk is read, made, compressed and written while it is still in the CPU's cache: with 16 MiB
+ * chunks the kernel's copy of each frame into the page cache read it back from memory and took 41 % of the
+ * import's CPU (4 % at 4 MiB; the 2 GB benchmark's system time 2.1-4.2 s -> 1.1-1.2 s, bench/README.md).
  */
-export const MAX_CHUNK_ELEMENTS = 4 << 20;
+export const MAX_CHUNK_ELEMENTS = 1 << 20;
 
-/** Default --memory: the chunks in flight, each two buffers of 16 MiB and a little (bufferBytes): 4 at once, with room. */
+/** Default --memory: the chunks in flight, each two buffers of 4 MiB and a little (bufferBytes): 4 at once, with room. */
 export const DEFAULT_IMPORT_MEMORY = 256 * 2 ** 20;
 
 /** Chunks made at once: enough to overlap one's read with another's conversion and write. */
