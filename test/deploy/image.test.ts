@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { chmodSync, existsSync, readdirSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { createHash, randomUUID } from "node:crypto";
+import { chmodSync, existsSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, test } from "vitest";
 import { runJob } from "../../jobs/main.js";
 import { jsonLogger } from "../../src/cloud/api/log.js";
@@ -18,8 +18,9 @@ import { DEFAULT_EXPORT_MEMORY, exportHf } from "../../src/hf/export.js";
 import { type FaultProxy, isDownload, startFaultProxy } from "../faults/proxy.js";
 import { runBin } from "../helpers/cli.js";
 import { fixtureCase } from "../helpers/convert.js";
-import { emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
+import { downloadDir, emulatorStorage, newBucket, uploadDir } from "../helpers/gcs.js";
 import { AXLEARN_FUJI_ROOT } from "../helpers/paths.js";
+import { expectSameFiles } from "../helpers/same-files.js";
 import { testTls } from "../helpers/tls.mjs";
 import { tempDir } from "../helpers/tmp.js";
 
@@ -34,7 +35,13 @@ import { tempDir } from "../helpers/tmp.js";
 
 const ENGINE = process.env.ORBAX2REG_CONTAINER_ENGINE || "podman";
 const BASE = process.env.ORBAX2REG_IMAGE_BASE || "node:22-bookworm-slim";
-const IMAGE = "localhost/orbax2reg:test";
+/**
+ * The image's tag, this checkout's own: every checkout on a machine shares the engine's image store, so one tag for
+ * all would let two image tests at once (two worktrees, or CI beside a developer) run each other's image. Named by
+ * a hash of the repository root (where vitest runs) rather than the process: a run killed before its clean-up
+ * leaves at most one tag per checkout, which its next run takes over.
+ */
+const IMAGE = `localhost/orbax2reg:test-${createHash("sha256").update(process.cwd()).digest("hex").slice(0, 12)}`;
 
 function unavailable(): string | undefined {
   const version = spawnSync(ENGINE, ["--version"], { encoding: "utf8" });
@@ -143,6 +150,13 @@ describe.skipIf(skipped !== undefined)("the image", () => {
     bucket = await newBucket("image");
     await uploadDir(tiny.location, bucket, `runs/exp/${tiny.stepDir}`);
   }, 1_200_000);
+
+  // Removes this checkout's tag (only the tag where another checkout's tag names the same image; the build stage's
+  // cached layers stay, so the next build is quick). A failure is reported, not a failed suite: the tests have run.
+  afterAll(async () => {
+    const removed = await run(ENGINE, ["image", "rm", IMAGE]);
+    if (removed.code !== 0) process.stderr.write(`test/deploy/image.test.ts: could not remove ${IMAGE}: ${removed.output.trim()}\n`);
+  }, 60_000);
 
   describe("as the CLI (its entry point)", () => {
     /** `ENGINE run --rm [options] IMAGE ...args`: the image's entry point given the CLI's arguments. */
@@ -313,12 +327,7 @@ describe.skipIf(skipped !== undefined)("the image", () => {
 
         const want = tempDir("image-export");
         await exportHf(example, want, { memoryBytes: DEFAULT_EXPORT_MEMORY, maxShardSize: shard });
-        const [got] = await emulatorStorage()
-          .bucket(exportBucket)
-          .getFiles({ prefix: `${folder}/` });
-        const names = readdirSync(want).sort();
-        expect(got.map((f) => f.name.slice(folder.length + 1)).sort()).toEqual(names);
-        for (const n of names) expect(Buffer.compare(await bucketObject(`${folder}/${n}`), readFileSync(join(want, n))), n).toBe(0);
+        expectSameFiles(await downloadDir(exportBucket, folder, tempDir("image-export-got")), want);
       },
       600_000,
     );
