@@ -1,6 +1,5 @@
-import { createRequire } from "node:module";
 import os from "node:os";
-import { Worker } from "node:worker_threads";
+import { WorkerPool } from "./worker-pool.js";
 import { decodeChunkFrame } from "./zstd.js";
 
 /**
@@ -34,10 +33,9 @@ function castInPlace(bytes: Uint8Array, n: number): void {
 }
 
 /**
- * The worker's code, CommonJS evaluated as is (no file to find, the same from the sources under test and from
- * dist/), as zstd-pool.ts's: ChunkDecoder's loop on one context, into a slot and then one byte past the chunk
- * (where a longer frame would write); `ok` only for one frame that ends exactly at the input's end having decoded
- * exactly `size` bytes.
+ * The worker's code (worker-pool.ts runs it, one request in each of its slots at most): ChunkDecoder's loop on
+ * one context, into the request's slot and then one byte past the chunk (where a longer frame would write); `ok`
+ * only for one frame that ends exactly at the input's end having decoded exactly `size` bytes.
  */
 const WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
@@ -70,7 +68,7 @@ parentPort.on("message", (m) => {
   }
   if (!ok) dctx.reset(binding.ResetDirective.sessionOnly);
   else if (m.bf16) castInPlace(slots[m.slot], m.size >>> 2);
-  parentPort.postMessage({ id: m.id, ok });
+  parentPort.postMessage({ slot: m.slot, ok });
 });
 `;
 
@@ -87,30 +85,10 @@ export function decodePoolSize(): number {
   return Math.max(1, Math.min(2, os.availableParallelism() - 1));
 }
 
-interface Job {
-  readonly frame: Uint8Array;
-  readonly size: number;
-  readonly bf16: boolean;
-  readonly path: string;
-  readonly resolve: (decoded: Uint8Array) => void;
-  readonly reject: (e: Error) => void;
-}
-
-interface Thread {
-  readonly worker: Worker;
-  readonly slots: Uint8Array[];
-  /** Slots not decoding. */
-  readonly free: number[];
-  /** The job each busy slot decodes. */
-  readonly jobs: (Job | undefined)[];
-}
-
 export class DecodePool {
-  private readonly threads: Thread[] = [];
-  /** Jobs waiting for a free slot, oldest first. */
-  private readonly queue: Job[] = [];
-  private failure: Error | undefined;
-  private closing = false;
+  private readonly pool: WorkerPool<{ readonly ok: boolean }>;
+  /** Each worker's output slots, as this thread reads them. */
+  private readonly slots: Uint8Array[][];
 
   /**
    * `threads` 0 decodes on the calling thread; chunks of more than `maxBytes` decoded are always decoded there.
@@ -121,30 +99,18 @@ export class DecodePool {
     readonly maxBytes: number,
     threads = decodePoolSize(),
   ) {
-    const binding = createRequire(import.meta.url).resolve("zstd-napi/binding.js");
-    for (let i = 0; i < threads; i++) {
-      const buffers = Array.from({ length: SLOTS_PER_WORKER }, () => new SharedArrayBuffer(maxBytes));
-      const worker = new Worker(WORKER, {
-        eval: true,
-        workerData: { binding, windowLogMax: WINDOW_LOG_MAX, slots: buffers },
-        // Its heap holds little: a small young generation keeps the collector from saving up the compressed
-        // buffers' handles (the memory stays the caller's to reuse, but one it gave up is freed only then).
-        resourceLimits: { maxYoungGenerationSizeMb: 1 },
-      });
-      worker.unref();
-      const thread: Thread = {
-        worker,
-        slots: buffers.map((b) => new Uint8Array(b)),
-        free: buffers.map((_, k) => k),
-        jobs: buffers.map(() => undefined),
-      };
-      worker.on("message", (m: { id: number; ok: boolean }) => this.done(thread, m.id, m.ok));
-      worker.on("error", (e) => this.fail(e));
-      worker.on("exit", (code) => {
-        if (!this.closing) this.fail(new Error(`a zstd worker thread exited with code ${code}`));
-      });
-      this.threads.push(thread);
-    }
+    const buffers = Array.from({ length: threads }, () => Array.from({ length: SLOTS_PER_WORKER }, () => new SharedArrayBuffer(maxBytes)));
+    this.slots = buffers.map((slots) => slots.map((b) => new Uint8Array(b)));
+    this.pool = new WorkerPool({
+      code: WORKER,
+      threads,
+      workerData: (i) => ({ windowLogMax: WINDOW_LOG_MAX, slots: buffers[i] }),
+      // Its heap holds little: a small young generation keeps the collector from saving up the compressed
+      // buffers' handles (the memory stays the caller's to reuse, but one it gave up is freed only then).
+      resourceLimits: { maxYoungGenerationSizeMb: 1 },
+      slots: SLOTS_PER_WORKER,
+      unrefIdle: true,
+    });
   }
 
   /**
@@ -153,72 +119,28 @@ export class DecodePool {
    * memory until the promise settles), any other on the calling thread.
    */
   decode(frame: Uint8Array, size: number, path: string, bf16 = false): Promise<Uint8Array> {
-    if (this.failure !== undefined) return Promise.reject(this.failure);
-    if (this.threads.length === 0 || size > this.maxBytes || !(frame.buffer instanceof SharedArrayBuffer)) {
+    if (this.pool.failure !== undefined) return Promise.reject(this.pool.failure);
+    if (this.pool.threads === 0 || size > this.maxBytes || !(frame.buffer instanceof SharedArrayBuffer)) {
       try {
         return Promise.resolve(decodeHere(frame, size, path, bf16));
       } catch (e) {
         return Promise.reject(e);
       }
     }
-    return new Promise((resolve, reject) => {
-      this.queue.push({ frame, size, bf16, path, resolve, reject });
-      this.dispatch();
+    const { buffer, byteOffset: offset, byteLength: length } = frame;
+    return this.pool.request({ buffer, offset, length, size, bf16 }, [], ({ ok }, { worker, slot }) => {
+      // Refused by the worker: decoded here, where a bad chunk throws decodeChunkFrame's own error.
+      if (!ok) return decodeHere(frame, size, path, bf16);
+      // Not zero-filled first: every byte is copied over.
+      const n = bf16 ? size >>> 1 : size;
+      const out = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+      out.set(((this.slots[worker] as Uint8Array[])[slot] as Uint8Array).subarray(0, n));
+      return out;
     });
   }
 
-  /** Hands queued jobs to free slots, the least busy worker first. */
-  private dispatch(): void {
-    while (this.queue.length > 0) {
-      let thread: Thread | undefined;
-      for (const t of this.threads) if (t.free.length > (thread?.free.length ?? 0)) thread = t;
-      if (thread === undefined) return;
-      const job = this.queue.shift() as Job;
-      const slot = thread.free.pop() as number;
-      if (thread.free.length === SLOTS_PER_WORKER - 1) thread.worker.ref();
-      thread.jobs[slot] = job;
-      const { buffer, byteOffset: offset, byteLength: length } = job.frame;
-      thread.worker.postMessage({ id: slot, buffer, offset, length, size: job.size, slot, bf16: job.bf16 });
-    }
-  }
-
-  private done(thread: Thread, slot: number, ok: boolean): void {
-    const job = thread.jobs[slot];
-    thread.jobs[slot] = undefined;
-    if (job === undefined) return;
-    try {
-      if (ok) {
-        // Not zero-filled first: every byte is copied over.
-        const n = job.bf16 ? job.size >>> 1 : job.size;
-        const out = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
-        out.set((thread.slots[slot] as Uint8Array).subarray(0, n));
-        job.resolve(out);
-      } else {
-        // Refused by the worker: decoded here, where a bad chunk throws decodeChunkFrame's own error.
-        job.resolve(decodeHere(job.frame, job.size, job.path, job.bf16));
-      }
-    } catch (e) {
-      job.reject(e as Error);
-    }
-    thread.free.push(slot);
-    if (thread.free.length === SLOTS_PER_WORKER) thread.worker.unref();
-    this.dispatch();
-  }
-
-  private fail(e: Error): void {
-    this.failure ??= e;
-    for (const t of this.threads)
-      for (const [k, job] of t.jobs.entries()) {
-        job?.reject(e);
-        t.jobs[k] = undefined;
-      }
-    for (const job of this.queue.splice(0)) job.reject(e);
-  }
-
-  async close(): Promise<void> {
-    this.closing = true;
-    await Promise.all(this.threads.map((t) => t.worker.terminate()));
-    this.threads.length = 0;
+  close(): Promise<void> {
+    return this.pool.close();
   }
 }
 

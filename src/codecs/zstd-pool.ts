@@ -1,7 +1,6 @@
-import { createRequire } from "node:module";
 import os from "node:os";
-import { Worker } from "node:worker_threads";
 import binding from "zstd-napi/binding.js";
+import { WorkerPool } from "./worker-pool.js";
 import { compress } from "./zstd.js";
 
 /**
@@ -17,9 +16,8 @@ import { compress } from "./zstd.js";
  */
 
 /**
- * The worker's code, CommonJS evaluated as is (no file to find, the same from the sources under test and from
- * dist/): ZSTD_compress2 at the level on one context, as zstd-napi's `compress` does (so the same frame), the
- * frame transferred back in a buffer of its own.
+ * The worker's code (worker-pool.ts runs it): ZSTD_compress2 at the level on one context, as zstd-napi's
+ * `compress` does (so the same frame), the frame transferred back in a buffer of its own.
  */
 const WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
@@ -31,14 +29,14 @@ parentPort.on("message", (m) => {
     const src = new Uint8Array(m.buffer, m.offset, m.length);
     if (m.into !== undefined) {
       const n = cctx.compress2(new Uint8Array(m.into, m.intoOffset, m.intoLength), src);
-      parentPort.postMessage({ id: m.id, length: n });
+      parentPort.postMessage({ slot: m.slot, length: n });
       return;
     }
     const dst = new Uint8Array(binding.compressBound(m.length));
     const n = cctx.compress2(dst, src);
-    parentPort.postMessage({ id: m.id, frame: dst.buffer, length: n }, [dst.buffer]);
+    parentPort.postMessage({ slot: m.slot, frame: dst.buffer, length: n }, [dst.buffer]);
   } catch (e) {
-    parentPort.postMessage({ id: m.id, error: String((e && e.message) || e) });
+    parentPort.postMessage({ slot: m.slot, error: String((e && e.message) || e) });
   }
 });
 `;
@@ -57,19 +55,11 @@ export function compressBound(n: number): number {
 interface Answer {
   readonly frame?: ArrayBuffer;
   readonly length: number;
-}
-
-interface Pending {
-  readonly resolve: (answer: Answer) => void;
-  readonly reject: (e: Error) => void;
+  readonly error?: string;
 }
 
 export class CompressPool {
-  private readonly workers: { worker: Worker; busy: number }[] = [];
-  private readonly pending = new Map<number, Pending>();
-  private next = 0;
-  private failure: Error | undefined;
-  private closing = false;
+  private readonly pool: WorkerPool<Answer>;
   /** compressInto's context on the calling thread, for a pool of no threads (made on first use). */
   private cctx: InstanceType<typeof binding.CCtx> | undefined;
 
@@ -78,23 +68,7 @@ export class CompressPool {
     readonly size = poolSize(),
     private readonly level = 1,
   ) {
-    const binding = createRequire(import.meta.url).resolve("zstd-napi/binding.js");
-    for (let i = 0; i < size; i++) {
-      const worker = new Worker(WORKER, { eval: true, workerData: { binding, level } });
-      const slot = { worker, busy: 0 };
-      worker.on("message", (m: Answer & { id: number; error?: string }) => {
-        const p = this.pending.get(m.id);
-        this.pending.delete(m.id);
-        slot.busy--;
-        if (m.error !== undefined) p?.reject(new Error(`zstd compression failed: ${m.error}`));
-        else p?.resolve(m);
-      });
-      worker.on("error", (e) => this.fail(e));
-      worker.on("exit", (code) => {
-        if (!this.closing) this.fail(new Error(`a zstd worker thread exited with code ${code}`));
-      });
-      this.workers.push(slot);
-    }
+    this.pool = new WorkerPool<Answer>({ code: WORKER, threads: size, workerData: () => ({ level }) });
   }
 
   /**
@@ -102,8 +76,8 @@ export class CompressPool {
    * caller must not use it (nor any other view of that buffer) afterwards.
    */
   async compress(data: Uint8Array): Promise<Uint8Array> {
-    if (this.failure !== undefined) throw this.failure;
-    if (this.workers.length === 0) return compress(data, this.level);
+    if (this.pool.failure !== undefined) throw this.pool.failure;
+    if (this.pool.threads === 0) return compress(data, this.level);
     const { frame, length } = await this.send({ buffer: data.buffer, offset: data.byteOffset, length: data.byteLength }, [
       data.buffer as ArrayBuffer,
     ]);
@@ -116,10 +90,10 @@ export class CompressPool {
    * place: the caller must not touch either until this resolves.
    */
   async compressInto(data: Uint8Array, into: Uint8Array): Promise<Uint8Array> {
-    if (this.failure !== undefined) throw this.failure;
+    if (this.pool.failure !== undefined) throw this.pool.failure;
     if (into.length < compressBound(data.length))
       throw new RangeError(`compressInto: ${into.length} bytes for a frame of up to ${compressBound(data.length)}`);
-    if (this.workers.length === 0) {
+    if (this.pool.threads === 0) {
       if (this.cctx === undefined) {
         this.cctx = new binding.CCtx();
         this.cctx.setParameter(binding.CParameter.compressionLevel, this.level);
@@ -143,24 +117,13 @@ export class CompressPool {
   }
 
   private send(message: Record<string, unknown>, transfer: ArrayBuffer[]): Promise<Answer> {
-    const slot = this.workers.reduce((a, b) => (b.busy < a.busy ? b : a));
-    const id = this.next++;
-    slot.busy++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      slot.worker.postMessage({ ...message, id }, transfer);
+    return this.pool.request(message, transfer, (m) => {
+      if (m.error !== undefined) throw new Error(`zstd compression failed: ${m.error}`);
+      return m;
     });
   }
 
-  private fail(e: Error): void {
-    this.failure ??= e;
-    for (const p of this.pending.values()) p.reject(e);
-    this.pending.clear();
-  }
-
-  async close(): Promise<void> {
-    this.closing = true;
-    await Promise.all(this.workers.map((w) => w.worker.terminate()));
-    this.workers.length = 0;
+  close(): Promise<void> {
+    return this.pool.close();
   }
 }
