@@ -225,7 +225,9 @@ export function requireBuilt({ file = "dist/src/cli/main.js", command } = {}) {
     console.error(`${file} is missing: build first with \`npm run build\`${npm ? ` (or use \`npm run ${npm}\`)` : ""}`);
     process.exit(1);
   }
-  if (command !== undefined && sh(process.execPath, [join(ROOT, "bin/orbax2reg.js"), command, "--help"]).status !== 0) {
+  // An unknown command's --help prints the program's help and exits 0 too: the usage line tells them apart.
+  const help = command === undefined ? undefined : sh(process.execPath, [join(ROOT, "bin/orbax2reg.js"), command, "--help"]);
+  if (help !== undefined && (help.status !== 0 || !help.stdout.startsWith(`Usage: orbax2reg ${command} `))) {
     console.error(`this build of orbax2reg has no \`${command}\` command`);
     process.exit(1);
   }
