@@ -9,12 +9,23 @@
 import { spawnSync } from "node:child_process";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { freshDir } from "./lib.mjs";
+import { flag, flags, freshDir, requireFiles, usageError } from "./lib.mjs";
 
-const args = process.argv.slice(2);
-const runsAt = args.indexOf("--runs");
-const RUNS = runsAt >= 0 ? Number(args.splice(runsAt, 2)[1]) : 5;
-const [step, ...builds] = args;
+const opts = flags(
+  process.argv.slice(2),
+  { "--runs": flag.count(5) },
+  { positionals: { names: "<step-dir> <label>=<repo-with-dist>[:ENV=VALUE,...] ...", min: 1, max: Number.POSITIVE_INFINITY } },
+);
+const RUNS = opts.runs;
+const [step, ...builds] = opts._;
+for (const b of builds) if (!b.includes("=") || b.startsWith("=")) usageError(`${b} is no <label>=<repo-with-dist>`);
+requireFiles([
+  [step, "the first argument is the step directory to convert"],
+  ...builds.map((b) => [
+    join(b.slice(b.indexOf("=") + 1).split(":")[0], "dist/src/cli/main.js"),
+    "build that repository first (npm run build)",
+  ]),
+]);
 const OUT = "/tmp/orbax2reg-ab";
 const routes = [
   { label: "cp -r", cmd: ["cp", ["-r", step, join(OUT, "cp")]] },

@@ -6,23 +6,36 @@
 // (against the cast of the source). See bench/README.md.
 //
 //   npx tsc -p tsconfig.build.json && node bench/cast.mjs [--runs N] [--memory MiB]
-import { closeSync, existsSync, mkdirSync, openSync, readSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
-import { BUSY_WARN, bytesUnder, cpuBusy, fmt, freshDir, fujiStep, mb, must, ROOT, say, sh, syncSeconds, timed } from "./lib.mjs";
+import {
+  BUSY_WARN,
+  bytesUnder,
+  cpuBusy,
+  flag,
+  flags,
+  fmt,
+  freshDir,
+  fujiStep,
+  mb,
+  must,
+  ROOT,
+  requireBuilt,
+  requireFiles,
+  say,
+  sh,
+  syncSeconds,
+  timed,
+} from "./lib.mjs";
 
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python";
 const CLI = "bin/orbax2reg.js";
 const OUT = resolve("bench/.generated", "cast");
-const args = process.argv.slice(2);
-const opt = (name, dflt) => (args.includes(name) ? Number(args[args.indexOf(name) + 1]) : dflt);
-const RUNS = opt("--runs", 3);
-const MEMORY = opt("--memory", 256);
-if (!existsSync("dist/src/cli/main.js") || !existsSync(PYTHON)) {
-  console.error("build first (npx tsc -p tsconfig.build.json) and run npm run setup (.venv)");
-  process.exit(1);
-}
+const { runs: RUNS, memory: MEMORY } = flags(process.argv.slice(2), { "--runs": flag.count(3), "--memory": flag.count(256, "MiB") });
+requireBuilt();
+requireFiles([[PYTHON, "run `npm run setup` (the generator and the Python route need the real orbax)"]]);
 
 say("# orbax2reg bfloat16 export benchmark");
 say();

@@ -10,7 +10,7 @@
 // the previous run's dirty pages, so one run's writeback does not land in the next one's time. A run's
 // wall time ends when its process exits (no fsync: cp and orbax2reg leave data in the page cache;
 // TensorStore's file driver fsyncs, as it does for users). See bench/README.md.
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statfsSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readFileSync, readSync, rmSync, statfsSync } from "node:fs";
 import os from "node:os";
 import { join, resolve } from "node:path";
 import {
@@ -18,6 +18,8 @@ import {
   cpuBusy,
   cpuProfile,
   filesUnder,
+  flag,
+  flags,
   fmt,
   freshDir,
   fujiStep,
@@ -26,6 +28,8 @@ import {
   must,
   profileSummary,
   ROOT,
+  requireBuilt,
+  requireFiles,
   say,
   sh,
   syncSeconds,
@@ -40,23 +44,15 @@ const OUT = resolve(GEN, "out");
 const CLI = "bin/orbax2reg.js";
 const TARGETS = { cpRatio: 0.5, cpRatioAim: 0.8, durableRatio: 0.8, pythonRatio: 5, rssMiB: 512 };
 
-const args = process.argv.slice(2);
-const flag = (name) => args.includes(name);
-const runsArg = args.indexOf("--runs");
-const RUNS = runsArg >= 0 ? Number(args[runsArg + 1]) : 3;
-if (!Number.isInteger(RUNS) || RUNS < 1) {
-  console.error("--runs takes a positive integer");
-  process.exit(2);
-}
-
-if (!existsSync("dist/src/cli/main.js")) {
-  console.error("dist/ is missing: build first with `npx tsc -p tsconfig.build.json` (or use `npm run bench`)");
-  process.exit(1);
-}
-if (!existsSync(PYTHON)) {
-  console.error(`${PYTHON} is missing: run \`npm run setup\` (the generator and the Python route need the real orbax)`);
-  process.exit(1);
-}
+const opts = flags(process.argv.slice(2), {
+  "--runs": flag.count(3),
+  "--profile": flag.on(),
+  "--no-profile": flag.on(),
+  "--no-strace": flag.on(),
+});
+const RUNS = opts.runs;
+requireBuilt();
+requireFiles([[PYTHON, "run `npm run setup` (the generator and the Python route need the real orbax)"]]);
 
 // ---------------------------------------------------------------------------------------------------
 // The machine.
@@ -221,7 +217,7 @@ const counted = await countedRun();
 
 /** Syscalls of one orbax2reg convert under strace -f (opens, reads, writes on source data files / destination). */
 function straceRun() {
-  if (flag("--no-strace") || sh("strace", ["-V"]).status !== 0) return undefined;
+  if (opts.noStrace || sh("strace", ["-V"]).status !== 0) return undefined;
   const dest = join(OUT, "strace");
   freshDir(dest);
   const log = join(OUT, "strace.log");
@@ -389,10 +385,7 @@ for (const l of lines) say(l);
 say();
 
 // 6. Profile orbax2reg when it is below the aim (or with --profile): where its time goes, by src/ line.
-if (
-  flag("--profile") ||
-  (!flag("--no-profile") && (cpRatio < TARGETS.cpRatioAim || pyRatio < TARGETS.pythonRatio || o2rRss > TARGETS.rssMiB))
-) {
+if (opts.profile || (!opts.noProfile && (cpRatio < TARGETS.cpRatioAim || pyRatio < TARGETS.pythonRatio || o2rRss > TARGETS.rssMiB))) {
   const dest = join(OUT, "profiled");
   freshDir(dest);
   const { profile: prof, wall } = cpuProfile([CLI, "convert", STEP, dest], resolve(GEN, "convert.cpuprofile"));

@@ -11,10 +11,17 @@
 // rewritten to the proxy, so every chunk of the session is held too. GET /__stats gives the counts since the last
 // GET /__reset: requests by kind, and the most in flight at once (overall and by kind); GET /__log every request.
 import http from "node:http";
+import { flags, usageError } from "./lib.mjs";
 
-const [upstreamArg, delayArg] = process.argv.slice(2);
+const [upstreamArg, delayArg = "30"] = flags(
+  process.argv.slice(2),
+  {},
+  { positionals: { names: "UPSTREAM_URL [DELAY_MS]", min: 1, max: 2 } },
+)._;
+if (!URL.canParse(upstreamArg)) usageError(`UPSTREAM_URL takes a URL, not "${upstreamArg}"`);
 const upstream = new URL(upstreamArg);
-const DELAY = Number(delayArg ?? 30);
+const DELAY = delayArg.trim() === "" ? Number.NaN : Number(delayArg);
+if (!(DELAY >= 0)) usageError(`DELAY_MS takes a number >= 0, not "${delayArg}"`);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 512 });
 
 /** What a request is, in the JSON API's terms (https://cloud.google.com/storage/docs/json_api/v1/objects). */

@@ -13,23 +13,19 @@ import { existsSync } from "node:fs";
 import os from "node:os";
 import { relative, resolve } from "node:path";
 import { createBucket, emulatorHolding, listObjects, runTrustingTestCa } from "./fake-gcs.mjs";
-import { BUSY_WARN, cpuBusy, filesUnder, fmt, fujiStep, must, ROOT, say, timed } from "./lib.mjs";
+import { BUSY_WARN, cpuBusy, filesUnder, flag, flags, fmt, fujiStep, must, ROOT, requireBuilt, say, timed } from "./lib.mjs";
 
+const opts = flags(process.argv.slice(2), {
+  "--tasks": flag.counts("1,2,4"),
+  "--max-shard-size": flag.text("50MB", "SIZE"),
+  "--step": flag.text(undefined, "DIR"),
+});
+const TASKS = opts.tasks;
+const SHARD = opts.maxShardSize;
+requireBuilt();
 await runTrustingTestCa();
 process.chdir(ROOT);
-const args = process.argv.slice(2);
-const value = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
-const TASKS = value("--tasks", "1,2,4").split(",").map(Number);
-const SHARD = value("--max-shard-size", "50MB");
-if (TASKS.some((n) => !Number.isInteger(n) || n < 1)) {
-  console.error("--tasks takes task counts such as 1,2,4");
-  process.exit(2);
-}
 const CLI = "bin/orbax2reg.js";
-if (!existsSync("dist/src/cli/main.js")) {
-  console.error("dist/ is missing: build first with `npm run build`");
-  process.exit(1);
-}
 const FS_ROOT = existsSync("/dev/shm")
   ? `/dev/shm/orbax2reg-bench-export-fanout-${process.pid}`
   : `${os.tmpdir()}/orbax2reg-bench-export-fanout-${process.pid}`;
@@ -43,7 +39,7 @@ say(
     .join(", ")} (1, 5, 15 min)`,
 );
 // --step DIR: another local Orbax step instead of the generated one (a smaller one checks the benchmark itself).
-const given = value("--step", undefined);
+const given = opts.step;
 const {
   info,
   dir: STEP,

@@ -15,23 +15,16 @@ import { existsSync, rmSync } from "node:fs";
 import os from "node:os";
 import { relative, resolve } from "node:path";
 import { emulatorHolding, runTrustingTestCa, startDelayProxy } from "./fake-gcs.mjs";
-import { fmt, fujiStep, must, ROOT, say, sh, timed } from "./lib.mjs";
+import { flag, flags, fmt, fujiStep, must, ROOT, requireBuilt, say, sh, timed } from "./lib.mjs";
 
+const { runs: RUNS, delay: DELAY } = flags(process.argv.slice(2), {
+  "--runs": flag.count(3),
+  "--delay": flag.number(30, { metavar: "MS" }),
+});
+requireBuilt();
 await runTrustingTestCa();
 process.chdir(ROOT);
-const args = process.argv.slice(2);
-const value = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
-const RUNS = Number(value("--runs", "3"));
-const DELAY = Number(value("--delay", "30"));
-if (!Number.isInteger(RUNS) || RUNS < 1 || !Number.isFinite(DELAY)) {
-  console.error("--runs takes a positive integer, --delay a number of ms");
-  process.exit(2);
-}
 const CLI = "bin/orbax2reg.js";
-if (!existsSync("dist/src/cli/main.js")) {
-  console.error("dist/ is missing: build first with `npm run build`");
-  process.exit(1);
-}
 const OUT = resolve("bench/.generated", `export-hf-gcs-${process.pid}`);
 const FS_ROOT = existsSync("/dev/shm") ? `/dev/shm/orbax2reg-bench-export-gcs-${process.pid}` : resolve(OUT, "fs");
 

@@ -25,12 +25,16 @@ import {
   bytesUnder,
   cpuBusy,
   filesUnder,
+  flag,
+  flags,
   fmt,
   freshDir,
   fujiStep,
   mb,
   must,
   ROOT,
+  requireBuilt,
+  requireFiles,
   say,
   sh,
   syncSeconds,
@@ -44,32 +48,25 @@ const CLI = "bin/orbax2reg.js";
 const OUT = resolve("bench/.generated", "export-hf");
 const TARGETS = { wallVsConvert: 1.5, rssMiB: 512 };
 
-const args = process.argv.slice(2);
-const flag = (name) => args.includes(name);
-const value = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
-const RUNS = Number(value("--runs", "3"));
-const BIG_RUNS = Number(value("--big-runs", "2"));
-const BIG_DIMS = value("--big-dims", undefined);
-if (![RUNS, BIG_RUNS].every((n) => Number.isInteger(n) && n >= 1)) {
-  console.error("--runs and --big-runs take a positive integer");
-  process.exit(2);
-}
-if (!existsSync("dist/src/cli/main.js")) {
-  console.error("dist/ is missing: build first with `npm run build` (or use `npm run bench:export-hf`)");
-  process.exit(1);
-}
+const opts = flags(process.argv.slice(2), {
+  "--runs": flag.count(3),
+  "--big": flag.on(),
+  "--big-runs": flag.count(2),
+  "--big-dims": flag.text(undefined, "DIMS"),
+  "--only-big": flag.on(),
+  "--keep-big": flag.on(),
+  "--no-python": flag.on(),
+  "--routes": flag.some("a,b,c", ["a", "b", "c"]),
+  "--cuts": flag.counts(undefined),
+  "--only-cuts": flag.on(),
+});
+const RUNS = opts.runs;
+const BIG_RUNS = opts.bigRuns;
+const BIG_DIMS = opts.bigDims;
 /** Which of a, b, c to run (all by default). */
-const ROUTES = value("--routes", "a,b,c").split(",");
-if (ROUTES.includes("a") && sh(process.execPath, [CLI, "export-hf", "--help"]).status !== 0) {
-  console.error("this build of orbax2reg has no `export-hf` command");
-  process.exit(1);
-}
-for (const py of [PYTHON, ...(flag("--no-python") || !ROUTES.includes("c") ? [] : [PYTHON_HF])]) {
-  if (!existsSync(py)) {
-    console.error(`${py} is missing: run \`npm run setup\``);
-    process.exit(1);
-  }
-}
+const ROUTES = opts.routes;
+requireBuilt({ command: ROUTES.includes("a") ? "export-hf" : undefined });
+requireFiles([PYTHON, ...(opts.noPython || !ROUTES.includes("c") ? [] : [PYTHON_HF])].map((py) => [py, "run `npm run setup`"]));
 
 // ---------------------------------------------------------------------------------------------------
 // Safetensors, read here without a library (8-byte little-endian header length, JSON header, data): every tensor
@@ -414,14 +411,13 @@ async function benchCuts(cuts, runs, orbaxStep) {
   say();
 }
 
-const CUTS = value("--cuts", undefined);
-if (CUTS !== undefined || flag("--only-cuts")) {
+if (opts.cuts !== undefined || opts.onlyCuts) {
   const { dir, files } = fujiStep(PYTHON);
   warm(files);
-  await benchCuts((CUTS ?? "8,256,1024").split(",").map(Number), RUNS, dir);
+  await benchCuts(opts.cuts ?? [8, 256, 1024], RUNS, dir);
 }
 
-if (!flag("--only-big") && !flag("--only-cuts")) {
+if (!opts.onlyBig && !opts.onlyCuts) {
   const { info, dir, files, bytes } = fujiStep(PYTHON);
   say(`  2 GB step ${info.step_dir}: ${info.arrays} arrays, ${bytes.toLocaleString("en-US")} B on disk (float32 params + Adam mu/nu)`);
   warm(files);
@@ -432,11 +428,11 @@ if (!flag("--only-big") && !flag("--only-cuts")) {
     step: dir,
     sourceBytes: bytes,
     runs: RUNS,
-    python: !flag("--no-python"),
+    python: !opts.noPython,
   });
 }
 
-if (flag("--big") || flag("--only-big")) {
+if (opts.big || opts.onlyBig) {
   say("Big step: generating or reusing bench/.generated/fuji-big (bench/gen_fuji_big.py) ...");
   const gen = must(
     sh(PYTHON, ["bench/gen_fuji_big.py", ...(BIG_DIMS ? ["--dims", BIG_DIMS] : [])], { stdio: ["ignore", "pipe", "inherit"] }),
@@ -454,7 +450,7 @@ if (flag("--big") || flag("--only-big")) {
       `only ${fmt(free / 2 ** 30, 1)} GiB free on disk: the big step's runs need ${fmt(info.raw_bytes / 2 / 2 ** 30, 1)} GiB plus 8 GiB to spare; ` +
         "scale it down with --big-dims (e.g. layers=16) or free space",
     );
-    if (!flag("--keep-big")) rmSync(resolve("bench/.generated/fuji-big"), { recursive: true, force: true });
+    if (!opts.keepBig) rmSync(resolve("bench/.generated/fuji-big"), { recursive: true, force: true });
     rmSync(OUT, { recursive: true, force: true });
     process.exit(1);
   }
@@ -473,11 +469,11 @@ if (flag("--big") || flag("--only-big")) {
     step: dir,
     sourceBytes: bytes,
     runs: BIG_RUNS,
-    python: !flag("--no-python") && pythonFits,
+    python: !opts.noPython && pythonFits,
     noPython: pythonFits
       ? undefined
       : `restoring the whole state in host memory needs at least the step's ${fmt(info.raw_bytes / 2 ** 30, 1)} GiB of float32 (it peaked at ~1.9x the state's size on the 2 GB step), and 2.5x that is more than the ${fmt(os.freemem() / 2 ** 30, 1)} GiB this machine has available`,
   });
-  if (!flag("--keep-big")) rmSync(resolve("bench/.generated/fuji-big"), { recursive: true, force: true });
+  if (!opts.keepBig) rmSync(resolve("bench/.generated/fuji-big"), { recursive: true, force: true });
 }
 rmSync(OUT, { recursive: true, force: true });

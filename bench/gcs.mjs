@@ -42,17 +42,39 @@ import {
   startDelayProxy,
   startTlsTerminator,
 } from "./fake-gcs.mjs";
-import { BUSY_WARN, cpuBusy, cpuProfile, cpuSecondsOf, fmt, fujiStep, mb, must, profileSummary, ROOT, say, sh, timed } from "./lib.mjs";
+import {
+  BUSY_WARN,
+  cpuBusy,
+  cpuProfile,
+  cpuSecondsOf,
+  flag,
+  flags,
+  fmt,
+  fujiStep,
+  mb,
+  must,
+  profileSummary,
+  ROOT,
+  requireBuilt,
+  requireFiles,
+  say,
+  sh,
+  timed,
+} from "./lib.mjs";
 
+const opts = flags(process.argv.slice(2), {
+  "--runs": flag.count(3),
+  "--rows": flag.some("tls,latency,plain", ["tls", "latency", "plain"]),
+  "--clients": flag.some("orbax2reg,tensorstore,ingest,pipe", ["orbax2reg", "tensorstore", "ingest", "pipe"]),
+  "--delay": flag.number(30, { metavar: "MS" }),
+  "--profile": flag.on(),
+  "--no-verify": flag.on(),
+  "--trace": flag.on(),
+  "--on-disk": flag.on(),
+});
 // nginx serves HTTPS with the tests' CA: this process and the CLI it runs trust it (NODE_EXTRA_CA_CERTS).
 await runTrustingTestCa();
 process.chdir(ROOT);
-const args = process.argv.slice(2);
-const flag = (name) => args.includes(name);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const PYTHON = ".venv/bin/python";
 const GEN = "bench/.generated";
 /** Per process: bench/.generated may be shared by several checkouts. */
@@ -64,7 +86,7 @@ const GEN = "bench/.generated";
  */
 const SHM = "/dev/shm";
 const FS_ROOT =
-  existsSync(SHM) && !flag("--on-disk") ? resolve(SHM, `orbax2reg-bench-gcs-${process.pid}`) : resolve(GEN, `gcs-fs-${process.pid}`);
+  existsSync(SHM) && !opts.onDisk ? resolve(SHM, `orbax2reg-bench-gcs-${process.pid}`) : resolve(GEN, `gcs-fs-${process.pid}`);
 /** Run as a command, as users run it: its launcher sets the runtime (bin/orbax2reg.js). */
 const CLI = "bin/orbax2reg.js";
 /** orbax2reg / TensorStore over TLS and under latency (issue 36); plain HTTP is printed. */
@@ -72,24 +94,12 @@ const TARGETS = { wall: 0.8, cpu: 0.8, rss: 0.25 };
 /** Over TLS, orbax2reg's CPU per GB moved at most this many times the floor. */
 const FLOOR_TARGET = 3;
 
-const RUNS = Number(opt("--runs", "3"));
-const DELAY = Number(opt("--delay", "30"));
-const ROWS = opt("--rows", "tls,latency,plain").split(",");
-const CLIENTS = opt("--clients", "orbax2reg,tensorstore,ingest,pipe").split(",");
-if (!Number.isInteger(RUNS) || RUNS < 1 || !Number.isFinite(DELAY) || DELAY < 0) {
-  console.error("--runs takes a positive integer, --delay a number of ms");
-  process.exit(2);
-}
-for (const [path, fix] of [
-  ["dist/src/cli/main.js", "build first with `npx tsc -p tsconfig.build.json` (or use `npm run bench:gcs`)"],
+const { runs: RUNS, delay: DELAY, rows: ROWS, clients: CLIENTS } = opts;
+requireBuilt();
+requireFiles([
   [PYTHON, "run `npm run setup` (the generator and TensorStore come from .venv)"],
   [FAKE_GCS, "run `npm run setup` (it builds fake-gcs-server into .tools/bin)"],
-]) {
-  if (!existsSync(path)) {
-    console.error(`${path} is missing: ${fix}`);
-    process.exit(1);
-  }
-}
+]);
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -236,7 +246,7 @@ for (let round = 1; round <= RUNS; round++) {
     r.load = os.loadavg()[0];
     if (route.row === "latency") {
       r.requests = await DELAYED.stats();
-      if (flag("--trace")) {
+      if (opts.trace) {
         const file = resolve(GEN, `trace-${route.client}-${round}.json`);
         writeFileSync(file, JSON.stringify(await DELAYED.log()));
         say(`  (every request of this run, with when it came and was answered: ${relative(ROOT, file)})`);
@@ -273,7 +283,7 @@ async function checkOutput(route, round) {
   if (route.client !== "ingest" && route.client !== "pipe") outputs.set(route.dest, await chunksOf(`${route.dest}/${STEP_NAME}/`));
   if (route.client === "orbax2reg") {
     writeFileSync(sizesFile(route.row), JSON.stringify((await listObjects(PLAIN, "dst", `${route.dest}/`)).map((o) => Number(o.size))));
-    if (round === 1 && !flag("--no-verify")) {
+    if (round === 1 && !opts.noVerify) {
       const t0 = performance.now();
       const v = sh(process.execPath, [CLI, "verify", `gs://src/${SRC}`, `gs://dst/${route.dest}/${STEP_NAME}`, "--json"], {
         env: { ...process.env, ORBAX2REG_GCS_ENDPOINT: PLAIN },
@@ -442,7 +452,7 @@ if (missed.length > 0)
     `Missed: ${still.length > 0 ? still.join(", ") : "none once moved"} (issue 36's own targets missed: ${missed.map((m) => m.what).join(", ")}).`,
   );
 
-if (flag("--profile")) {
+if (opts.profile) {
   for (const row of ["tls", "plain"].filter((r) => ROWS.includes(r))) {
     await deletePrefix(PLAIN, "dst", `prof-${row}/`);
     const keep = resolve(GEN, `gcs-${row}-${process.pid}.cpuprofile`);

@@ -10,18 +10,16 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import http from "node:http";
 import https from "node:https";
-import { Http, NO_CREDENTIALS } from "../dist/src/store/http.js";
 import { clientTls, serverTls, trusted } from "../test/helpers/tls.mjs";
-import { fmt, ROOT, say } from "./lib.mjs";
+import { flag, flags, fmt, ROOT, requireBuilt, say } from "./lib.mjs";
 
+const opts = flags(process.argv.slice(2), { "--runs": flag.count(3), "--mib": flag.count(256, "M") });
+const RUNS = opts.runs;
+const SIZE = opts.mib * 2 ** 20;
+requireBuilt({ file: "dist/src/store/http.js" });
+// Imported once the build is known to be there, so that a missing dist/ says how to build it.
+const { Http, NO_CREDENTIALS } = await import("../dist/src/store/http.js");
 process.chdir(ROOT);
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? Number(args[i + 1]) : dflt;
-};
-const RUNS = opt("--runs", 3);
-const SIZE = opt("--mib", 256) * 2 ** 20;
 const PIECE = 64 << 10;
 
 if (!trusted()) {

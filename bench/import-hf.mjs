@@ -23,18 +23,31 @@ import {
   bytesUnder,
   cpuBusy,
   filesUnder,
+  flag,
+  flags,
   fmt,
   freshDir,
   fujiStep,
   mb,
   must,
   ROOT,
+  requireBuilt,
+  requireFiles,
   say,
   sh,
   syncSeconds,
   timed,
 } from "./lib.mjs";
 
+const opts = flags(process.argv.slice(2), {
+  "--runs": flag.count(2),
+  "--delay": flag.number(30, { metavar: "MS" }),
+  "--no-gcs": flag.on(),
+  "--no-python": flag.on(),
+  "--big": flag.on(),
+  "--big-layers": flag.count(undefined),
+  "--keep-big": flag.on(),
+});
 await runTrustingTestCa();
 process.chdir(ROOT);
 const PYTHON = ".venv/bin/python"; // bench/gen_fuji.py (orbax-checkpoint)
@@ -44,29 +57,9 @@ const CLI = "bin/orbax2reg.js";
 const OUT = resolve("bench/.generated", `import-hf-${process.pid}`);
 const TARGETS = { rssMiB: 512 };
 
-const args = process.argv.slice(2);
-const flag = (name) => args.includes(name);
-const value = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
-const RUNS = Number(value("--runs", "2"));
-const DELAY = Number(value("--delay", "30"));
-if (!Number.isInteger(RUNS) || RUNS < 1 || !Number.isFinite(DELAY)) {
-  console.error("--runs takes a positive integer, --delay a number of ms");
-  process.exit(2);
-}
-if (!existsSync("dist/src/cli/main.js")) {
-  console.error("dist/ is missing: build first with `npm run build` (or use `npm run bench:import-hf`)");
-  process.exit(1);
-}
-if (sh(process.execPath, [CLI, "import-hf", "--help"]).status !== 0) {
-  console.error("this build of orbax2reg has no `import-hf` command");
-  process.exit(1);
-}
-for (const py of [PYTHON, PYTHON_HF, ...(flag("--no-python") ? [] : [PYTHON_AX])]) {
-  if (!existsSync(py)) {
-    console.error(`${py} is missing: run \`npm run setup\``);
-    process.exit(1);
-  }
-}
+const { runs: RUNS, delay: DELAY } = opts;
+requireBuilt({ command: "import-hf" });
+requireFiles([PYTHON, PYTHON_HF, ...(opts.noPython ? [] : [PYTHON_AX])].map((py) => [py, "run `npm run setup`"]));
 mkdirSync(OUT, { recursive: true });
 
 /** The Python route runs in AXLearn's venv with only the HF venv's safetensors package added to its path. */
@@ -178,7 +171,7 @@ say(
   `  ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? "?"}), ${fmt(os.totalmem() / 2 ** 30, 1)} GiB; ` +
     `${fmt((fsInfo.bavail * fsInfo.bsize) / 2 ** 30, 0)} GiB free on disk; node ${process.version}; at the start: ${load()}`,
 );
-const PYTHONPATH = flag("--no-python") ? undefined : pythonPath();
+const PYTHONPATH = opts.noPython ? undefined : pythonPath();
 const small = llama("2gb");
 const fuji = fujiStep(PYTHON);
 say(`  (a)/(c) source: ${small.info.tensors} tensors in ${small.info.shards} shards, ${small.bytes.toLocaleString("en-US")} B (float32)`);
@@ -209,7 +202,7 @@ const localRoutes = {
     bytes: small.bytes,
   },
 };
-if (flag("--no-python")) delete localRoutes.c;
+if (opts.noPython) delete localRoutes.c;
 say(`## 2 GB, local disk (best of ${RUNS}, interleaved; destination deleted and \`sync\` before each run)`);
 say();
 const local = await interleaved(localRoutes, RUNS, ["a", "c"]);
@@ -236,7 +229,7 @@ if (A && C) {
 }
 say();
 
-if (!flag("--no-gcs")) {
+if (!opts.noGcs) {
   const FS_ROOT = existsSync("/dev/shm") ? `/dev/shm/orbax2reg-bench-import-gcs-${process.pid}` : resolve(OUT, "fs");
   const HF_SRC = "hf/llama-2gb";
   const ORBAX_SRC = `ckpt/${fuji.name}`;
@@ -288,16 +281,16 @@ if (!flag("--no-gcs")) {
   emulator.stop();
 }
 
-if (flag("--big")) {
-  const layers = value("--big-layers", undefined);
-  const big = llama("7b", layers ? ["--layers", layers] : []);
+if (opts.big) {
+  const layers = opts.bigLayers;
+  const big = llama("7b", layers ? ["--layers", String(layers)] : []);
   const free = statfsSync(".").bavail * statfsSync(".").bsize;
   if (free < big.bytes + 8 * 2 ** 30) {
     console.error(`only ${fmt(free / 2 ** 30, 1)} GiB free on disk: the import needs the source's size plus 8 GiB; use --big-layers`);
     process.exit(1);
   }
   // The Python route holds every tensor and then the mapped tree: its peak was 3.4x the 2 GB source.
-  const pythonFits = !flag("--no-python") && big.bytes * 3.5 < os.freemem();
+  const pythonFits = !opts.noPython && big.bytes * 3.5 < os.freemem();
   say(
     `## 13.5 GB class: ${big.info.dims.layers} layers at Llama-2-7B's widths (hidden ${big.info.dims.hidden}, ffn ${big.info.dims.ffn}, vocab ${big.info.dims.vocab}), bfloat16, ` +
       `${big.info.shards} shards, ${big.bytes.toLocaleString("en-US")} B; not warmed (what the page cache kept of it); ${load()}`,
@@ -338,7 +331,7 @@ if (flag("--big")) {
     );
   }
   say();
-  if (!flag("--keep-big")) rmSync(big.dir, { recursive: true, force: true });
+  if (!opts.keepBig) rmSync(big.dir, { recursive: true, force: true });
 }
 const disturbed = Object.values(local)
   .flat()

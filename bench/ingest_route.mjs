@@ -12,9 +12,15 @@
 // emulator hashes what it gets; their values do not matter to it). Prints {"objects": N, "bytes": B}.
 import { readFileSync } from "node:fs";
 import { request } from "undici";
+import { flag, flags } from "./lib.mjs";
 
-const [endpoint, bucket, prefix, sizesFile, ...rest] = process.argv.slice(2);
-const parallel = Number(rest[rest.indexOf("--parallel") + 1] ?? 16) || 16;
+const opts = flags(
+  process.argv.slice(2),
+  { "--parallel": flag.count(16) },
+  { positionals: { names: "ENDPOINT BUCKET PREFIX SIZES_JSON", min: 4, max: 4 } },
+);
+const [endpoint, bucket, prefix, sizesFile] = opts._;
+const { parallel } = opts;
 const sizes = JSON.parse(readFileSync(sizesFile, "utf8"));
 const buffer = Buffer.alloc(Math.max(1, ...sizes), 7);
 

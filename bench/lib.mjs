@@ -1,11 +1,12 @@
-// What the benchmarks share: timing a child (wall, CPU, peak RSS of its process tree), sampling how busy
+// What the benchmarks share: their command line (flags parsed and checked, the build and the tools they need
+// checked before any work), timing a child (wall, CPU, peak RSS of its process tree), sampling how busy
 // the machine is, files and bytes under a directory, failing loudly, fresh destinations, and a summary
 // of a node --cpu-prof profile. See bench/README.md ("bench/lib.mjs").
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { SourceMap } from "node:module";
 import os from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The repository's root: every benchmark chdirs there, so its relative paths hold from any cwd. */
@@ -55,6 +56,194 @@ export function syncSeconds() {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Command lines: each benchmark declares its flags once; a bad value, an unknown flag or a missing argument is
+// one line on stderr and exit 2, before any work (and before runTrustingTestCa() re-runs the script).
+
+/** The running script, as its usage line names it. */
+const SCRIPT = `bench/${basename(process.argv[1] ?? "?")}`;
+
+/** Exits 2 with one line saying what is wrong with the command line. */
+export function usageError(message) {
+  console.error(`${SCRIPT}: ${message} (--help lists the flags)`);
+  process.exit(2);
+}
+
+/** A flag that takes a value: `parse` returns it typed or throws what the flag takes. */
+const valued = (metavar, dflt, parse) => ({ metavar, dflt: dflt === undefined ? undefined : String(dflt), parse });
+const number = (s) => (s.trim() === "" ? Number.NaN : Number(s));
+const items = (s) => s.split(",");
+
+/** The kinds of flag flags() knows. A default is written as on the command line (or undefined: no default). */
+export const flag = {
+  /** Present or not: `--profile`. */
+  on: () => ({ metavar: undefined }),
+  /** A positive integer: `--runs 3`. */
+  count: (dflt, metavar = "N") =>
+    valued(metavar, dflt, (s) => {
+      const n = number(s);
+      if (!Number.isInteger(n) || n < 1) throw "a positive integer";
+      return n;
+    }),
+  /** A number at least `min` (Infinity included): `--delay 30`. */
+  number: (dflt, { min = 0, metavar = "N" } = {}) =>
+    valued(metavar, dflt, (s) => {
+      const n = number(s);
+      if (Number.isNaN(n) || n < min) throw `a number${min === Number.NEGATIVE_INFINITY ? "" : ` >= ${min}`}`;
+      return n;
+    }),
+  /** Any text but an empty one: `--step DIR`. */
+  text: (dflt, metavar = "VALUE") =>
+    valued(metavar, dflt, (s) => {
+      if (s === "") throw "a value";
+      return s;
+    }),
+  /** One of `choices`: `--only big`. */
+  choice: (dflt, choices) =>
+    valued(choices.join("|"), dflt, (s) => {
+      if (!choices.includes(s)) throw `one of ${choices.join(", ")}`;
+      return s;
+    }),
+  /** Positive integers separated by commas: `--tasks 1,2,4`. */
+  counts: (dflt, metavar = "N,...") =>
+    valued(metavar, dflt, (s) => {
+      const ns = items(s).map(number);
+      if (!ns.every((n) => Number.isInteger(n) && n >= 1)) throw "positive integers separated by commas, such as 1,2,4";
+      return ns;
+    }),
+  /** A benchmark's own format: `parse(text)` returns the value or throws what the flag takes, in words. */
+  parsed: (dflt, metavar, parse) => valued(metavar, dflt, parse),
+  /** Some of `choices`, separated by commas: `--rows tls,plain`. */
+  some: (dflt, choices) =>
+    valued(`${choices.join("|")},...`, dflt, (s) => {
+      const xs = items(s);
+      if (!xs.every((x) => choices.includes(x))) throw `some of ${choices.join(",")} (separated by commas)`;
+      return xs;
+    }),
+};
+
+const camel = (name) => name.replace(/^--/, "").replace(/-(.)/g, (_, c) => c.toUpperCase());
+
+/** The script's header comment (its description and usage lines), for --help. */
+function header() {
+  const lines = readFileSync(process.argv[1], "utf8").split("\n");
+  const out = [];
+  for (const line of lines.slice(lines[0].startsWith("#!") ? 1 : 0)) {
+    if (!line.startsWith("//")) break;
+    out.push(line.replace(/^\/\/ ?/, ""));
+  }
+  return out;
+}
+
+/**
+ * The command line `argv` (process.argv.slice(2)) parsed by `spec` (flag name -> a kind of `flag`): the values by
+ * camelCased name (`--max-shard-size` -> maxShardSize; a flag.on() is true or false, an absent flag its default),
+ * and with `positionals` ({ names, min, max }) the other arguments as `_`. Exits 2 with one line for an unknown
+ * flag, a flag given twice, a bad or missing value, or too few or too many other arguments; --help prints the
+ * script's header comment and its flags, and exits 0.
+ */
+export function flags(argv, spec, { positionals } = {}) {
+  if (argv.includes("--help")) {
+    for (const line of header()) say(line);
+    const list = Object.entries(spec).map(([name, k]) =>
+      k.metavar === undefined ? name : `${name} ${k.metavar}${k.dflt === undefined ? "" : ` (${k.dflt})`}`,
+    );
+    say(`flags: ${list.length ? list.join(", ") : "none"}; --help`);
+    process.exit(0);
+  }
+  const given = new Map();
+  const rest = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === "--") {
+      rest.push(...argv.slice(i + 1));
+      break;
+    }
+    if (!a.startsWith("--")) {
+      rest.push(a);
+      continue;
+    }
+    const kind = spec[a];
+    if (kind === undefined) usageError(`unknown flag ${a}`);
+    if (given.has(a)) usageError(`${a} is given twice`);
+    if (kind.metavar === undefined) {
+      given.set(a, true);
+      continue;
+    }
+    const v = argv[i + 1];
+    if (v === undefined || v.startsWith("--")) usageError(`${a} takes ${describe(kind)}, and none was given`);
+    given.set(a, parsed(a, kind, v));
+    i++;
+  }
+  const out = {};
+  for (const [name, kind] of Object.entries(spec)) {
+    out[camel(name)] = given.has(name)
+      ? given.get(name)
+      : kind.metavar === undefined
+        ? false
+        : kind.dflt === undefined
+          ? undefined
+          : parsed(name, kind, kind.dflt);
+  }
+  const { names = "", min = 0, max = 0 } = positionals ?? {};
+  if (rest.length > max) usageError(`unexpected argument${rest.length - max > 1 ? "s" : ""} ${rest.slice(max).join(" ")}`);
+  if (rest.length < min) usageError(`missing argument: ${names} expected`);
+  if (positionals) out._ = rest;
+  return out;
+}
+
+/** What a flag takes, in words (its parse's complaint about an empty value). */
+function describe(kind) {
+  try {
+    kind.parse("");
+    return "a value";
+  } catch (what) {
+    return what;
+  }
+}
+
+function parsed(name, kind, text) {
+  try {
+    return kind.parse(text);
+  } catch (what) {
+    return usageError(`${name} takes ${what}, not "${text}"`);
+  }
+}
+
+/** The npm script that runs this benchmark, if package.json has one: `bench:gcs` for bench/gcs.mjs. */
+function npmScript() {
+  const scripts = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).scripts ?? {};
+  return Object.keys(scripts).find((k) => scripts[k].endsWith(`node ${SCRIPT}`));
+}
+
+/**
+ * Exits 1 unless the build is there: `file` under the repository (dist/'s CLI by default) and, given `command`,
+ * the built CLI answering `<command> --help` (a build from before that command has none).
+ */
+export function requireBuilt({ file = "dist/src/cli/main.js", command } = {}) {
+  if (!existsSync(join(ROOT, file))) {
+    const npm = npmScript();
+    console.error(`${file} is missing: build first with \`npm run build\`${npm ? ` (or use \`npm run ${npm}\`)` : ""}`);
+    process.exit(1);
+  }
+  // An unknown command's --help prints the program's help and exits 0 too: the usage line tells them apart.
+  const help = command === undefined ? undefined : sh(process.execPath, [join(ROOT, "bin/orbax2reg.js"), command, "--help"]);
+  if (help !== undefined && (help.status !== 0 || !help.stdout.startsWith(`Usage: orbax2reg ${command} `))) {
+    console.error(`this build of orbax2reg has no \`${command}\` command`);
+    process.exit(1);
+  }
+}
+
+/** Exits 1 at the first of `needs` ([path, what to do about it]) missing (relative paths: from the current directory). */
+export function requireFiles(needs) {
+  for (const [path, fix] of needs) {
+    if (!existsSync(path)) {
+      console.error(`${path} is missing: ${fix}`);
+      process.exit(1);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Timed runs: wall time measured here, CPU and peak RSS by GNU time (ru_maxrss of the child, which includes
 // the descendants it waited for) or, without /usr/bin/time, peak RSS by polling VmHWM of the process tree.
 
@@ -71,7 +260,11 @@ export function fujiStep(python = ".venv/bin/python") {
   return { info, dir, name: dir.split("/").pop(), files, bytes: sum(files.map((f) => statSync(f).size)) };
 }
 
-export const GNU_TIME = existsSync("/usr/bin/time") && sh("/usr/bin/time", ["-v", "true"]).status === 0;
+// Asked on first use, not on import: the helper processes that import this module only for flags() (the
+// delay proxy, the ingest and pipe routes, timed as a whole by bench/gcs.mjs) spawn nothing for it.
+let hasGnuTime;
+/** Whether GNU time (`/usr/bin/time -v`) is there to measure a child's CPU and peak RSS. */
+export const gnuTime = () => (hasGnuTime ??= existsSync("/usr/bin/time") && sh("/usr/bin/time", ["-v", "true"]).status === 0);
 
 /** `pid` and every process below it (from /proc/<pid>/task/<tid>/children). */
 export function descendants(pid) {
@@ -87,7 +280,8 @@ export function descendants(pid) {
   return out;
 }
 
-const CLK_TCK = Number(sh("getconf", ["CLK_TCK"]).stdout.trim()) || 100;
+let clkTck;
+const CLK_TCK = () => (clkTck ??= Number(sh("getconf", ["CLK_TCK"]).stdout.trim()) || 100);
 
 /**
  * User + system CPU seconds spent so far by the processes under each of `pids` (themselves and descendants,
@@ -102,7 +296,7 @@ export function cpuSecondsOf(pids) {
       ticks += Number(f[11]) + Number(f[12]);
     } catch {}
   }
-  return ticks / CLK_TCK;
+  return ticks / CLK_TCK();
 }
 
 export function vmHwmKiB(pid) {
@@ -122,6 +316,7 @@ let timeFiles = 0;
 export function timed(cmd, argv, env = {}) {
   // Per process and run: two benchmarks at once must not read each other's figures.
   const timeFile = join(os.tmpdir(), `orbax2reg-bench-${process.pid}-${timeFiles++}.time`);
+  const GNU_TIME = gnuTime();
   const [c, a] = GNU_TIME ? ["/usr/bin/time", ["-v", "-o", timeFile, cmd, ...argv]] : [cmd, argv];
   return new Promise((done, fail) => {
     const t0 = performance.now();

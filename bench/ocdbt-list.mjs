@@ -10,8 +10,10 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { ROOT } from "./lib.mjs";
+import { flags, ROOT, requireBuilt } from "./lib.mjs";
 
+flags(process.argv.slice(2), {});
+requireBuilt({ file: "dist/src/ocdbt/database.js" });
 process.chdir(ROOT);
 
 const FIXTURES = "test/.generated/fixtures/bigtree";
@@ -22,10 +24,6 @@ const TREES = [
 const RUNS = 3;
 const PYTHON = ".venv/bin/python";
 
-if (!existsSync("dist/src/ocdbt/database.js")) {
-  console.error("dist/ is missing: build first with `npx tsc -p tsconfig.build.json`");
-  process.exit(1);
-}
 if (!TREES.every((t) => existsSync(`${FIXTURES}/${t.name}/manifest.ocdbt`))) {
   console.error(
     `${FIXTURES}/{state,state-deep} is missing: run \`npm test\` once (its global setup generates the fixtures)\n` +

@@ -13,9 +13,15 @@
 // when they run out). Prints {"objects": N, "bytes": B}.
 import { readFileSync } from "node:fs";
 import { request } from "undici";
+import { flag, flags } from "./lib.mjs";
 
-const [endpoint, srcBucket, srcPrefix, dstBucket, dstPrefix, sizesFile, ...rest] = process.argv.slice(2);
-const parallel = Number(rest[rest.indexOf("--parallel") + 1] ?? 16) || 16;
+const opts = flags(
+  process.argv.slice(2),
+  { "--parallel": flag.count(16) },
+  { positionals: { names: "ENDPOINT SRC_BUCKET SRC_PREFIX DST_BUCKET DST_PREFIX SIZES_JSON", min: 6, max: 6 } },
+);
+const [endpoint, srcBucket, srcPrefix, dstBucket, dstPrefix, sizesFile] = opts._;
+const { parallel } = opts;
 const sizes = JSON.parse(readFileSync(sizesFile, "utf8"));
 const auth = { authorization: "Bearer bench" };
 

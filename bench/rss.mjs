@@ -12,17 +12,24 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, rmSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { createBucket, runTrustingTestCa, startEmulator } from "./fake-gcs.mjs";
-import { ROOT, timed } from "./lib.mjs";
+import { flag, flags, ROOT, requireBuilt, requireFiles, timed } from "./lib.mjs";
 
+const opts = flags(process.argv.slice(2), {
+  "--only": flag.choice(undefined, ["big", "fuji"]),
+  "--chunk-mib": flag.count(undefined),
+  "--plain": flag.on(),
+  "--cli": flag.text(undefined, "path/to/bin/orbax2reg.js"),
+});
+const { only, plain } = opts;
+const chunkMib = opts.chunkMib === undefined ? undefined : String(opts.chunkMib);
+const cli = opts.cli ?? join(ROOT, "bin/orbax2reg.js");
+// The uploads go through this checkout's dist/ whichever --cli is timed.
+requireBuilt();
 // The emulator serves HTTPS with the tests' CA: this process (its uploads) and the CLI it runs trust it.
 await runTrustingTestCa();
 process.chdir(ROOT);
+requireFiles([[cli, "--cli names a build's bin/orbax2reg.js"]]);
 const GEN = join(ROOT, "bench/.generated");
-const args = process.argv.slice(2);
-const only = args.includes("--only") ? args[args.indexOf("--only") + 1] : undefined;
-const chunkMib = args.includes("--chunk-mib") ? args[args.indexOf("--chunk-mib") + 1] : undefined;
-const plain = args.includes("--plain");
-const cli = args.includes("--cli") ? args[args.indexOf("--cli") + 1] : join(ROOT, "bin/orbax2reg.js");
 
 const fsRoot = join(GEN, "rss-gcs");
 // Stopped, and its folder removed, on exit, SIGINT and SIGTERM (bench/fake-gcs.mjs).

@@ -4,7 +4,7 @@
 // as a user runs it: inspect, plan --groups 8, convert (local), verify, and one convert-group of a 256-group
 // plan; each with its wall time and peak RSS, beside TensorStore reading the same chunks (per chunk).
 //
-//   npm run bench:scale [-- --shapes 300x64,1000x64,2000x64 --runs N --gcs 2000x64|none --root-steps 1000]
+//   npm run bench:scale [-- --shapes 300x64,1000x64,2000x64 --runs N --convert-max N --gcs 2000x64|none --root-steps 1000]
 //
 // Then, on fake-gcs-server (bench/fake-gcs.mjs), over HTTPS as GCS serves: the --gcs step converted gs:// -> gs://
 // and verified, beside TensorStore's C++ GCS client moving the same chunks (bench/tensorstore_gcs_route.py) over
@@ -28,8 +28,34 @@ import {
   startEmulator,
   upload,
 } from "./fake-gcs.mjs";
-import { bytesUnder, filesUnder, freshDir, ROOT, say, timed } from "./lib.mjs";
+import { bytesUnder, filesUnder, flag, flags, freshDir, ROOT, requireBuilt, say, timed } from "./lib.mjs";
 
+/** A step's shape, ARRAYSxCHUNKS (`2000x64`): A float32 arrays of C chunks each. */
+const shape = (s) => {
+  const dims = s.split("x").map(Number);
+  if (dims.length !== 2 || !dims.every((n) => Number.isInteger(n) && n >= 1)) throw "shapes such as 2000x64";
+  return dims;
+};
+const opts = flags(process.argv.slice(2), {
+  "--shapes": flag.parsed("300x64,1000x64,2000x64", "AxC,...|none", (s) =>
+    s
+      .split(",")
+      .filter((x) => x !== "none")
+      .map(shape),
+  ),
+  "--runs": flag.count(1),
+  "--convert-max": flag.number(Number.POSITIVE_INFINITY, { metavar: "OBJECTS" }),
+  "--gcs": flag.parsed("2000x64", "AxC|none", (s) => {
+    if (s !== "none") shape(s);
+    return s;
+  }),
+  "--root-steps": flag.parsed(1000, "N", (s) => {
+    const n = s.trim() === "" ? Number.NaN : Number(s);
+    if (!Number.isInteger(n) || n < 0) throw "an integer >= 0 (0: no root)";
+    return n;
+  }),
+});
+requireBuilt();
 // The emulator serves HTTPS with the tests' CA: this process and the CLI it runs trust it (NODE_EXTRA_CA_CERTS).
 await runTrustingTestCa();
 process.chdir(ROOT);
@@ -38,26 +64,13 @@ const CLI = "bin/orbax2reg.js";
 // Per process: two runs at once must not remove each other's destinations.
 const OUT = resolve(`bench/.generated/scale-out-${process.pid}`);
 
-const args = process.argv.slice(2);
-const opt = (name, fallback) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : fallback;
-};
-const SHAPES = opt("--shapes", "300x64,1000x64,2000x64")
-  .split(",")
-  .filter((x) => x !== "none")
-  .map((s) => s.split("x").map(Number));
-const RUNS = Number(opt("--runs", "1"));
+const SHAPES = opts.shapes;
+const RUNS = opts.runs;
 /** Steps (by object count) above which convert and verify are not run: `--convert-max N`. */
-const CONVERT_MAX = Number(opt("--convert-max", "Infinity"));
+const CONVERT_MAX = opts.convertMax;
 /** The step converted through GCS (`none`: skip the GCS part), and the number of steps in the GCS root. */
-const GCS_SHAPE = opt("--gcs", "2000x64");
-const ROOT_STEPS = Number(opt("--root-steps", "1000"));
-
-if (!existsSync("dist/src/cli/main.js")) {
-  console.error("dist/ is missing: build first (npm run bench:scale builds)");
-  process.exit(1);
-}
+const GCS_SHAPE = opts.gcs;
+const ROOT_STEPS = opts.rootSteps;
 
 /** Runs a command (bench/lib.mjs's timed()): wall seconds and peak RSS (MB); throws on failure. */
 async function run(cmd, argv, env = {}) {

@@ -14,15 +14,14 @@ import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import http from "node:http";
 import { createServer } from "node:net";
-import { BUSY_WARN, cpuBusy, fmt, ROOT, say } from "./lib.mjs";
+import { BUSY_WARN, cpuBusy, flag, flags, fmt, ROOT, requireBuilt, say } from "./lib.mjs";
 
+const { seconds: SECONDS, concurrency: LEVELS } = flags(process.argv.slice(2), {
+  "--seconds": flag.number(5, { metavar: "N" }),
+  "--concurrency": flag.counts("1,8,80,250,1000"),
+});
+requireBuilt({ file: "dist/functions/index.js" });
 process.chdir(ROOT);
-const arg = (name, fallback) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : fallback;
-};
-const SECONDS = Number(arg("seconds", "5"));
-const LEVELS = arg("concurrency", "1,8,80,250,1000").split(",").map(Number);
 const CLK_TCK = 100; // getconf CLK_TCK on Linux
 
 const freePort = () =>
