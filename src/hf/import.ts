@@ -4,7 +4,7 @@ import { assertNoOverlap } from "../convert/convert.js";
 import { ConflictError, MetadataError, UsageError } from "../errors.js";
 import { arrayEntry, indexText } from "../regular/index-file.js";
 import { regularChunkKey, zarrayText } from "../regular/zarray.js";
-import { INPUT, openStore } from "../store/open.js";
+import { INPUT, openStore, parseLocation } from "../store/open.js";
 import { describe, joinKey } from "../store/store.js";
 import { Budget } from "../util/budget.js";
 import { bf16Bits } from "../zarr/cast.js";
@@ -47,8 +47,15 @@ export const MAX_CHUNK_ELEMENTS = 1 << 20;
 /** Default --memory: the chunks in flight, each two buffers of 4 MiB and a little (bufferBytes): 4 at once, with room. */
 export const DEFAULT_IMPORT_MEMORY = 256 * 2 ** 20;
 
-/** Chunks made at once: enough to overlap one's read with another's conversion and write. */
-const IN_FLIGHT = 4;
+/**
+ * Chunks made at once from a local source: enough to overlap one's read with another's conversion and write, and
+ * few enough that a chunk is still in the CPU's cache from its read to its write (16 at once cost a local import of
+ * the 2 GB benchmark 25 % more CPU). From gs:// every read waits a request's latency first, and 4 chunks in flight
+ * left the CPUs idle: 16 took the benchmark's source behind 30 ms a request from 9.6 s to 6.7 s. --memory bounds
+ * them either way. (Timing the reads to choose did not work: queued behind the writes on libuv's threads, a local
+ * read waits as long as a remote one.)
+ */
+const IN_FLIGHT = { local: 4, gcs: 16 } as const;
 
 export interface ImportOptions {
   readonly step?: number;
@@ -802,7 +809,7 @@ export async function importHf(sourceLocation: string, destRoot: string, options
 
   async function makeChunks(): Promise<void> {
     const budget = new Budget(memory);
-    const slots = new Budget(IN_FLIGHT);
+    const slots = new Budget(IN_FLIGHT[parseLocation(sourceLocation).kind]);
     const running = new Set<Promise<void>>();
     let failure: { e: unknown } | undefined;
     for (const j of plan.jobs) {
