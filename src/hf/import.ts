@@ -36,13 +36,14 @@ export type ImportDtype = "float32" | "bfloat16";
 export const RECORD_KEY = ".orbax2reg/import-hf.json";
 
 /**
- * Largest output chunk, in elements (4 MiB in float32): a stacked array's chunk is one layer's tensor, or a range
- * of its rows when the layer's tensor is larger (Llama-7B's gate_proj is 11008 x 4096: 43 chunks a layer). Small
- * enough that a chunk is read, made, compressed and written while it is still in the CPU's cache: with 16 MiB
- * chunks the kernel's copy of each frame into the page cache read it back from memory and took 41 % of the
- * import's CPU (4 % at 4 MiB; the 2 GB benchmark's system time 2.1-4.2 s -> 1.1-1.2 s, bench/README.md).
+ * Largest output chunk, in bytes: a stacked array's chunk is one layer's tensor, or a range of its rows when the
+ * layer's tensor is larger (Llama-7B's gate_proj is 11008 x 4096: 43 chunks a layer in float32, 22 in bfloat16).
+ * Small enough that a chunk is read, made, compressed and written while it is still in the CPU's cache: with 16 MiB
+ * chunks the kernel's copy of each frame into the page cache read it back from memory (the 2 GB benchmark's system
+ * time 1.6-2.4 s -> 1.1-1.3 s at 4 MiB, bench/README.md). In bytes, not elements: a bfloat16 import cut at 1 Mi
+ * elements made twice the files of 2 MiB, and creating them (ext4's inode allocation) took 10 % of its CPU.
  */
-export const MAX_CHUNK_ELEMENTS = 1 << 20;
+export const MAX_CHUNK_BYTES = 4 * 2 ** 20;
 
 /** Default --memory: the chunks in flight, each two buffers of 4 MiB and a little (bufferBytes): 4 at once, with room. */
 export const DEFAULT_IMPORT_MEMORY = 256 * 2 ** 20;
@@ -62,7 +63,7 @@ export interface ImportOptions {
   readonly dtype?: ImportDtype;
   readonly memoryBytes?: number;
   readonly force?: boolean;
-  /** The largest chunk in elements (default MAX_CHUNK_ELEMENTS): not a flag, tests cut arrays finer with it. */
+  /** The largest chunk in elements (default MAX_CHUNK_BYTES of the dtype): not a flag, tests cut arrays finer with it. */
   readonly maxChunkElements?: number;
   /** Threads compressing chunks (default zstd-pool.ts's poolSize(); 0: on the main thread). Not a flag. */
   readonly threads?: number;
@@ -257,7 +258,7 @@ const product = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
 const rowElements = (t: HfTensor) => product(t.shape.slice(1));
 
 /** Rows per chunk along an axis of `extent` rows of `perRow` elements: as few chunks as keep each under the cap. */
-export function rowsPerChunk(extent: number, perRow: number, cap = MAX_CHUNK_ELEMENTS): number {
+export function rowsPerChunk(extent: number, perRow: number, cap: number): number {
   const n = Math.max(1, Math.ceil((extent * perRow) / cap));
   return Math.ceil(extent / n);
 }
@@ -435,8 +436,8 @@ export interface ImportPlan {
 }
 
 /** The output arrays and their chunks (checkTensors has passed). */
-/** `cap`: the largest chunk in elements (MAX_CHUNK_ELEMENTS; tests make it small to cut every array in many chunks). */
-export function planImport(tensors: ReadonlyMap<string, HfTensor>, d: Dims, cap = MAX_CHUNK_ELEMENTS): ImportPlan {
+/** `cap`: the largest chunk in elements (MAX_CHUNK_BYTES of the dtype; tests make it small to cut every array in many chunks). */
+export function planImport(tensors: ReadonlyMap<string, HfTensor>, d: Dims, cap: number): ImportPlan {
   const get = (name: string) => tensors.get(name) as HfTensor;
   const arrays: OutArray[] = [];
   const jobs: ChunkJob[] = [];
@@ -528,31 +529,6 @@ export function fromF32Bits(bits: Uint32Array, dtype: ImportDtype, into?: Uint8A
   const out = into === undefined ? new Uint16Array(bits.length) : new Uint16Array(into.buffer, into.byteOffset, bits.length);
   for (let i = 0; i < bits.length; i++) out[i] = bf16Bits(bits[i] as number);
   return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
-}
-
-/**
- * bfloat16 bits with every NaN the quiet NaN of its sign (0x7fc0), in place, as their bytes: what bf16Bits makes of
- * a bfloat16 widened to float32, where every other value comes back as it was. Read two elements a 32-bit word,
- * looking closer only where either has every exponent bit set (a NaN or an infinity, rare in weights): twice as
- * fast as element by element.
- */
-export function canonicalNaNs(h: Uint16Array): Uint8Array {
-  const quiet = (i: number) => {
-    const v = h[i] as number;
-    if ((v & 0x7fff) > 0x7f80) h[i] = (v & 0x8000) | 0x7fc0;
-  };
-  const head = h.byteOffset % 4 === 0 ? 0 : Math.min(1, h.length);
-  if (head === 1) quiet(0);
-  const words = new Uint32Array(h.buffer, h.byteOffset + 2 * head, (h.length - head) >>> 1);
-  for (let k = 0; k < words.length; k++) {
-    const w = words[k] as number;
-    if ((w & 0x7f80) === 0x7f80 || (w & 0x7f800000) === 0x7f800000) {
-      quiet(head + 2 * k);
-      quiet(head + 2 * k + 1);
-    }
-  }
-  if (head + 2 * words.length < h.length) quiet(h.length - 1);
-  return new Uint8Array(h.buffer, h.byteOffset, h.byteLength);
 }
 
 // ---- The import ------------------------------------------------------------------------------------------
@@ -658,7 +634,7 @@ export async function importHf(sourceLocation: string, destRoot: string, options
   const hf = await openHfCheckpoint(source);
   const dims = checkLlamaConfig(hf.config, describe(source, "config.json"));
   checkTensors(hf.tensors, dims, (f) => describe(source, f));
-  const plan = planImport(hf.tensors, dims, options.maxChunkElements);
+  const plan = planImport(hf.tensors, dims, options.maxChunkElements ?? MAX_CHUNK_BYTES / DTYPE_OF[dtype].itemSize);
   const buffers = new BufferPool(bufferBytes(plan.jobs, dtype));
   const largest = BUFFERS_PER_JOB * buffers.size;
   if (memory < largest)
@@ -764,8 +740,8 @@ export async function importHf(sourceLocation: string, destRoot: string, options
         });
       }),
     );
-    // A bfloat16 source imported as bfloat16 is moved as it is: its bits are what the float32 round trip gives,
-    // but for NaN payloads, made the canonical quiet NaN after (as bf16Bits does), without the two passes.
+    // A bfloat16 source imported as bfloat16 is moved as it is, every bit kept (NaN payloads too, as jax's no-op
+    // astype and AXLearn's save keep them), without a widening to float32 and a rounding back.
     const narrow = dtype === "bfloat16" && j.reads.every((s) => s.tensor.dtype === "BF16");
     let bitsBuffer = raw;
     let segs: Elements[];
@@ -792,7 +768,7 @@ export async function importHf(sourceLocation: string, destRoot: string, options
       buffers.give(bitsBuffer);
     }
     let data: Uint8Array;
-    if (narrow) data = canonicalNaNs(chunk as Uint16Array);
+    if (narrow) data = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     else if (dtype === "float32") data = fromF32Bits(chunk as Uint32Array, "float32");
     else {
       const castBuffer = buffers.take();
