@@ -1,12 +1,12 @@
 import os from "node:os";
 import binding from "zstd-napi/binding.js";
 import { WorkerPool } from "./worker-pool.js";
-import { compress } from "./zstd.js";
+import { levelParams, type ZstdParams } from "./zstd.js";
 
 /**
  * zstd compression on worker threads: zstd-napi's `compress` is synchronous, and a command that makes every chunk
  * (import-hf) spent most of its main thread's CPU in it, so the reads, the transposes and the writes waited for it.
- * Each worker compresses as zstd.ts's `compress` does (same level, same frame, byte for byte). zstd's own threads
+ * Each worker compresses with the pool's parameters (levelParams(1): zstd.ts's `compress`, byte for byte). zstd's own threads
  * (ZSTD_c_nbWorkers, which zstd-napi exposes) would still hold the calling thread for the whole call, and one
  * 16 MiB chunk took 48 ms with 2 of them against 26 ms without. The chunk's ArrayBuffer is transferred to the
  * worker and the frame's back, never copied; the caller bounds the chunks in flight. compressInto compresses from
@@ -16,14 +16,14 @@ import { compress } from "./zstd.js";
  */
 
 /**
- * The worker's code (worker-pool.ts runs it): ZSTD_compress2 at the level on one context, as zstd-napi's
- * `compress` does (so the same frame), the frame transferred back in a buffer of its own.
+ * The worker's code (worker-pool.ts runs it): ZSTD_compress2 with the parameters on one context (a level alone:
+ * as zstd-napi's `compress` does, so the same frame), the frame transferred back in a buffer of its own.
  */
 const WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
 const binding = require(workerData.binding);
 const cctx = new binding.CCtx();
-cctx.setParameter(binding.CParameter.compressionLevel, workerData.level);
+for (const [param, value] of workerData.params) cctx.setParameter(param, value);
 parentPort.on("message", (m) => {
   try {
     const src = new Uint8Array(m.buffer, m.offset, m.length);
@@ -63,21 +63,33 @@ export class CompressPool {
   /** compressInto's context on the calling thread, for a pool of no threads (made on first use). */
   private cctx: InstanceType<typeof binding.CCtx> | undefined;
 
-  /** `size` 0 compresses on the calling thread (as zstd.ts's `compress`). */
+  /** `size` 0 compresses on the calling thread. */
   constructor(
     readonly size = poolSize(),
-    private readonly level = 1,
+    private readonly params: ZstdParams = levelParams(1),
   ) {
-    this.pool = new WorkerPool<Answer>({ code: WORKER, threads: size, workerData: () => ({ level }) });
+    this.pool = new WorkerPool<Answer>({ code: WORKER, threads: size, workerData: () => ({ params }) });
+  }
+
+  /** The calling thread's context, for a pool of no threads (made on first use). */
+  private here(): InstanceType<typeof binding.CCtx> {
+    if (this.cctx === undefined) {
+      this.cctx = new binding.CCtx();
+      for (const [param, value] of this.params) this.cctx.setParameter(param, value);
+    }
+    return this.cctx;
   }
 
   /**
-   * One zstd frame of `data` (as zstd.ts's `compress`). `data`'s ArrayBuffer is transferred to a worker: the
-   * caller must not use it (nor any other view of that buffer) afterwards.
+   * One zstd frame of `data`. `data`'s ArrayBuffer is transferred to a worker: the caller must not use it (nor any
+   * other view of that buffer) afterwards.
    */
   async compress(data: Uint8Array): Promise<Uint8Array> {
     if (this.pool.failure !== undefined) throw this.pool.failure;
-    if (this.pool.threads === 0) return compress(data, this.level);
+    if (this.pool.threads === 0) {
+      const frame = new Uint8Array(compressBound(data.length));
+      return frame.subarray(0, this.here().compress2(frame, data));
+    }
     const { frame, length } = await this.send({ buffer: data.buffer, offset: data.byteOffset, length: data.byteLength }, [
       data.buffer as ArrayBuffer,
     ]);
@@ -93,13 +105,7 @@ export class CompressPool {
     if (this.pool.failure !== undefined) throw this.pool.failure;
     if (into.length < compressBound(data.length))
       throw new RangeError(`compressInto: ${into.length} bytes for a frame of up to ${compressBound(data.length)}`);
-    if (this.pool.threads === 0) {
-      if (this.cctx === undefined) {
-        this.cctx = new binding.CCtx();
-        this.cctx.setParameter(binding.CParameter.compressionLevel, this.level);
-      }
-      return into.subarray(0, this.cctx.compress2(into, data));
-    }
+    if (this.pool.threads === 0) return into.subarray(0, this.here().compress2(into, data));
     if (!(data.buffer instanceof SharedArrayBuffer && into.buffer instanceof SharedArrayBuffer))
       throw new TypeError("compressInto on worker threads: the chunk and the frame's buffer must be SharedArrayBuffers");
     const { length } = await this.send(

@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { WEIGHT_PARAMS } from "../codecs/zstd.js";
 import { CompressPool, compressBound } from "../codecs/zstd-pool.js";
 import { assertNoOverlap } from "../convert/convert.js";
 import { ConflictError, MetadataError, UsageError } from "../errors.js";
@@ -704,7 +705,7 @@ export async function importHf(sourceLocation: string, destRoot: string, options
     );
 
   // Chunks compressed on worker threads while this one reads, fills and writes the next (codecs/zstd-pool.ts).
-  const pool = new CompressPool(options.threads);
+  const pool = new CompressPool(options.threads, WEIGHT_PARAMS);
   let written = 0;
   try {
     await makeChunks();

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { compress, decompressExact } from "../../src/codecs/zstd.js";
+import binding from "zstd-napi/binding.js";
+import { compress, decompressExact, WEIGHT_PARAMS } from "../../src/codecs/zstd.js";
 import { CompressPool, compressBound } from "../../src/codecs/zstd-pool.js";
 
 /** Float-like bytes: partly compressible, as weights are. */
@@ -10,6 +11,21 @@ function sample(n: number, seed: number): Uint8Array {
     x = (x * 1103515245 + 12345) >>> 0;
     f[i] = (x / 2 ** 32 - 0.5) * 0.02;
   }
+  return new Uint8Array(f.buffer);
+}
+
+/** Weights as a model has them: normal noise (mulberry32, Box-Muller), scale 0.02. Few repeated byte strings. */
+function weights(n: number, seed: number): Uint8Array {
+  let a = seed >>> 0;
+  const uniform = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (((t ^ (t >>> 14)) >>> 0) + 1) / 2 ** 32;
+  };
+  const f = new Float32Array(n);
+  for (let i = 0; i < n; i++) f[i] = 0.02 * Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform());
   return new Uint8Array(f.buffer);
 }
 
@@ -68,6 +84,34 @@ describe("CompressPool: zstd on worker threads", () => {
     } finally {
       await pool.close();
     }
+  });
+
+  it("with WEIGHT_PARAMS, frames decode back exactly, the same on a worker or not", async () => {
+    const data = weights(300_000, 9);
+    const frames: Uint8Array[] = [];
+    for (const threads of [1, 0]) {
+      const pool = new CompressPool(threads, WEIGHT_PARAMS);
+      try {
+        frames.push(await pool.compress(new Uint8Array(data)));
+      } finally {
+        await pool.close();
+      }
+    }
+    expect(Buffer.from(decompressExact(frames[0] as Uint8Array, data.length, "chunk")).equals(Buffer.from(data))).toBe(true);
+    expect(Buffer.from(frames[0] as Uint8Array).equals(Buffer.from(frames[1] as Uint8Array))).toBe(true);
+  });
+
+  it("WEIGHT_PARAMS still Huffman-code the literals, which the match search's step alone would store raw", async () => {
+    const data = weights(300_000, 11);
+    const sizes: number[] = [];
+    for (const params of [WEIGHT_PARAMS, WEIGHT_PARAMS.slice(0, 2)]) {
+      const pool = new CompressPool(0, params);
+      sizes.push((await pool.compress(data)).length);
+      await pool.close();
+    }
+    expect(sizes[0]).toBeLessThan(0.95 * data.length); // the exponent bytes' entropy coded
+    expect(sizes[1]).toBeGreaterThan(data.length); // stored: the experimental parameter is what codes them
+    expect(WEIGHT_PARAMS[0]).toEqual([binding.CParameter.compressionLevel, 1]);
   });
 
   it("with no threads compresses on the calling thread", async () => {
