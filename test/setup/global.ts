@@ -41,7 +41,9 @@ declare module "vitest" {
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const runTmp = makeRunTmp(tmpdir());
   process.env.TMPDIR = runTmp.dir; // inherited by everything started from here on; os.tmpdir() reads it each call
-  process.once("exit", runTmp.end);
+  // First: vitest's own "exit" listener (Ctrl-C, SIGTERM) calls process.exit() again, which ends the process
+  // there, before any listener registered after it.
+  process.prependOnceListener("exit", runTmp.end);
   // Two runs at once (scripts/repeat-suites.sh, a developer's run beside CI's) would each find the fixtures
   // missing and generate them into the same folders, removing the other's half-written files: one generates,
   // the other waits for it and then finds them up to date.
