@@ -1,7 +1,8 @@
 // A test run's own temporary folder. The global setup makes it and points TMPDIR at it before any worker, server
 // or generator starts, so that everything the run makes with Node's os.tmpdir(), Python's tempfile, terraform
 // (Go's os.TempDir) or podman lands in it, and removes it when the run ends: no test has to remember to clean up,
-// and a run killed half-way leaves one folder, not hundreds.
+// and a run killed half-way leaves one folder, not hundreds. One level only, with a short name: terraform's
+// providers (go-plugin) and Python's multiprocessing make Unix sockets in TMPDIR, whose paths hold 108 bytes at most.
 import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
