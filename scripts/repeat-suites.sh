@@ -15,8 +15,9 @@ trap 'rm -rf "$tmp"' EXIT
 failed=0
 for i in $(seq 1 "$rounds"); do
   start=$(date +%s)
-  # Their own temporary directory, so that nothing else's is removed with theirs; scratch kept for the logs.
-  export TMPDIR="$tmp" ORBAX2REG_KEEP_SCRATCH=1
+  # Their own temporary directory, so that nothing else's is removed with theirs; scratch kept for the logs, and
+  # each run's temporary folder under it (a run removes its own when it ends otherwise): removed below if it passed.
+  export TMPDIR="$tmp" ORBAX2REG_KEEP_SCRATCH=1 ORBAX2REG_KEEP_TMP=1
   npx vitest run test/e2e > "$out/r$i-e2e.log" 2>&1 & e2e=$!
   npx vitest run test/faults > "$out/r$i-faults.log" 2>&1 & faults=$!
   wait $e2e; e2e_rc=$?

@@ -6,7 +6,8 @@
 //   FUZZ_SECONDS=<s>       time budget of the mutation loop (default 15)
 //   FUZZ_ITER=<i>          replay only iteration i of FUZZ_SEED (prints what it mutated)
 //   FUZZ_ITER_TIMEOUT_MS   per-iteration deadline (default 5000)
-//   FUZZ_KEEP=<dir>        where failing cases are copied (default: a new directory under the OS temp dir)
+//   FUZZ_KEEP=<dir>        where failing cases are copied (default: a new directory under the OS temp dir, which
+//                          is the run's own and goes with it unless ORBAX2REG_KEEP_TMP=1; the seed replays them)
 //
 // Every iteration takes a working copy of one fixture (restored file by file after the previous iteration),
 // applies 1-2 mutations drawn from its own PRNG (seeded from the run seed and the iteration number, so any

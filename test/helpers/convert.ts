@@ -102,7 +102,10 @@ export function scratch(label: string): string {
   return dir;
 }
 
-/** Keeps them when ORBAX2REG_KEEP_SCRATCH is set, to read the logs of a failed run. */
+/**
+ * Keeps them when ORBAX2REG_KEEP_SCRATCH is set, to read the logs of a failed run (with ORBAX2REG_KEEP_TMP=1: they
+ * are in the run's temporary folder, which the run removes otherwise, test/setup/global.ts).
+ */
 export function removeScratch(): void {
   if (process.env.ORBAX2REG_KEEP_SCRATCH) return;
   for (const dir of scratchDirs.splice(0)) rmSync(dir, { recursive: true, force: true });

@@ -3,9 +3,14 @@
 // Both serve HTTPS, as Cloud Storage does, with the test CA's loopback certificate (test/helpers/tls.mjs), and
 // every process started after this trusts that CA through NODE_EXTRA_CA_CERTS: vitest's pool is "forks", so the
 // test workers, and every process they start, inherit it from process.env set here before they start.
+// TMPDIR the same way: the run's own temporary folder (test/helpers/run-tmp.ts), set first, so that the
+// generators, the servers and every test make their temporary files in it; removed last, after the servers stop
+// (gunicorn makes its worker's heartbeat file in it), and by an "exit" handler when vitest exits without its
+// teardown (Ctrl-C, a failed setup). ORBAX2REG_KEEP_TMP=1 keeps it. test/.generated stays where it is: cached.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { lock } from "proper-lockfile";
 import type { TestProject } from "vitest/node";
 import {
@@ -20,6 +25,7 @@ import {
   TESTBENCH_VENV,
   TOOLS,
 } from "../helpers/paths.js";
+import { makeRunTmp } from "../helpers/run-tmp.js";
 import { answers, freePort, need, type Running, serve } from "../helpers/servers.js";
 import { testTls, trustTestCa } from "../helpers/tls.mjs";
 
@@ -33,6 +39,11 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const runTmp = makeRunTmp(tmpdir());
+  process.env.TMPDIR = runTmp.dir; // inherited by everything started from here on; os.tmpdir() reads it each call
+  // First: vitest's own "exit" listener (Ctrl-C, SIGTERM) calls process.exit() again, which ends the process
+  // there, before any listener registered after it.
+  process.prependOnceListener("exit", runTmp.end);
   // Two runs at once (scripts/repeat-suites.sh, a developer's run beside CI's) would each find the fixtures
   // missing and generate them into the same folders, removing the other's half-written files: one generates,
   // the other waits for it and then finds them up to date.
@@ -69,6 +80,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
       await testbench.running.stop();
     }
     await gcs.stop();
+    runTmp.end();
   };
 }
 
