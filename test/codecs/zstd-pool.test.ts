@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import binding from "zstd-napi/binding.js";
 import { compress, decompressExact, WEIGHT_PARAMS } from "../../src/codecs/zstd.js";
 import { CompressPool, compressBound } from "../../src/codecs/zstd-pool.js";
+import { prng } from "../helpers/prng.js";
 
 /** Float-like bytes: partly compressible, as weights are. */
 function sample(n: number, seed: number): Uint8Array {
@@ -14,18 +15,11 @@ function sample(n: number, seed: number): Uint8Array {
   return new Uint8Array(f.buffer);
 }
 
-/** Weights as a model has them: normal noise (mulberry32, Box-Muller), scale 0.02. Few repeated byte strings. */
+/** Weights as a model has them: normal noise (Box-Muller), scale 0.02. Few repeated byte strings. */
 function weights(n: number, seed: number): Uint8Array {
-  let a = seed >>> 0;
-  const uniform = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (((t ^ (t >>> 14)) >>> 0) + 1) / 2 ** 32;
-  };
+  const uniform = prng(seed);
   const f = new Float32Array(n);
-  for (let i = 0; i < n; i++) f[i] = 0.02 * Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform());
+  for (let i = 0; i < n; i++) f[i] = 0.02 * Math.sqrt(-2 * Math.log(1 - uniform())) * Math.cos(2 * Math.PI * uniform());
   return new Uint8Array(f.buffer);
 }
 

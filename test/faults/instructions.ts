@@ -18,8 +18,8 @@
 // had that request's whole body (then it stores none of it).
 import type { ClientRequest, IncomingMessage, ServerResponse } from "node:http";
 import { request } from "node:https";
+import { prng } from "../helpers/prng.js";
 import { httpsServer, type Listening, listenOnLoopback, upstreamTls, viaProxy } from "./loopback.js";
-import { prng } from "./proxy.js";
 
 /** An instruction, and how the testbench takes it. */
 interface Instruction {

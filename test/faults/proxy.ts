@@ -6,6 +6,7 @@
 // is counted, every socket and timer is closed by close(), and it listens on 127.0.0.1 only.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { request } from "node:https";
+import { prng } from "../helpers/prng.js";
 import { httpsServer, type Listening, listenOnLoopback, upstreamTls, viaProxy } from "./loopback.js";
 
 export const FAULT_KINDS = [
@@ -53,18 +54,6 @@ export interface FaultProxy {
   /** Replaces the rules and rates (between phases of a test). */
   configure(o: { rates?: Partial<Record<FaultKind, number>>; rules?: Rule[] }): void;
   close(): Promise<void>;
-}
-
-/** mulberry32: a small, fast, seedable PRNG; good enough to spread faults. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 export async function startFaultProxy(o: ProxyOptions): Promise<FaultProxy> {

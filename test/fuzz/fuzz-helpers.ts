@@ -46,6 +46,7 @@ import { openStep } from "../../src/orbax/step.js";
 import { LocalStore } from "../../src/store/local.js";
 import { joinKey } from "../../src/store/store.js";
 import { encodeBtreeNode, encodeManifest, envelopeOf, type VersionsManifest } from "../helpers/ocdbt-encode.js";
+import { prng } from "../helpers/prng.js";
 
 /** Orbax's max_decoded_node_bytes (100 MB): no single allocation and no retained growth may pass it. */
 export const MEMORY_LIMIT = 100_000_000;
@@ -54,18 +55,14 @@ export const MEMORY_LIMIT = 100_000_000;
 // PRNG
 // ---------------------------------------------------------------------------------------------------------
 
-/** mulberry32: tiny, fast, good enough to drive mutations; the whole run is a function of the seed. */
+/** Mutations drawn from prng (mulberry32): the whole run is a function of the seed. */
 export class Rng {
-  private s: number;
+  private readonly next: () => number;
   constructor(seed: number) {
-    this.s = seed >>> 0;
+    this.next = prng(seed);
   }
   u32(): number {
-    this.s = (this.s + 0x6d2b79f5) >>> 0;
-    let t = this.s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
+    return this.next() * 2 ** 32;
   }
   /** Uniform in [0, n). */
   int(n: number): number {
@@ -571,7 +568,7 @@ async function transpileForWorker(): Promise<string> {
     .filter((e) => e.isFile() && e.name.endsWith(".ts") && !e.name.endsWith(".d.ts"))
     .map((e) => join(e.parentPath, e.name));
   sources.push(fileURLToPath(import.meta.url));
-  sources.push(join(REPO, "test/helpers/ocdbt-encode.ts")); // the shared encoder this file imports
+  sources.push(join(REPO, "test/helpers/ocdbt-encode.ts"), join(REPO, "test/helpers/prng.ts")); // the helpers this file imports
   for (const file of sources) {
     const { outputText } = ts.transpileModule(readFileSync(file, "utf8"), {
       fileName: file,
