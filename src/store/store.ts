@@ -70,7 +70,8 @@ export interface Store {
    * Optional capability: readRange's bytes read into `into` (at least `length` long), resolving to its first
    * `length` bytes; same errors as readRange. A caller reading thousands of small ranges it is done with at once
    * (a finely cut source's compressed chunks) reuses its buffers instead of leaving a fresh one per read to the
-   * garbage collector. A local directory has it; a store without it is read with readRange.
+   * garbage collector. A local directory and GCS have it (export-hf's small chunks and import-hf's rows from either
+   * are read through it); a store without it is read with readRange.
    */
   readRangeInto?(key: string, offset: number, length: number, into: Uint8Array): Promise<Uint8Array>;
   /**
